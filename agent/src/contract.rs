@@ -1,0 +1,264 @@
+//! Evaluates a workspace file with the bundled contract into a [`Workspace`].
+//!
+//! The contract (`schema/private_ingress.ncl`, compiled into the binary) is applied to whatever the
+//! workspace evaluates to, so a workspace can be plain data — Nickel, or JSON, YAML or TOML, chosen
+//! by the file's extension. Imports resolve relative to the workspace file.
+//!
+//! Two rules are checked here, after evaluation, rather than in Nickel: the uniqueness of
+//! (host, path_prefix) across routes, because a hash map makes it linear where a Nickel fold is
+//! quadratic (and aborts on a deep stack at ten thousand routes); and the refusal of modes that are
+//! not built yet. Both still point at the offending source with file, line and column.
+//!
+//! nickel-lang-core's values are not `Send`, has no step limit, and aborts the process on a stack
+//! overflow: callers that evaluate untrusted input go through [`crate::sandbox`], which runs this
+//! module in a child process with a deadline and a memory cap.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use codespan_reporting::diagnostic::{Diagnostic, Label};
+use nickel_lang_core::error::report::{report_as_str, ColorOpt};
+use nickel_lang_core::eval::cache::CacheImpl;
+use nickel_lang_core::eval::value::{Container, NickelValue};
+use nickel_lang_core::files::{FileId, Files};
+use nickel_lang_core::identifier::LocIdent;
+use nickel_lang_core::position::PosTable;
+use nickel_lang_core::program::{Program, ProgramBuilder};
+use serde::Deserialize;
+
+use crate::workspace::{RawWorkspace, TlsRotation, Workspace};
+
+/// The contract, as shipped in `schema/private_ingress.ncl`.
+pub const SCHEMA: &str = include_str!("../../schema/private_ingress.ncl");
+
+/// The name the bundled contract carries in diagnostics.
+const SCHEMA_NAME: &str = "bundled:private_ingress.ncl";
+
+/// At most this many duplicate pairs are reported at once; the rest follow after a fix.
+const MAX_DUPLICATES_REPORTED: usize = 10;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ContractError {
+    /// The workspace file cannot be read at all (missing, a directory, no permission).
+    #[error("cannot read workspace {}: {reason}", path.display())]
+    Unreadable { path: PathBuf, reason: String },
+    /// The workspace does not parse, fails to evaluate or breaks the contract. `diagnostic` is the
+    /// rendered report: file, line, column, the offending value and what was expected.
+    #[error("{diagnostic}")]
+    Invalid { diagnostic: String },
+}
+
+impl ContractError {
+    fn invalid(diagnostic: impl Into<String>) -> ContractError {
+        ContractError::Invalid {
+            diagnostic: diagnostic.into(),
+        }
+    }
+}
+
+/// Evaluates `path` in this process. Only for trusted input (tests, benchmarks): a workspace that
+/// recurses without end overflows the stack and aborts the process. Everything else goes through
+/// [`crate::sandbox::evaluate`].
+pub fn evaluate(path: &Path) -> Result<Workspace, ContractError> {
+    let path = readable_workspace(path)?;
+    let main = format!(
+        "{SCHEMA}\n|> (fun schema => (import \"{}\") | schema.Workspace)\n",
+        escape_nickel_string(&path.to_string_lossy())
+    );
+    let mut program: Program<CacheImpl> = ProgramBuilder::new()
+        .add_source_string(main, SCHEMA_NAME)
+        .build()
+        .map_err(|err| ContractError::Unreadable {
+            path: path.clone(),
+            reason: err.to_string(),
+        })?;
+    let value = match program.eval_full_for_export() {
+        Ok(value) => value,
+        Err(err) => {
+            let mut files = program.files();
+            return Err(ContractError::invalid(report_as_str(
+                &mut files,
+                err,
+                ColorOpt::Never,
+            )));
+        }
+    };
+    let raw = RawWorkspace::deserialize(value.clone()).map_err(|err| {
+        ContractError::invalid(format!(
+            "error: the workspace passed the contract but cannot be read: {err:?}"
+        ))
+    })?;
+
+    let located = Located {
+        files: program.files(),
+        pos_table: program.pos_table(),
+        root: &value,
+    };
+    located.check_not_yet_supported(&raw)?;
+    located.check_unique_routes(&raw)?;
+
+    Workspace::from_raw(raw).map_err(|err| ContractError::invalid(format!("error: {err}")))
+}
+
+/// Fails early, with one line, on a path that cannot be a workspace; Nickel's own message for a
+/// missing import is a multi-line report about the generated entry point.
+fn readable_workspace(path: &Path) -> Result<PathBuf, ContractError> {
+    let unreadable = |reason: String| ContractError::Unreadable {
+        path: path.to_owned(),
+        reason,
+    };
+    let absolute = std::path::absolute(path).map_err(|err| unreadable(err.to_string()))?;
+    let metadata = std::fs::metadata(&absolute).map_err(|err| unreadable(io_reason(&err)))?;
+    if metadata.is_dir() {
+        return Err(unreadable("it is a directory".into()));
+    }
+    std::fs::File::open(&absolute).map_err(|err| unreadable(io_reason(&err)))?;
+    Ok(absolute)
+}
+
+fn io_reason(err: &std::io::Error) -> String {
+    match err.kind() {
+        std::io::ErrorKind::NotFound => "no such file".into(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+        _ => err.to_string(),
+    }
+}
+
+fn escape_nickel_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '%' => out.push_str("\\%"),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The evaluated workspace together with what is needed to point back at its source.
+struct Located<'a> {
+    files: Files,
+    pos_table: &'a PosTable,
+    root: &'a NickelValue,
+}
+
+impl Located<'_> {
+    fn check_not_yet_supported(&self, raw: &RawWorkspace) -> Result<(), ContractError> {
+        if raw.tls_rotation != TlsRotation::SozuManaged {
+            return Ok(());
+        }
+        let mut diagnostic = Diagnostic::error()
+            .with_message("tls_rotation 'sozu_managed is not supported yet")
+            .with_notes(vec![
+                "Use 'csi_driver (cert-manager's CSI driver) or 'reloader (a Secret per route)."
+                    .into(),
+            ]);
+        if let Some((file, range)) = self.field_span(self.root, "tls_rotation") {
+            diagnostic =
+                diagnostic.with_labels(vec![Label::primary(file, range).with_message("set here")]);
+        }
+        Err(ContractError::invalid(self.render(&[diagnostic])))
+    }
+
+    /// Every (host, path_prefix) must be unique: sozu would refuse the second frontend.
+    fn check_unique_routes(&self, raw: &RawWorkspace) -> Result<(), ContractError> {
+        let mut first_seen: HashMap<(&str, &str), usize> = HashMap::with_capacity(raw.routes.len());
+        let mut duplicates = Vec::new();
+        for (index, route) in raw.routes.iter().enumerate() {
+            let key = (route.host.as_str(), route.path_prefix.as_str());
+            match first_seen.get(&key) {
+                Some(&first) => duplicates.push((first, index)),
+                None => {
+                    first_seen.insert(key, index);
+                }
+            }
+        }
+        if duplicates.is_empty() {
+            return Ok(());
+        }
+        let routes = self.field(self.root, "routes");
+        let element_span = |index: usize| {
+            let array = routes?.as_array()?;
+            let Container::Alloc(array) = array else {
+                return None;
+            };
+            let element = array.array.iter().nth(index)?;
+            self.span_of(element)
+        };
+        let diagnostics: Vec<_> = duplicates
+            .iter()
+            .take(MAX_DUPLICATES_REPORTED)
+            .map(|&(first, second)| {
+                let route = &raw.routes[second];
+                let mut labels = Vec::new();
+                if let Some((file, range)) = element_span(second) {
+                    labels.push(
+                        Label::primary(file, range).with_message(format!("routes[{second}]")),
+                    );
+                }
+                if let Some((file, range)) = element_span(first) {
+                    labels.push(
+                        Label::secondary(file, range)
+                            .with_message(format!("routes[{first}] has the same host and path")),
+                    );
+                }
+                Diagnostic::error()
+                    .with_message(format!(
+                        "duplicate route: host `{}` with path_prefix `{}` is declared by routes[{first}] and routes[{second}]",
+                        route.host, route.path_prefix
+                    ))
+                    .with_labels(labels)
+                    .with_notes(vec![
+                        "Each (host, path_prefix) pair may appear once; merge the entries or give one another path_prefix.".into(),
+                    ])
+            })
+            .collect();
+        let mut report = self.render(&diagnostics);
+        if duplicates.len() > MAX_DUPLICATES_REPORTED {
+            let _ = writeln!(
+                report,
+                "... and {} more duplicate routes",
+                duplicates.len() - MAX_DUPLICATES_REPORTED
+            );
+        }
+        Err(ContractError::invalid(report))
+    }
+
+    fn field<'v>(&self, record: &'v NickelValue, name: &str) -> Option<&'v NickelValue> {
+        let Container::Alloc(record) = record.as_record()? else {
+            return None;
+        };
+        record.fields.get(&LocIdent::from(name))?.value.as_ref()
+    }
+
+    fn field_span(
+        &self,
+        record: &NickelValue,
+        name: &str,
+    ) -> Option<(FileId, std::ops::Range<usize>)> {
+        self.span_of(self.field(record, name)?)
+    }
+
+    fn span_of(&self, value: &NickelValue) -> Option<(FileId, std::ops::Range<usize>)> {
+        let span = value.pos(self.pos_table).into_opt()?;
+        Some((span.src_id, span.start.0 as usize..span.end.0 as usize))
+    }
+
+    fn render(&self, diagnostics: &[Diagnostic<FileId>]) -> String {
+        let config = codespan_reporting::term::Config::default();
+        let mut out = String::new();
+        for diagnostic in diagnostics {
+            match codespan_reporting::term::emit_into_string(&config, &self.files, diagnostic) {
+                Ok(text) => out.push_str(&text),
+                Err(_) => {
+                    let _ = writeln!(out, "error: {}", diagnostic.message);
+                }
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,112 @@
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+
+use private_ingress::cli::{Cli, Command, EvalArgs, Format};
+use private_ingress::contract::{ContractError, SCHEMA};
+use private_ingress::render::{self, SozuSettings};
+use private_ingress::sandbox::{self, SandboxError};
+use private_ingress::workspace::Workspace;
+
+/// The workspace is invalid: syntax, contract, or an evaluation that failed or hit a limit.
+const EXIT_INVALID: u8 = 1;
+/// A file cannot be read or written, or the command line is wrong (clap exits 2 itself).
+const EXIT_IO: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(EXIT_IO)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Check { workspace, eval } => {
+            let ws = match load(&workspace, &eval)? {
+                Ok(ws) => ws,
+                Err(code) => return Ok(code),
+            };
+            println!(
+                "ok: {} — {} route{} in zone {}, tls_rotation {}",
+                workspace.display(),
+                ws.routes.len(),
+                if ws.routes.len() == 1 { "" } else { "s" },
+                ws.zone,
+                ws.tls_rotation
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Render {
+            workspace,
+            format,
+            output,
+            sozu_socket,
+            eval,
+        } => {
+            let ws = match load(&workspace, &eval)? {
+                Ok(ws) => ws,
+                Err(code) => return Ok(code),
+            };
+            let text = match format {
+                Format::Json => render::json(&ws)?,
+                Format::SozuToml => {
+                    let settings = SozuSettings {
+                        command_socket: sozu_socket,
+                        ..SozuSettings::default()
+                    };
+                    render::sozu_toml(&ws, &settings)?
+                }
+            };
+            match output {
+                Some(path) => render::write_atomic(&path, text.as_bytes())?,
+                None => std::io::stdout()
+                    .lock()
+                    .write_all(text.as_bytes())
+                    .context("cannot write to stdout")?,
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Schema => {
+            std::io::stdout()
+                .lock()
+                .write_all(SCHEMA.as_bytes())
+                .context("cannot write to stdout")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::EvaluateWorkspace {
+            memory_limit,
+            workspace,
+        } => {
+            let code = sandbox::child_main(&workspace, memory_limit);
+            Ok(ExitCode::from(u8::try_from(code).unwrap_or(3)))
+        }
+    }
+}
+
+/// Evaluates the workspace in the sandbox. An invalid workspace is reported here and becomes the
+/// exit code; other failures propagate as errors.
+fn load(path: &std::path::Path, eval: &EvalArgs) -> anyhow::Result<Result<Workspace, ExitCode>> {
+    let exe = std::env::current_exe().context("cannot locate the private-ingress executable")?;
+    match sandbox::evaluate(&exe, path, eval.limits()) {
+        Ok(ws) => Ok(Ok(ws)),
+        Err(SandboxError::Contract(ContractError::Invalid { diagnostic })) => {
+            eprint!("{diagnostic}");
+            if !diagnostic.ends_with('\n') {
+                eprintln!();
+            }
+            Ok(Err(ExitCode::from(EXIT_INVALID)))
+        }
+        Err(err) if err.is_invalid_workspace() => {
+            eprintln!("error: {err}");
+            Ok(Err(ExitCode::from(EXIT_INVALID)))
+        }
+        Err(err) => Err(err.into()),
+    }
+}

@@ -1,0 +1,269 @@
+//! The validated workspace: what an operator declared, normalised and sorted.
+//!
+//! Pure: no I/O. The Nickel contract has already checked every field when a [`RawWorkspace`]
+//! reaches [`Workspace::from_raw`]; the conversion still refuses anything it cannot represent
+//! instead of trusting that, because the contract file and this code can drift apart.
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// A workspace as Nickel evaluates it, before normalisation.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWorkspace {
+    pub zone: String,
+    pub listeners: RawListeners,
+    pub tls_rotation: TlsRotation,
+    pub cluster_issuer: String,
+    pub tls_dir: String,
+    pub routes: Vec<RawRoute>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawListeners {
+    pub https: String,
+    pub http: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    pub host: String,
+    pub upstream: String,
+    /// A float on purpose: nickel-lang-core's deserializer clamps out-of-range integers
+    /// (70000 becomes 65535), so the range is checked here, on the exact value.
+    pub port: Option<f64>,
+    pub path_prefix: String,
+}
+
+/// How certificates reach `<tls_dir>/<host>/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TlsRotation {
+    /// cert-manager's CSI driver mounts one volume per route.
+    CsiDriver,
+    /// cert-manager writes a Secret per route, mounted as a volume.
+    Reloader,
+    /// sozu obtains certificates itself.
+    SozuManaged,
+}
+
+impl fmt::Display for TlsRotation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TlsRotation::CsiDriver => "csi_driver",
+            TlsRotation::Reloader => "reloader",
+            TlsRotation::SozuManaged => "sozu_managed",
+        })
+    }
+}
+
+/// The normalised workspace. Routes are sorted by (host, path_prefix), so every output derived
+/// from it is deterministic whatever order the operator wrote them in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Workspace {
+    pub zone: String,
+    pub listeners: Listeners,
+    pub tls_rotation: TlsRotation,
+    pub cluster_issuer: String,
+    pub tls_dir: PathBuf,
+    pub routes: Vec<Route>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listeners {
+    pub https: SocketAddr,
+    pub http: SocketAddr,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Route {
+    /// Stable identifier of the route, used as sozu's cluster id. Derived from (host, path_prefix)
+    /// only, so editing a route's upstream updates the cluster in place.
+    pub id: String,
+    pub host: String,
+    pub path_prefix: String,
+    pub upstream: Upstream,
+}
+
+/// Where a route's traffic goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Upstream {
+    /// A DNS name, resolved (and re-resolved) to every A and AAAA address.
+    Dns { name: String, port: u16 },
+    /// An IP literal.
+    Ip { address: SocketAddr },
+    /// A UNIX socket; the path is absolute.
+    Unix { path: PathBuf },
+}
+
+impl fmt::Display for Upstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Upstream::Dns { name, port } => write!(f, "{name}:{port}"),
+            Upstream::Ip { address } => write!(f, "{address}"),
+            Upstream::Unix { path } => write!(f, "unix://{}", path.display()),
+        }
+    }
+}
+
+/// Prefix of every cluster id the agent creates: the mark of what it owns in sozu.
+pub const ID_PREFIX: &str = "pi-";
+
+/// A value the contract let through but the model cannot represent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModelError {
+    #[error("listener `{field}`: `{value}` is not a socket address")]
+    Listener { field: &'static str, value: String },
+    #[error("route `{host}`: {reason}")]
+    Route { host: String, reason: String },
+    #[error("tls_dir `{0}` is not an absolute path")]
+    TlsDir(String),
+}
+
+impl Workspace {
+    pub fn from_raw(raw: RawWorkspace) -> Result<Workspace, ModelError> {
+        let listener = |field: &'static str, value: &str| {
+            value
+                .parse::<SocketAddr>()
+                .map_err(|_| ModelError::Listener {
+                    field,
+                    value: value.to_owned(),
+                })
+        };
+        let listeners = Listeners {
+            https: listener("https", &raw.listeners.https)?,
+            http: listener("http", &raw.listeners.http)?,
+        };
+        let tls_dir = PathBuf::from(&raw.tls_dir);
+        if !tls_dir.is_absolute() {
+            return Err(ModelError::TlsDir(raw.tls_dir));
+        }
+        let mut routes = raw
+            .routes
+            .into_iter()
+            .map(Route::from_raw)
+            .collect::<Result<Vec<_>, _>>()?;
+        routes.sort_by(|a, b| (&a.host, &a.path_prefix).cmp(&(&b.host, &b.path_prefix)));
+        Ok(Workspace {
+            zone: raw.zone,
+            listeners,
+            tls_rotation: raw.tls_rotation,
+            cluster_issuer: raw.cluster_issuer,
+            tls_dir,
+            routes,
+        })
+    }
+
+    /// Where the certificate chain and key of `host` live.
+    pub fn certificate_paths(&self, host: &str) -> (PathBuf, PathBuf) {
+        let dir = self.tls_dir.join(host);
+        (dir.join("tls.crt"), dir.join("tls.key"))
+    }
+}
+
+impl Route {
+    fn from_raw(raw: RawRoute) -> Result<Route, ModelError> {
+        let fail = |reason: String| ModelError::Route {
+            host: raw.host.clone(),
+            reason,
+        };
+        let port = match raw.port {
+            None => None,
+            Some(p) if p.fract() == 0.0 && (1.0..=65535.0).contains(&p) => Some(p as u16),
+            Some(p) => {
+                return Err(fail(format!(
+                    "port {p} is not a whole number from 1 to 65535"
+                )))
+            }
+        };
+        let upstream = match (raw.upstream.strip_prefix("unix://"), port) {
+            (Some(path), None) if path.starts_with('/') => Upstream::Unix {
+                path: PathBuf::from(path),
+            },
+            (Some(_), None) => return Err(fail("a unix upstream needs an absolute path".into())),
+            (Some(_), Some(_)) => return Err(fail("a unix upstream takes no port".into())),
+            (None, None) => return Err(fail(format!("upstream `{}` needs a port", raw.upstream))),
+            (None, Some(port)) => match raw.upstream.parse::<IpAddr>() {
+                Ok(ip) => Upstream::Ip {
+                    address: SocketAddr::new(ip, port),
+                },
+                Err(_) => Upstream::Dns {
+                    name: raw.upstream.clone(),
+                    port,
+                },
+            },
+        };
+        Ok(Route {
+            id: route_id(&raw.host, &raw.path_prefix),
+            host: raw.host,
+            path_prefix: raw.path_prefix,
+            upstream,
+        })
+    }
+}
+
+/// `pi-<host>` for the root path, `pi-<host>-<8 hex digits of SHA-256(path)>` otherwise: readable
+/// in `sozu` listings, and free of the characters a path may hold.
+pub fn route_id(host: &str, path_prefix: &str) -> String {
+    if path_prefix == "/" {
+        format!("{ID_PREFIX}{host}")
+    } else {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(path_prefix.as_bytes());
+        let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+        format!("{ID_PREFIX}{host}-{short}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw_route(host: &str, upstream: &str, port: Option<f64>, path: &str) -> RawRoute {
+        RawRoute {
+            host: host.into(),
+            upstream: upstream.into(),
+            port,
+            path_prefix: path.into(),
+        }
+    }
+
+    #[test]
+    fn upstream_kinds_are_told_apart() {
+        let dns = Route::from_raw(raw_route("a.z", "svc.ns.svc", Some(80.0), "/")).unwrap();
+        assert_eq!(
+            dns.upstream,
+            Upstream::Dns {
+                name: "svc.ns.svc".into(),
+                port: 80
+            }
+        );
+        let v6 = Route::from_raw(raw_route("a.z", "fd00::1", Some(8080.0), "/")).unwrap();
+        assert_eq!(v6.upstream.to_string(), "[fd00::1]:8080");
+        let unix = Route::from_raw(raw_route("a.z", "unix:///run/a.sock", None, "/")).unwrap();
+        assert_eq!(unix.upstream.to_string(), "unix:///run/a.sock");
+    }
+
+    #[test]
+    fn out_of_range_ports_are_refused_not_clamped() {
+        for port in [0.0, 65536.0, 70000.0, -5.0, 3000.5] {
+            let err = Route::from_raw(raw_route("a.z", "svc", Some(port), "/")).unwrap_err();
+            assert!(err.to_string().contains("port"), "{port}: {err}");
+        }
+    }
+
+    #[test]
+    fn route_ids_are_stable_and_distinct_per_path() {
+        assert_eq!(route_id("a.z", "/"), "pi-a.z");
+        let api = route_id("a.z", "/api");
+        assert!(api.starts_with("pi-a.z-") && api.len() == "pi-a.z-".len() + 8);
+        assert_ne!(route_id("a.z", "/a-b"), route_id("a.z", "/a/b"));
+        assert_eq!(api, route_id("a.z", "/api"));
+    }
+}
