@@ -262,3 +262,174 @@ impl Located<'_> {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workspace::Upstream;
+
+    fn examples() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../schema/examples")
+    }
+
+    fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn diagnostic(path: &Path) -> String {
+        match evaluate(path) {
+            Err(ContractError::Invalid { diagnostic }) => diagnostic,
+            other => panic!("{} should be invalid, got {other:?}", path.display()),
+        }
+    }
+
+    /// Each file in schema/examples/bad/ names the message `check` must print (`# expect:`) and
+    /// the line and column the diagnostic must point at in that file (`# at:`).
+    #[test]
+    fn every_bad_example_is_refused_with_its_message_at_its_line() {
+        let mut checked = 0;
+        for entry in std::fs::read_dir(examples().join("bad")).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let header = |key: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(key))
+                    .map(str::trim)
+                    .unwrap_or_else(|| panic!("{} lacks `{key}`", path.display()))
+                    .to_owned()
+            };
+            let (expect, at) = (header("# expect:"), header("# at:"));
+            let report = diagnostic(&path);
+            assert!(
+                report.contains(&expect),
+                "{}: expected `{expect}` in\n{report}",
+                path.display()
+            );
+            let file_name = path.file_name().unwrap().to_string_lossy();
+            assert!(
+                report.contains(&format!("{file_name}:{at}")),
+                "{}: expected a pointer at {at} in\n{report}",
+                path.display()
+            );
+            checked += 1;
+        }
+        assert!(checked >= 20, "only {checked} bad examples found");
+    }
+
+    #[test]
+    fn reference_example_passes_with_defaults_applied() {
+        let ws = evaluate(&examples().join("librecloud.ncl")).unwrap();
+        assert_eq!(ws.zone, "in.librecloud.online");
+        assert_eq!(ws.tls_rotation, TlsRotation::CsiDriver);
+        assert_eq!(ws.tls_dir, Path::new("/etc/sozu/tls"));
+        assert_eq!(ws.listeners.https.to_string(), "0.0.0.0:443");
+        assert_eq!(ws.listeners.http.to_string(), "0.0.0.0:80");
+        let summary: Vec<_> = ws
+            .routes
+            .iter()
+            .map(|r| format!("{}{} -> {}", r.host, r.path_prefix, r.upstream))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                "grafana.in.librecloud.online/ -> grafana.observability.svc.libre-wuji.local:3000",
+                "longhorn.in.librecloud.online/ -> longhorn-frontend.longhorn-system.svc.libre-wuji.local:80",
+                "prometheus.in.librecloud.online/ -> prometheus.observability.svc.libre-wuji.local:9090",
+            ]
+        );
+    }
+
+    #[test]
+    fn imports_resolve_relative_to_the_workspace_and_every_upstream_kind_passes() {
+        let ws = evaluate(&examples().join("modular/workspace.ncl")).unwrap();
+        assert_eq!(ws.tls_rotation, TlsRotation::Reloader);
+        assert_eq!(ws.listeners.https.to_string(), "[::]:8443");
+        let upstreams: Vec<_> = ws.routes.iter().map(|r| r.upstream.clone()).collect();
+        assert!(matches!(upstreams[0], Upstream::Dns { port: 3000, .. }));
+        assert_eq!(upstreams[1].to_string(), "10.0.0.12:3001");
+        assert_eq!(upstreams[2].to_string(), "unix:///run/portal/http.sock");
+        assert_eq!(upstreams[3].to_string(), "[fd00::10]:9090");
+        assert_eq!(ws.routes[1].path_prefix, "/api/");
+    }
+
+    #[test]
+    fn plain_json_data_is_a_workspace() {
+        let ws = evaluate(&examples().join("plain.json")).unwrap();
+        assert_eq!(ws.tls_dir, Path::new("/var/lib/tls"));
+        assert_eq!(ws.routes.len(), 1);
+    }
+
+    /// The passing side of each rule that the bad examples break.
+    #[test]
+    fn accepted_values_for_each_rule() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = write(
+            &dir,
+            "ok.ncl",
+            r#"{
+  zone = "in.example.org",
+  cluster_issuer = "ca.internal-1",
+  tls_rotation = 'csi_driver,
+  tls_dir = "/srv/tls",
+  listeners = { https = "127.0.0.1:8443", http = "[::1]:8080" },
+  routes = [
+    { host = "in.example.org", upstream = "192.168.1.10", port = 1 },
+    { host = "a-b.c.in.example.org", upstream = "svc-1.ns", port = 65535, path_prefix = "/x/y" },
+    { host = "a-b.c.in.example.org", upstream = "svc-1.ns", port = 80, path_prefix = "/x" },
+    { host = "v6.in.example.org", upstream = "::1", port = 8080 },
+    { host = "sock.in.example.org", upstream = "unix:///run/a b/app.sock" },
+  ],
+}"#,
+        );
+        let ws = evaluate(&ws).unwrap();
+        assert_eq!(ws.routes.len(), 5);
+        assert_eq!(ws.listeners.http.to_string(), "[::1]:8080");
+        assert_eq!(ws.tls_dir, Path::new("/srv/tls"));
+    }
+
+    #[test]
+    fn a_missing_file_is_unreadable_not_invalid() {
+        let err = evaluate(Path::new("/nonexistent/ws.ncl")).unwrap_err();
+        assert!(
+            matches!(&err, ContractError::Unreadable { reason, .. } if reason == "no such file"),
+            "{err:?}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let err = evaluate(dir.path()).unwrap_err();
+        assert!(matches!(err, ContractError::Unreadable { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn paths_with_quotes_and_percent_signs_are_imported_verbatim() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            &dir,
+            "we\"ird %{x} \\name.ncl",
+            r#"{ zone = "in.example.org", cluster_issuer = "ca", routes = [] }"#,
+        );
+        assert_eq!(evaluate(&path).unwrap().routes.len(), 0);
+    }
+
+    #[test]
+    fn many_duplicates_are_capped_in_one_report() {
+        let dir = tempfile::tempdir().unwrap();
+        let routes: String = (0..15)
+            .map(|_| "{ host = \"a.in.example.org\", upstream = \"a\", port = 1 },\n")
+            .collect();
+        let path = write(
+            &dir,
+            "dups.ncl",
+            &format!(
+                "{{ zone = \"in.example.org\", cluster_issuer = \"ca\", routes = [\n{routes}] }}"
+            ),
+        );
+        let report = diagnostic(&path);
+        assert_eq!(report.matches("error: duplicate route").count(), 10);
+        assert!(
+            report.contains("... and 4 more duplicate routes"),
+            "{report}"
+        );
+    }
+}

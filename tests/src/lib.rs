@@ -1,1 +1,101 @@
+//! Harness for integration tests: locates the pinned sozu and a fresh agent binary, makes short
+//! temporary directories (UNIX socket paths are limited to ~100 bytes) and test certificates.
 
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// The sozu version the project is tested against; `scripts/ensure-sozu` installs it.
+pub const SOZU_VERSION: &str = "2.3.3";
+
+/// The pinned sozu binary: `$SOZU_BIN`, else the cache `scripts/ensure-sozu` builds into.
+pub fn sozu_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("SOZU_BIN") {
+        return PathBuf::from(path);
+    }
+    let cache = std::env::var_os("SOZU_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("private-ingress"))
+        })
+        .or_else(|| {
+            std::env::var_os("HOME").map(|d| PathBuf::from(d).join(".cache/private-ingress"))
+        })
+        .expect("neither SOZU_BIN, SOZU_CACHE_DIR, XDG_CACHE_HOME nor HOME is set");
+    let bin = cache.join(format!("sozu-{SOZU_VERSION}/bin/sozu"));
+    assert!(
+        bin.is_file(),
+        "sozu {SOZU_VERSION} not found at {}: run scripts/ensure-sozu (or scripts/test), or set SOZU_BIN",
+        bin.display()
+    );
+    bin
+}
+
+/// The `private-ingress` binary, built once per test run with the profile of the tests themselves,
+/// so a test never runs a stale agent.
+pub fn agent_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().expect("current_exe");
+        // target/<profile>/deps/<test binary>
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("test binary lives in target/<profile>/deps");
+        let release = profile_dir.file_name().is_some_and(|n| n == "release");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut build = Command::new(cargo);
+        build.args([
+            "build",
+            "--quiet",
+            "-p",
+            "private-ingress",
+            "--bin",
+            "private-ingress",
+        ]);
+        if release {
+            build.arg("--release");
+        }
+        let status = build.status().expect("run cargo build");
+        assert!(status.success(), "building private-ingress failed");
+        profile_dir.join("private-ingress")
+    })
+}
+
+/// A temporary directory with a short path under /tmp.
+pub fn short_tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("pi-")
+        .tempdir_in("/tmp")
+        .expect("create a temporary directory")
+}
+
+/// Writes a self-signed certificate for `host` as `<tls_dir>/<host>/{tls.crt,tls.key}`, the layout
+/// the CSI driver produces, and returns the certificate PEM.
+pub fn write_certificate(tls_dir: &Path, host: &str) -> String {
+    let certified = rcgen::generate_simple_self_signed(vec![host.to_owned()])
+        .expect("generate a test certificate");
+    let dir = tls_dir.join(host);
+    std::fs::create_dir_all(&dir).expect("create the host directory");
+    let pem = certified.cert.pem();
+    std::fs::write(dir.join("tls.crt"), &pem).expect("write tls.crt");
+    std::fs::write(dir.join("tls.key"), certified.signing_key.serialize_pem())
+        .expect("write tls.key");
+    pem
+}
+
+/// Runs a command and returns (exit code, stdout, stderr); the command line goes with any panic.
+pub fn run(cmd: &mut Command) -> (i32, String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd
+        .output()
+        .unwrap_or_else(|err| panic!("cannot run {cmd:?}: {err}"));
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}

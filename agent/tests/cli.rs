@@ -1,0 +1,207 @@
+//! The `private-ingress` binary as a user runs it: exit codes, messages, limits and output files.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_private-ingress"))
+}
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../schema/examples")
+}
+
+fn run(cmd: &mut Command) -> (i32, String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().expect("run private-ingress");
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_prints_a_one_line_summary() {
+    let (code, out, err) = run(bin().arg("check").arg(examples().join("librecloud.ncl")));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(
+        out.contains("3 routes in zone in.librecloud.online, tls_rotation csi_driver"),
+        "{out}"
+    );
+}
+
+#[test]
+fn check_exits_1_with_the_diagnostic_on_a_contract_violation() {
+    let path = examples().join("bad/host-parent-zone.ncl");
+    let (code, out, err) = run(bin().arg("check").arg(&path));
+    assert_eq!(code, 1);
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("host-parent-zone.ncl:8:14"), "{err}");
+    assert!(
+        err.contains("\"grafana.example.org\""),
+        "the offending value is shown: {err}"
+    );
+    assert!(
+        err.contains("`in.example.org`"),
+        "the expected zone is named: {err}"
+    );
+}
+
+#[test]
+fn check_exits_2_with_one_line_on_a_missing_file() {
+    let (code, _, err) = run(bin().args(["check", "/nonexistent/workspace.ncl"]));
+    assert_eq!(code, 2);
+    assert_eq!(
+        err.trim(),
+        "error: cannot read workspace /nonexistent/workspace.ncl: no such file"
+    );
+}
+
+#[test]
+fn endless_recursion_is_stopped_at_the_deadline_without_killing_the_caller() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("loop.ncl");
+    std::fs::write(
+        &path,
+        "let rec f = fun x => f x in { zone = \"a.b\", routes = [], cluster_issuer = f 0 }",
+    )
+    .unwrap();
+    let (code, _, err) = run(bin().arg("check").arg(&path).args(["--eval-timeout", "1"]));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("took longer than 1 s and was stopped"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unbounded_growth_is_stopped_by_the_memory_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("grow.ncl");
+    std::fs::write(
+        &path,
+        "let rec f = fun x => f (x + 1) + 1 in { zone = \"a.b\", routes = [], cluster_issuer = f 0 }",
+    )
+    .unwrap();
+    let (code, _, err) = run(bin().arg("check").arg(&path).args([
+        "--eval-memory-mib",
+        "1024",
+        "--eval-timeout",
+        "60",
+    ]));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("ran out of memory") || err.contains("overflowed the stack"),
+        "{err}"
+    );
+}
+
+#[test]
+fn render_json_is_deterministic_and_sorted() {
+    let ws = examples().join("modular/workspace.ncl");
+    let (code, first, err) = run(bin().arg("render").arg(&ws).args(["--format", "json"]));
+    assert_eq!(code, 0, "{err}");
+    let (_, second, _) = run(bin().arg("render").arg(&ws).args(["--format", "json"]));
+    assert_eq!(first, second);
+    let model: serde_json::Value = serde_json::from_str(&first).unwrap();
+    let keys: Vec<_> = model["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            format!(
+                "{}{}",
+                r["host"].as_str().unwrap(),
+                r["path_prefix"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted);
+}
+
+#[test]
+fn render_output_replaces_the_file_only_on_success() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sozu.toml");
+    std::fs::write(&out, "previous").unwrap();
+
+    let (code, _, _) = run(bin()
+        .arg("render")
+        .arg(examples().join("bad/duplicate-route.ncl"))
+        .args(["--format", "sozu-toml", "--output"])
+        .arg(&out));
+    assert_eq!(code, 1);
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "previous");
+
+    let (code, stdout, err) = run(bin()
+        .arg("render")
+        .arg(examples().join("librecloud.ncl"))
+        .args(["--format", "sozu-toml", "--output"])
+        .arg(&out));
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.is_empty());
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        text.contains("[clusters.\"pi-grafana.in.librecloud.online\"]"),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "no temp file left"
+    );
+}
+
+#[test]
+fn render_to_an_unwritable_place_exits_2() {
+    let (code, _, err) = run(bin()
+        .arg("render")
+        .arg(examples().join("librecloud.ncl"))
+        .args(["--format", "json", "--output", "/nonexistent/dir/out.json"]));
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("cannot write /nonexistent/dir/out.json"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_reference_example_renders_to_its_golden_files() {
+    for (format, golden) in [
+        ("json", "librecloud.json"),
+        ("sozu-toml", "librecloud.sozu.toml"),
+    ] {
+        let (code, out, err) = run(bin()
+            .arg("render")
+            .arg(examples().join("librecloud.ncl"))
+            .args(["--format", format]));
+        assert_eq!(code, 0, "{err}");
+        let path = examples().join("rendered").join(golden);
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(&path, &out).unwrap();
+        }
+        let expected = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", path.display()));
+        assert_eq!(
+            out,
+            expected,
+            "{format} output drifted from {}",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn schema_prints_the_bundled_contract() {
+    let (code, out, _) = run(bin().arg("schema"));
+    assert_eq!(code, 0);
+    let shipped = std::fs::read_to_string(examples().join("../private_ingress.ncl")).unwrap();
+    assert_eq!(out, shipped);
+}
