@@ -131,20 +131,15 @@ impl SozuConfig {
         let https = workspace.listeners.https;
         let http = workspace.listeners.http;
         let mut clusters = BTreeMap::new();
-        let mut hosts_with_certificate = std::collections::HashSet::new();
         for route in &workspace.routes {
             let tags = BTreeMap::from([
                 (OWNER_TAG.0, OWNER_TAG.1.to_owned()),
                 ("route", route.id.clone()),
             ]);
-            // Certificates live per listener, not per frontend: one per host is enough, and a
-            // second copy of the same certificate would only be deduplicated by sozu.
-            let (certificate, key) = if hosts_with_certificate.insert(route.host.as_str()) {
-                let (crt, key) = workspace.certificate_paths(&route.host);
-                (Some(path_string(&crt)), Some(path_string(&key)))
-            } else {
-                (None, None)
-            };
+            // sozu's file loader refuses an HTTPS frontend without a certificate, so every route
+            // of a host names the host's files; sozu loads the identical certificate once.
+            let (crt, key) = workspace.certificate_paths(&route.host);
+            let (certificate, key) = (Some(path_string(&crt)), Some(path_string(&key)));
             let frontend = |address, certificate: Option<String>, key| SozuFrontend {
                 address,
                 hostname: route.host.clone(),
@@ -273,7 +268,7 @@ mod tests {
     }
 
     #[test]
-    fn one_certificate_per_host_and_a_redirecting_http_frontend() {
+    fn https_frontends_name_their_host_certificate_and_http_redirects() {
         let up = Upstream::Ip {
             address: "10.0.0.1:80".parse().unwrap(),
         };
@@ -285,10 +280,10 @@ mod tests {
         let doc: toml::Table = out.parse().unwrap();
         let clusters = doc["clusters"].as_table().unwrap();
         assert_eq!(clusters.len(), 2);
-        let certs = out
+        let keys = out
             .matches("key = \"/tls/a.in.example.org/tls.key\"")
             .count();
-        assert_eq!(certs, 1, "{out}");
+        assert_eq!(keys, 2, "one per HTTPS frontend, none on HTTP ones: {out}");
         for cluster in clusters.values() {
             assert_eq!(cluster["https_redirect"].as_bool(), Some(true));
             let addresses: Vec<_> = cluster["frontends"]
