@@ -55,7 +55,9 @@ fn main() {
             peak_rss
         );
     }
-    println!("ratio = in-process evaluation with the contract / the same file evaluated without it");
+    println!(
+        "ratio = in-process evaluation with the contract / the same file evaluated without it"
+    );
 }
 
 /// Routes the way an operator writes them: a DNS upstream and a port each, default path.

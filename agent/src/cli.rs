@@ -70,7 +70,8 @@ pub struct EvalArgs {
     #[arg(long, env = "PRIVATE_INGRESS_EVAL_TIMEOUT", default_value_t = 30.0, value_parser = positive_seconds)]
     pub eval_timeout: f64,
     /// Memory (MiB of address space) a workspace evaluation may use.
-    #[arg(long, env = "PRIVATE_INGRESS_EVAL_MEMORY_MIB", default_value_t = 4096)]
+    #[arg(long, env = "PRIVATE_INGRESS_EVAL_MEMORY_MIB", default_value_t = 4096,
+          value_parser = clap::value_parser!(u64).range(256..))]
     pub eval_memory_mib: u64,
 }
 

@@ -245,6 +245,10 @@ impl Located<'_> {
 
     fn span_of(&self, value: &NickelValue) -> Option<(FileId, std::ops::Range<usize>)> {
         let span = value.pos(self.pos_table).into_opt()?;
+        // A value the standard library built (a string turned into a tag) points nowhere useful.
+        if self.files.is_stdlib(span.src_id) {
+            return None;
+        }
         Some((span.src_id, span.start.0 as usize..span.end.0 as usize))
     }
 
@@ -358,6 +362,11 @@ mod tests {
     fn plain_json_data_is_a_workspace() {
         let ws = evaluate(&examples().join("plain.json")).unwrap();
         assert_eq!(ws.tls_dir, Path::new("/var/lib/tls"));
+        assert_eq!(
+            ws.tls_rotation,
+            TlsRotation::Reloader,
+            "a string names the mode in JSON"
+        );
         assert_eq!(ws.routes.len(), 1);
     }
 

@@ -169,9 +169,11 @@ pub fn child_main(path: &Path, memory_bytes: u64) -> i32 {
     // The cap is best effort: without it the deadline still bounds the child.
     let _ = rlimit::setrlimit(rlimit::Resource::AS, memory_bytes, memory_bytes);
     let path = path.to_owned();
+    // The stack counts against the cap: keep it to a quarter, so a small cap still evaluates.
+    let stack = EVAL_STACK_BYTES.min(usize::try_from(memory_bytes / 4).unwrap_or(usize::MAX));
     let evaluation = std::thread::Builder::new()
         .name("evaluate".into())
-        .stack_size(EVAL_STACK_BYTES)
+        .stack_size(stack)
         .spawn(move || contract::evaluate(&path));
     let report = match evaluation.map(|h| h.join()) {
         Ok(Ok(Ok(workspace))) => Report::Ok(workspace),
