@@ -1,4 +1,4 @@
 //! Integration tests against the real, pinned sozu. One binary; each module is one concern.
 
-/// `render --format sozu-toml` output accepted by sozu's own `config check`.
+/// `render --format sozu-toml` output accepted (and refused) by sozu's own `config check`.
 mod render_sozu;

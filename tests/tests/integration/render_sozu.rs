@@ -91,3 +91,49 @@ fn sozu_refuses_it_when_a_certificate_file_is_missing() {
         "sozu accepted a config whose key file is missing:\n{output}"
     );
 }
+
+/// The reference example itself, with only what cannot work here changed: its upstreams are
+/// cluster DNS names that sozu would resolve when loading the file, so they point at loopback,
+/// and its certificates live in a temporary `tls_dir`.
+#[test]
+fn sozu_accepts_the_reference_example() {
+    let dir = short_tempdir();
+    let tls_dir = dir.path().join("tls");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../schema/examples/librecloud.ncl");
+    for host in [
+        "grafana.in.librecloud.online",
+        "prometheus.in.librecloud.online",
+        "longhorn.in.librecloud.online",
+    ] {
+        write_certificate(&tls_dir, host);
+    }
+    let ws = dir.path().join("reference.ncl");
+    std::fs::write(
+        &ws,
+        format!(
+            r#"let base = import "{example}" in
+let local = base & {{ tls_dir = "{tls}" }} in
+std.record.update "routes"
+  (std.array.map (fun r => std.record.update "upstream" "127.0.0.1" r) local.routes)
+  local
+"#,
+            example = example.canonicalize().unwrap().display(),
+            tls = tls_dir.display(),
+        ),
+    )
+    .unwrap();
+    let config = dir.path().join("sozu.toml");
+    render(&ws, &config, &dir.path().join("sozu.sock"));
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert_eq!(
+        text.matches("[[clusters.").count() / 3,
+        3,
+        "3 routes:\n{text}"
+    );
+
+    let (code, output) = config_check(&config);
+    assert_eq!(
+        code, 0,
+        "sozu config check refused:\n{output}\n--- config:\n{text}"
+    );
+}
