@@ -31,11 +31,15 @@ pub fn sozu_bin() -> PathBuf {
     bin
 }
 
-/// The `private-ingress` binary, built once per test run with the profile of the tests themselves,
-/// so a test never runs a stale agent.
+/// The `private-ingress` binary: `$PRIVATE_INGRESS_BIN` when set (scripts/test points it at the
+/// binary `cargo test --workspace` has just built), else built once per test run with the profile
+/// of the tests themselves, so a test never runs a stale agent.
 pub fn agent_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        if let Some(path) = std::env::var_os("PRIVATE_INGRESS_BIN") {
+            return PathBuf::from(path);
+        }
         let exe = std::env::current_exe().expect("current_exe");
         // target/<profile>/deps/<test binary>
         let profile_dir = exe
