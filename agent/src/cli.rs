@@ -25,7 +25,8 @@ pub enum Command {
         #[command(flatten)]
         eval: EvalArgs,
     },
-    /// Render a workspace to a normalised JSON model or a complete sozu configuration.
+    /// Render a workspace: its normalised model, a sozu configuration, Kubernetes manifests or
+    /// DNS records.
     Render {
         /// The workspace file (.ncl, or plain .json/.yaml/.toml data).
         workspace: PathBuf,
@@ -45,6 +46,18 @@ pub enum Command {
         #[command(flatten)]
         eval: EvalArgs,
     },
+    /// Keep a running sozu equal to the workspace, and serve the admin endpoints.
+    Run(RunArgs),
+    /// Show, per route, what the agent wants and what sozu holds (reads a running agent's
+    /// `/v1/state`).
+    Status {
+        /// The running agent's admin address.
+        #[arg(long, env = "PRIVATE_INGRESS_ADMIN_ADDRESS", default_value = DEFAULT_ADMIN_ADDRESS)]
+        admin_address: String,
+        /// Print the raw JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the bundled contract, to vendor next to a workspace for editor support.
     Schema,
     /// Internal: evaluate a workspace in this (child) process and print a JSON report.
@@ -56,12 +69,58 @@ pub enum Command {
     },
 }
 
+/// Where the admin endpoints listen unless told otherwise. Loopback: in a pod, set
+/// `--admin-address 0.0.0.0:9180` so that the kubelet's probes reach it.
+pub const DEFAULT_ADMIN_ADDRESS: &str = "127.0.0.1:9180";
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// The workspace file; its directory is watched, so a ConfigMap mount's `..data` swap is seen.
+    #[arg(long, env = "PRIVATE_INGRESS_WORKSPACE")]
+    pub workspace: PathBuf,
+    /// sozu's command socket. The agent waits for it, so it may start before sozu.
+    #[arg(long, env = "PRIVATE_INGRESS_SOZU_SOCKET")]
+    pub sozu_socket: PathBuf,
+    /// Certificates are read from `<tls-dir>/<host>/{tls.crt,tls.key}`; overrides the workspace's
+    /// `tls_dir`.
+    #[arg(long, env = "PRIVATE_INGRESS_TLS_DIR")]
+    pub tls_dir: Option<PathBuf>,
+    /// Address of /healthz, /readyz, /metrics and /v1/state.
+    #[arg(long, env = "PRIVATE_INGRESS_ADMIN_ADDRESS", default_value = DEFAULT_ADMIN_ADDRESS)]
+    pub admin_address: std::net::SocketAddr,
+    /// Seconds between full resyncs (re-read sozu's state, repair drift); 0 disables.
+    #[arg(long, env = "PRIVATE_INGRESS_RESYNC_INTERVAL", default_value_t = 60)]
+    pub resync_interval: u64,
+    /// Seconds between re-resolutions of upstream names.
+    #[arg(long, env = "PRIVATE_INGRESS_DNS_INTERVAL", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub dns_interval: u64,
+    /// Milliseconds sozu may take to answer one request.
+    #[arg(long, env = "PRIVATE_INGRESS_SOZU_TIMEOUT_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub sozu_timeout_ms: u64,
+    /// Log format.
+    #[arg(long, env = "PRIVATE_INGRESS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
+    pub log_format: LogFormat,
+    #[command(flatten)]
+    pub eval: EvalArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Human,
+    Json,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
     /// The normalised workspace model.
     Json,
     /// A complete sozu 2.3.3 configuration file.
     SozuToml,
+    /// Kubernetes manifests: sozu with the agent as a native sidecar, a LoadBalancer Service and
+    /// one certificate volume per route host (multi-document YAML).
+    K8s,
+    /// The split-horizon DNS records: one A/AAAA record per route host → `lb_ip`.
+    Dns,
 }
 
 #[derive(Debug, Clone, clap::Args)]

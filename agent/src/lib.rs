@@ -6,8 +6,20 @@
 //! touch the outside world.
 #![forbid(unsafe_code)]
 
+pub mod admin;
+pub mod certs;
 pub mod cli;
 pub mod contract;
+pub mod deploy;
+pub mod desired;
+pub mod plan;
+pub mod reconcile;
 pub mod render;
+pub mod resolve;
+pub mod run;
 pub mod sandbox;
+pub mod sozu;
+pub mod state;
+pub mod status;
+pub mod watch;
 pub mod workspace;

@@ -6,6 +6,7 @@ use clap::Parser;
 
 use private_ingress::cli::{Cli, Command, EvalArgs, Format};
 use private_ingress::contract::{ContractError, SCHEMA};
+use private_ingress::deploy;
 use private_ingress::render::{self, SozuSettings};
 use private_ingress::sandbox::{self, SandboxError};
 use private_ingress::workspace::Workspace;
@@ -63,6 +64,22 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     };
                     render::sozu_toml(&ws, &settings)?
                 }
+                Format::K8s | Format::Dns => {
+                    let rendered = if format == Format::K8s {
+                        deploy::WorkspaceFiles::read(&workspace)
+                            .and_then(|files| deploy::k8s(&ws, &files))
+                    } else {
+                        deploy::dns(&ws)
+                    };
+                    match rendered {
+                        Ok(text) => text,
+                        Err(err) if err.is_invalid_workspace() => {
+                            eprintln!("error: {err}");
+                            return Ok(ExitCode::from(EXIT_INVALID));
+                        }
+                        Err(err) => return Err(err.into()),
+                    }
+                }
             };
             match output {
                 Some(path) => render::write_atomic(&path, text.as_bytes())?,
@@ -70,6 +87,25 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     .lock()
                     .write_all(text.as_bytes())
                     .context("cannot write to stdout")?,
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Run(args) => {
+            private_ingress::run::init_logging(args.log_format);
+            let runtime =
+                tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+            runtime.block_on(private_ingress::run::run(args))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Status {
+            admin_address,
+            json,
+        } => {
+            let (body, status) = private_ingress::status::fetch(&admin_address)?;
+            if json {
+                println!("{body}");
+            } else {
+                print!("{}", private_ingress::status::table(&status));
             }
             Ok(ExitCode::SUCCESS)
         }

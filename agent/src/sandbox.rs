@@ -198,3 +198,20 @@ pub fn child_main(path: &Path, memory_bytes: u64) -> i32 {
         }
     }
 }
+
+/// [`crate::reconcile::LoadWorkspace`] through this sandbox, off the async runtime.
+pub struct SandboxLoader {
+    pub exe: PathBuf,
+    pub path: PathBuf,
+    pub limits: Limits,
+}
+
+impl crate::reconcile::LoadWorkspace for SandboxLoader {
+    async fn load(&self) -> Result<Workspace, String> {
+        let (exe, path, limits) = (self.exe.clone(), self.path.clone(), self.limits);
+        tokio::task::spawn_blocking(move || evaluate(&exe, &path, limits))
+            .await
+            .map_err(|e| format!("evaluation task failed: {e}"))?
+            .map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,582 @@
+//! `plan(actual, desired)`: the requests that turn what sozu holds into what the workspace asks
+//! for, and nothing else. Pure: no I/O, deterministic order.
+//!
+//! Order is what keeps traffic safe: a frontend is added only after its cluster, its backends and
+//! its certificate exist, and removed before them; new backends go in before stale ones go out, so
+//! a cluster never drops to zero backends during a change; a certificate is replaced (sozu adds
+//! the new one before removing the old) rather than removed and added.
+//!
+//! Ownership: the agent changes only clusters whose id starts with [`ID_PREFIX`], frontends tagged
+//! [`OWNER_TAG`], and certificates on its HTTPS listener whose names all lie in the workspace zone.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+
+use crate::state::{in_zone, Actual, Backend, Certificate, Desired, Frontend, Protocol};
+use crate::workspace::ID_PREFIX;
+
+/// One request to sozu.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    AddListener {
+        protocol: Protocol,
+        address: SocketAddr,
+    },
+    ActivateListener {
+        protocol: Protocol,
+        address: SocketAddr,
+    },
+    AddCluster {
+        id: String,
+    },
+    AddBackend {
+        cluster_id: String,
+        backend: Backend,
+    },
+    AddCertificate {
+        address: SocketAddr,
+        certificate: Certificate,
+    },
+    ReplaceCertificate {
+        address: SocketAddr,
+        old_fingerprint: String,
+        certificate: Certificate,
+    },
+    RemoveCertificate {
+        address: SocketAddr,
+        fingerprint: String,
+    },
+    RemoveFrontend(Frontend),
+    AddFrontend(Frontend),
+    RemoveBackend {
+        cluster_id: String,
+        backend: Backend,
+    },
+    RemoveCluster {
+        id: String,
+    },
+}
+
+impl Op {
+    /// A short description for logs and errors; never includes key material.
+    pub fn describe(&self) -> String {
+        match self {
+            Op::AddListener { protocol, address } => format!("add {protocol} listener {address}"),
+            Op::ActivateListener { protocol, address } => {
+                format!("activate {protocol} listener {address}")
+            }
+            Op::AddCluster { id } => format!("add cluster {id}"),
+            Op::AddBackend {
+                cluster_id,
+                backend,
+            } => format!("add backend {} to {cluster_id}", backend.id),
+            Op::AddCertificate {
+                address,
+                certificate,
+            } => format!(
+                "add certificate {} on {address}",
+                short(&certificate.fingerprint)
+            ),
+            Op::ReplaceCertificate {
+                address,
+                old_fingerprint,
+                certificate,
+            } => format!(
+                "replace certificate {} with {} on {address}",
+                short(old_fingerprint),
+                short(&certificate.fingerprint)
+            ),
+            Op::RemoveCertificate {
+                address,
+                fingerprint,
+            } => format!("remove certificate {} on {address}", short(fingerprint)),
+            Op::RemoveFrontend(f) => format!(
+                "remove {} frontend {}{} on {}",
+                f.protocol, f.hostname, f.path_prefix, f.address
+            ),
+            Op::AddFrontend(f) => format!(
+                "add {} frontend {}{} on {}",
+                f.protocol, f.hostname, f.path_prefix, f.address
+            ),
+            Op::RemoveBackend {
+                cluster_id,
+                backend,
+            } => format!("remove backend {} from {cluster_id}", backend.id),
+            Op::RemoveCluster { id } => format!("remove cluster {id}"),
+        }
+    }
+}
+
+fn short(fingerprint: &str) -> &str {
+    fingerprint.get(..16).unwrap_or(fingerprint)
+}
+
+pub fn plan(actual: &Actual, desired: &Desired) -> Vec<Op> {
+    let mut ops = Vec::new();
+
+    // 1. Listeners.
+    for (&address, &protocol) in &desired.listeners {
+        match actual.listeners.get(&address) {
+            None => {
+                ops.push(Op::AddListener { protocol, address });
+                ops.push(Op::ActivateListener { protocol, address });
+            }
+            Some(&(_, false)) => ops.push(Op::ActivateListener { protocol, address }),
+            Some(&(_, true)) => {}
+        }
+    }
+
+    // 2. Clusters, 3. their new backends.
+    for (id, backends) in &desired.clusters {
+        if !actual.clusters.contains(id) {
+            ops.push(Op::AddCluster { id: id.clone() });
+        }
+        let present = actual.backends.get(id);
+        for backend in backends.values() {
+            if present.and_then(|p| p.get(&backend.id)) != Some(backend) {
+                ops.push(Op::AddBackend {
+                    cluster_id: id.clone(),
+                    backend: backend.clone(),
+                });
+            }
+        }
+    }
+
+    // 4. Certificates.
+    if let Some(address) = desired.https_address {
+        plan_certificates(actual, desired, address, &mut ops);
+    }
+
+    // 5. Frontends the agent owns and no longer wants, 6. new frontends.
+    for frontend in &actual.frontends {
+        if frontend.is_owned() && !desired.frontends.contains(frontend) {
+            ops.push(Op::RemoveFrontend(frontend.clone()));
+        }
+    }
+    for frontend in &desired.frontends {
+        if !actual.frontends.contains(frontend) {
+            ops.push(Op::AddFrontend(frontend.clone()));
+        }
+    }
+
+    // 7. Stale backends of kept clusters, 8. clusters no longer wanted (with their backends).
+    for (id, present) in &actual.backends {
+        let Some(wanted) = desired.clusters.get(id) else {
+            continue;
+        };
+        for backend in present.values() {
+            if wanted.get(&backend.id) != Some(backend) {
+                ops.push(Op::RemoveBackend {
+                    cluster_id: id.clone(),
+                    backend: backend.clone(),
+                });
+            }
+        }
+    }
+    for id in &actual.clusters {
+        if id.starts_with(ID_PREFIX) && !desired.clusters.contains_key(id) {
+            ops.push(Op::RemoveCluster { id: id.clone() });
+        }
+    }
+    ops
+}
+
+/// Exactly one certificate per host on the HTTPS listener: SNI serves the longest-lived of
+/// several, so a stale certificate left beside a renewed one could keep serving.
+fn plan_certificates(actual: &Actual, desired: &Desired, address: SocketAddr, ops: &mut Vec<Op>) {
+    let present = actual
+        .certificates
+        .get(&address)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let owned = |names: &BTreeSet<String>| {
+        !names.is_empty()
+            && names
+                .iter()
+                .all(|n| in_zone(n.trim_start_matches("*."), &desired.zone))
+    };
+    let wanted: BTreeSet<&str> = desired
+        .certificates
+        .values()
+        .map(|c| c.fingerprint.as_str())
+        .collect();
+    let mut sent: BTreeSet<&str> = present.iter().map(|c| c.fingerprint.as_str()).collect();
+    let mut removed: BTreeSet<&str> = BTreeSet::new();
+
+    for (host, certificate) in &desired.certificates {
+        let for_host: Vec<_> = present.iter().filter(|c| c.names.contains(host)).collect();
+        if !sent.contains(certificate.fingerprint.as_str()) {
+            // Replace one of ours when there is one, so the switch has no gap.
+            let old = for_host.iter().find(|c| {
+                owned(&c.names)
+                    && !wanted.contains(c.fingerprint.as_str())
+                    && !removed.contains(c.fingerprint.as_str())
+            });
+            match old {
+                Some(old) => {
+                    ops.push(Op::ReplaceCertificate {
+                        address,
+                        old_fingerprint: old.fingerprint.clone(),
+                        certificate: certificate.clone(),
+                    });
+                    removed.insert(old.fingerprint.as_str());
+                }
+                None => ops.push(Op::AddCertificate {
+                    address,
+                    certificate: certificate.clone(),
+                }),
+            }
+            sent.insert(certificate.fingerprint.as_str());
+        }
+    }
+    // Every other certificate of ours: for a host that now has another, or that left the workspace.
+    for summary in present {
+        let fingerprint = summary.fingerprint.as_str();
+        if owned(&summary.names) && !wanted.contains(fingerprint) && !removed.contains(fingerprint)
+        {
+            ops.push(Op::RemoveCertificate {
+                address,
+                fingerprint: summary.fingerprint.clone(),
+            });
+            removed.insert(fingerprint);
+        }
+    }
+}
+
+/// Applies `ops` to `actual` as sozu would, for the in-memory proxy used in tests and for keeping
+/// a shadow of what was applied.
+pub fn apply(actual: &mut Actual, op: &Op) {
+    match op {
+        Op::AddListener { protocol, address } => {
+            actual
+                .listeners
+                .entry(*address)
+                .or_insert((*protocol, false));
+        }
+        Op::ActivateListener { address, .. } => {
+            if let Some(l) = actual.listeners.get_mut(address) {
+                l.1 = true;
+            }
+        }
+        Op::AddCluster { id } => {
+            actual.clusters.insert(id.clone());
+            actual.backends.entry(id.clone()).or_default();
+        }
+        Op::AddBackend {
+            cluster_id,
+            backend,
+        } => {
+            actual
+                .backends
+                .entry(cluster_id.clone())
+                .or_default()
+                .insert(backend.id.clone(), backend.clone());
+        }
+        Op::RemoveBackend {
+            cluster_id,
+            backend,
+        } => {
+            if let Some(b) = actual.backends.get_mut(cluster_id) {
+                b.remove(&backend.id);
+            }
+        }
+        Op::RemoveCluster { id } => {
+            actual.clusters.remove(id);
+            actual.backends.remove(id);
+        }
+        Op::AddFrontend(f) => {
+            actual.frontends.insert(f.clone());
+        }
+        Op::RemoveFrontend(f) => {
+            actual.frontends.remove(f);
+        }
+        Op::AddCertificate {
+            address,
+            certificate,
+        } => add_summary(actual, *address, certificate),
+        Op::ReplaceCertificate {
+            address,
+            old_fingerprint,
+            certificate,
+        } => {
+            add_summary(actual, *address, certificate);
+            remove_summary(actual, *address, old_fingerprint);
+        }
+        Op::RemoveCertificate {
+            address,
+            fingerprint,
+        } => remove_summary(actual, *address, fingerprint),
+    }
+}
+
+fn add_summary(actual: &mut Actual, address: SocketAddr, certificate: &Certificate) {
+    let list = actual.certificates.entry(address).or_default();
+    if !list
+        .iter()
+        .any(|c| c.fingerprint == certificate.fingerprint)
+    {
+        list.push(crate::state::CertificateSummary {
+            fingerprint: certificate.fingerprint.clone(),
+            names: certificate.names.clone(),
+        });
+    }
+}
+
+fn remove_summary(actual: &mut Actual, address: SocketAddr, fingerprint: &str) {
+    if let Some(list) = actual.certificates.get_mut(&address) {
+        list.retain(|c| c.fingerprint != fingerprint);
+    }
+}
+
+/// Counts of what a plan does, for logs.
+pub fn summary(ops: &[Op]) -> BTreeMap<&'static str, usize> {
+    let mut counts = BTreeMap::new();
+    for op in ops {
+        let kind = match op {
+            Op::AddListener { .. } | Op::ActivateListener { .. } => "listeners",
+            Op::AddCluster { .. } | Op::RemoveCluster { .. } => "clusters",
+            Op::AddBackend { .. } | Op::RemoveBackend { .. } => "backends",
+            Op::AddFrontend(_) | Op::RemoveFrontend(_) => "frontends",
+            Op::AddCertificate { .. }
+            | Op::ReplaceCertificate { .. }
+            | Op::RemoveCertificate { .. } => "certificates",
+        };
+        *counts.entry(kind).or_default() += 1;
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{CertificateSummary, KeyPem, OWNER_TAG};
+    use crate::workspace::{Listeners, Route, TlsRotation, Upstream, Workspace};
+
+    fn workspace(routes: &[(&str, &str, &str)]) -> Workspace {
+        Workspace {
+            zone: "in.example.org".into(),
+            listeners: Listeners {
+                https: "127.0.0.1:8443".parse().unwrap(),
+                http: "127.0.0.1:8080".parse().unwrap(),
+            },
+            tls_rotation: TlsRotation::CsiDriver,
+            cluster_issuer: "ca".into(),
+            tls_dir: "/tls".into(),
+            routes: routes
+                .iter()
+                .map(|(host, path, upstream)| Route {
+                    id: crate::workspace::route_id(host, path),
+                    host: (*host).into(),
+                    path_prefix: (*path).into(),
+                    upstream: Upstream::Ip {
+                        address: upstream.parse().unwrap(),
+                    },
+                })
+                .collect(),
+            lb_ip: None,
+            deploy: Default::default(),
+        }
+    }
+
+    fn cert(host: &str, serial: u8) -> Certificate {
+        Certificate {
+            fingerprint: format!("{serial:02x}{}", "ab".repeat(31)),
+            chain: vec![format!("PEM {host} {serial}")],
+            key: KeyPem::new("key".into()),
+            not_after: 2_000_000_000,
+            names: BTreeSet::from([host.to_owned()]),
+        }
+    }
+
+    fn desired(ws: &Workspace, certs: &[Certificate]) -> Desired {
+        let certificates = certs
+            .iter()
+            .map(|c| (c.names.iter().next().unwrap().clone(), c.clone()))
+            .collect();
+        crate::desired::build(ws, &BTreeMap::new(), &certificates).0
+    }
+
+    fn converge(actual: &mut Actual, desired: &Desired) -> Vec<Op> {
+        let ops = plan(actual, desired);
+        for op in &ops {
+            apply(actual, op);
+        }
+        ops
+    }
+
+    fn position(ops: &[Op], pred: impl Fn(&Op) -> bool) -> usize {
+        ops.iter().position(pred).expect("op present")
+    }
+
+    #[test]
+    fn cold_start_builds_each_route_before_routing_to_it() {
+        let ws = workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]);
+        let mut actual = Actual::default();
+        let ops = converge(&mut actual, &desired(&ws, &[cert("a.in.example.org", 1)]));
+        let cluster = position(&ops, |o| matches!(o, Op::AddCluster { .. }));
+        let backend = position(&ops, |o| matches!(o, Op::AddBackend { .. }));
+        let certificate = position(&ops, |o| matches!(o, Op::AddCertificate { .. }));
+        let frontend = position(&ops, |o| matches!(o, Op::AddFrontend(_)));
+        let listener = position(&ops, |o| matches!(o, Op::ActivateListener { .. }));
+        assert!(
+            listener < cluster
+                && cluster < backend
+                && backend < certificate
+                && certificate < frontend
+        );
+        assert_eq!(
+            ops.iter()
+                .filter(|o| matches!(o, Op::AddFrontend(_)))
+                .count(),
+            2
+        );
+    }
+
+    #[test]
+    fn a_converged_state_plans_nothing() {
+        let ws = workspace(&[
+            ("a.in.example.org", "/", "10.0.0.1:80"),
+            ("a.in.example.org", "/api", "10.0.0.2:80"),
+            ("b.in.example.org", "/", "[fd00::1]:80"),
+        ]);
+        let want = desired(
+            &ws,
+            &[cert("a.in.example.org", 1), cert("b.in.example.org", 2)],
+        );
+        let mut actual = Actual::default();
+        assert!(!converge(&mut actual, &want).is_empty());
+        assert_eq!(plan(&actual, &want), []);
+    }
+
+    #[test]
+    fn what_the_agent_does_not_own_is_left_alone() {
+        let ws = workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]);
+        let want = desired(&ws, &[cert("a.in.example.org", 1)]);
+        let https: SocketAddr = "127.0.0.1:8443".parse().unwrap();
+        let mut actual = Actual::default();
+        actual.clusters.insert("operator-app".into());
+        actual.frontends.insert(Frontend {
+            protocol: Protocol::Https,
+            address: https,
+            hostname: "app.example.org".into(),
+            path_prefix: "/".into(),
+            cluster_id: Some("operator-app".into()),
+            tags: BTreeMap::new(),
+        });
+        actual.certificates.insert(
+            https,
+            vec![CertificateSummary {
+                fingerprint: "ff".repeat(32),
+                names: BTreeSet::from(["app.example.org".to_owned()]),
+            }],
+        );
+        let ops = converge(&mut actual, &want);
+        assert!(
+            ops.iter().all(|o| !o.describe().contains("operator-app")
+                && !o.describe().contains("app.example.org")
+                && !o.describe().contains("ffffffff")),
+            "{ops:?}"
+        );
+    }
+
+    #[test]
+    fn a_renewed_certificate_replaces_the_old_one_and_leaves_exactly_one() {
+        let ws = workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]);
+        let https: SocketAddr = "127.0.0.1:8443".parse().unwrap();
+        let mut actual = Actual::default();
+        converge(&mut actual, &desired(&ws, &[cert("a.in.example.org", 1)]));
+        // A stale duplicate left behind by someone else's add.
+        actual
+            .certificates
+            .get_mut(&https)
+            .unwrap()
+            .push(CertificateSummary {
+                fingerprint: cert("a.in.example.org", 9).fingerprint,
+                names: BTreeSet::from(["a.in.example.org".to_owned()]),
+            });
+        let renewed = cert("a.in.example.org", 2);
+        let ops = converge(&mut actual, &desired(&ws, std::slice::from_ref(&renewed)));
+        assert!(
+            matches!(&ops[0], Op::ReplaceCertificate { old_fingerprint, .. } if *old_fingerprint == cert("a.in.example.org", 1).fingerprint),
+            "{ops:?}"
+        );
+        let left: Vec<_> = actual.certificates[&https]
+            .iter()
+            .map(|c| c.fingerprint.clone())
+            .collect();
+        assert_eq!(left, [renewed.fingerprint]);
+    }
+
+    #[test]
+    fn a_changed_upstream_adds_the_new_backend_before_removing_the_old() {
+        let c = cert("a.in.example.org", 1);
+        let mut actual = Actual::default();
+        converge(
+            &mut actual,
+            &desired(
+                &workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]),
+                std::slice::from_ref(&c),
+            ),
+        );
+        let ops = converge(
+            &mut actual,
+            &desired(
+                &workspace(&[("a.in.example.org", "/", "10.0.0.2:80")]),
+                &[c],
+            ),
+        );
+        assert_eq!(ops.len(), 2, "{ops:?}");
+        assert!(
+            matches!(&ops[0], Op::AddBackend { backend, .. } if backend.address.to_string() == "10.0.0.2:80")
+        );
+        assert!(
+            matches!(&ops[1], Op::RemoveBackend { backend, .. } if backend.address.to_string() == "10.0.0.1:80")
+        );
+    }
+
+    #[test]
+    fn a_removed_route_loses_its_frontends_before_its_cluster_and_its_certificate() {
+        let a = cert("a.in.example.org", 1);
+        let b = cert("b.in.example.org", 2);
+        let mut actual = Actual::default();
+        converge(
+            &mut actual,
+            &desired(
+                &workspace(&[
+                    ("a.in.example.org", "/", "10.0.0.1:80"),
+                    ("b.in.example.org", "/", "10.0.0.2:80"),
+                ]),
+                &[a.clone(), b],
+            ),
+        );
+        let ops = converge(
+            &mut actual,
+            &desired(
+                &workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]),
+                &[a],
+            ),
+        );
+        let frontend = position(&ops, |o| matches!(o, Op::RemoveFrontend(_)));
+        let cluster = position(
+            &ops,
+            |o| matches!(o, Op::RemoveCluster { id } if id == "pi-b.in.example.org"),
+        );
+        assert!(frontend < cluster);
+        assert!(ops
+            .iter()
+            .any(|o| matches!(o, Op::RemoveCertificate { .. })));
+        assert!(actual
+            .frontends
+            .iter()
+            .all(|f| f.hostname == "a.in.example.org" && f.tags.contains_key(OWNER_TAG.0)));
+    }
+
+    #[test]
+    fn a_route_without_a_certificate_gets_no_frontend_yet() {
+        let ws = workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]);
+        let (want, held) = crate::desired::build(&ws, &BTreeMap::new(), &BTreeMap::new());
+        assert!(want.frontends.is_empty());
+        assert_eq!(held.len(), 1);
+        assert!(want.clusters.contains_key("pi-a.in.example.org"));
+    }
+}

@@ -1,0 +1,801 @@
+//! The level-triggered loop: whatever happened (the workspace changed, DNS answers changed, sozu
+//! restarted, a timer fired), recompute the desired state from the latest inputs and apply the
+//! difference. Triggers coalesce and one reconcile runs at a time.
+//!
+//! The loop is generic over [`Proxy`], [`Resolve`] and [`LoadWorkspace`], so its timing and its
+//! recovery are tested against in-memory fakes with paused time; `run` wires the real ones.
+//!
+//! What sozu holds is read from sozu itself at start, after any reconnect, when its workers
+//! change, and on every periodic resync; in between, a shadow copy advances with each request
+//! that succeeded.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::net::IpAddr;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::desired::{self, Held};
+use crate::plan::{self, Op};
+use crate::state::{Actual, Certificate};
+use crate::workspace::{Upstream, Workspace};
+
+/// What sozu is to the loop.
+pub trait Proxy: Send {
+    /// An identifier of the sozu the proxy talks to: it changes when sozu restarts (a new
+    /// connection, new worker processes), and then the state must be read again.
+    fn generation(&mut self) -> impl Future<Output = Result<String, String>> + Send;
+    fn read_state(&mut self) -> impl Future<Output = Result<Actual, String>> + Send;
+    /// Applies `ops` in order and stops at the first failure, returning how many succeeded and
+    /// the error, if any.
+    fn apply(&mut self, ops: Vec<Op>) -> impl Future<Output = (usize, Option<String>)> + Send;
+}
+
+/// Name resolution for DNS upstreams.
+pub trait Resolve: Send + Sync {
+    fn resolve(&self, name: &str) -> impl Future<Output = Result<Vec<IpAddr>, String>> + Send;
+}
+
+/// Loading the workspace: evaluation with the contract, isolated.
+pub trait LoadWorkspace: Send + Sync {
+    fn load(&self) -> impl Future<Output = Result<Workspace, String>> + Send;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Trigger {
+    /// The workspace file (or its directory) changed.
+    Workspace,
+    /// A certificate file changed.
+    Certificates,
+    /// Time to re-resolve upstream names.
+    Dns,
+    /// Periodic full resync (re-read sozu's state and repair drift), or sozu's socket changed.
+    Resync,
+}
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Overrides the workspace's `tls_dir`.
+    pub tls_dir: Option<std::path::PathBuf>,
+    /// Re-read sozu's state and repair drift this often; `None` disables.
+    pub resync: Option<Duration>,
+    /// Re-resolve upstream names this often.
+    pub dns_interval: Duration,
+    /// Retry after a failed reconcile, doubling up to `retry_max`.
+    pub retry_min: Duration,
+    pub retry_max: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            tls_dir: None,
+            resync: Some(Duration::from_secs(60)),
+            dns_interval: Duration::from_secs(30),
+            retry_min: Duration::from_millis(100),
+            retry_max: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The agent's own view, served on `/v1/state` and read by `private-ingress status`.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct Status {
+    pub ready: bool,
+    pub workspace: WorkspaceStatus,
+    pub sozu: SozuStatus,
+    pub routes: Vec<RouteStatus>,
+    pub counters: Counters,
+}
+
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct WorkspaceStatus {
+    pub loaded: bool,
+    pub zone: Option<String>,
+    /// Why the latest edit was not applied (the last good workspace keeps serving).
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct SozuStatus {
+    pub connected: bool,
+    pub generation: Option<String>,
+    pub last_error: Option<String>,
+    /// Unix seconds of the last reconcile that left sozu equal to the desired state.
+    pub last_converged: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct RouteStatus {
+    pub id: String,
+    pub host: String,
+    pub path_prefix: String,
+    pub upstream: String,
+    /// Backend addresses the route should have.
+    pub backends_desired: Vec<String>,
+    /// Backend addresses sozu has for the route.
+    pub backends_actual: Vec<String>,
+    pub certificate: CertificateStatus,
+    /// `ok`, `pending` (waiting for a certificate or an address) or `error`.
+    pub state: String,
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct CertificateStatus {
+    pub disk_fingerprint: Option<String>,
+    pub disk_not_after: Option<i64>,
+    pub served_fingerprints: Vec<String>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct Counters {
+    pub reconciles: u64,
+    pub reconcile_errors: u64,
+    pub sozu_requests: u64,
+    pub sozu_reconnects: u64,
+    pub workspace_errors: u64,
+    pub dns_failures: u64,
+    pub certificate_errors: u64,
+}
+
+pub type SharedStatus = Arc<RwLock<Status>>;
+
+/// The loop's memory between reconciles.
+pub struct Agent<P, R, L> {
+    proxy: P,
+    resolver: R,
+    loader: L,
+    settings: Settings,
+    status: SharedStatus,
+    workspace: Option<Workspace>,
+    resolved: BTreeMap<String, Vec<IpAddr>>,
+    dns_errors: BTreeMap<String, String>,
+    shadow: Option<Actual>,
+    generation: Option<String>,
+    counters: Counters,
+}
+
+impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
+    pub fn new(proxy: P, resolver: R, loader: L, settings: Settings, status: SharedStatus) -> Self {
+        Agent {
+            proxy,
+            resolver,
+            loader,
+            settings,
+            status,
+            workspace: None,
+            resolved: BTreeMap::new(),
+            dns_errors: BTreeMap::new(),
+            shadow: None,
+            generation: None,
+            counters: Counters::default(),
+        }
+    }
+
+    /// Runs until `triggers` closes. Returns the proxy so that the caller can reuse it.
+    pub async fn run(mut self, mut triggers: UnboundedReceiver<Trigger>) -> P {
+        let mut pending: BTreeSet<Trigger> = BTreeSet::from([Trigger::Workspace, Trigger::Dns]);
+        let mut retry = self.settings.retry_min;
+        let mut next_dns = tokio::time::Instant::now() + self.settings.dns_interval;
+        let mut next_resync = self
+            .settings
+            .resync
+            .map(|d| tokio::time::Instant::now() + d);
+        loop {
+            if !pending.is_empty() {
+                let ok = self.reconcile(std::mem::take(&mut pending)).await;
+                if ok {
+                    retry = self.settings.retry_min;
+                } else {
+                    // Level-triggered: the retry recomputes everything, so no reason is lost.
+                    let wait = tokio::time::sleep(retry);
+                    retry = (retry * 2).min(self.settings.retry_max);
+                    tokio::select! {
+                        _ = wait => { pending.insert(Trigger::Resync); continue; }
+                        t = triggers.recv() => match t {
+                            Some(t) => { pending.insert(t); pending.insert(Trigger::Resync); continue; }
+                            None => return self.proxy,
+                        },
+                    }
+                }
+            }
+            let resync_at = next_resync
+                .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(86_400 * 365));
+            tokio::select! {
+                t = triggers.recv() => match t {
+                    Some(t) => {
+                        pending.insert(t);
+                        // Coalesce whatever else is already queued.
+                        while let Ok(t) = triggers.try_recv() {
+                            pending.insert(t);
+                        }
+                    }
+                    None => return self.proxy,
+                },
+                _ = tokio::time::sleep_until(next_dns) => {
+                    pending.insert(Trigger::Dns);
+                    next_dns = tokio::time::Instant::now() + self.settings.dns_interval;
+                }
+                _ = tokio::time::sleep_until(resync_at), if next_resync.is_some() => {
+                    pending.insert(Trigger::Resync);
+                    next_resync = self.settings.resync.map(|d| tokio::time::Instant::now() + d);
+                }
+            }
+        }
+    }
+
+    /// One pass: bring inputs up to date, then sozu. Returns true when sozu ended equal to the
+    /// desired state (routes held back for a missing certificate do not count as failure).
+    pub async fn reconcile(&mut self, reasons: BTreeSet<Trigger>) -> bool {
+        self.counters.reconciles += 1;
+        if reasons.contains(&Trigger::Workspace) || self.workspace.is_none() {
+            self.reload_workspace().await;
+        }
+        let Some(workspace) = self.workspace.clone() else {
+            self.publish(
+                None,
+                &BTreeMap::new(),
+                &BTreeMap::new(),
+                &BTreeMap::new(),
+                false,
+            );
+            return false;
+        };
+        if reasons.contains(&Trigger::Dns) || reasons.contains(&Trigger::Workspace) {
+            self.resolve_upstreams(&workspace).await;
+        }
+        if reasons.contains(&Trigger::Resync) {
+            self.shadow = None;
+        }
+
+        let tls_dir = self
+            .settings
+            .tls_dir
+            .clone()
+            .unwrap_or_else(|| workspace.tls_dir.clone());
+        let mut certificates = BTreeMap::new();
+        let mut cert_errors = BTreeMap::new();
+        let hosts: BTreeSet<&str> = workspace.routes.iter().map(|r| r.host.as_str()).collect();
+        for host in hosts {
+            match crate::certs::load(&tls_dir, host) {
+                Ok(c) => {
+                    certificates.insert(host.to_owned(), c);
+                }
+                Err(e) => {
+                    cert_errors.insert(host.to_owned(), e.to_string());
+                }
+            }
+        }
+        self.counters.certificate_errors += cert_errors.len() as u64;
+        let (want, held) = desired::build(&workspace, &self.resolved, &certificates);
+
+        let converged = match self.sync(&want).await {
+            Ok(()) => true,
+            Err(e) => {
+                self.counters.reconcile_errors += 1;
+                let mut status = self.status.write().unwrap_or_else(|p| p.into_inner());
+                status.sozu.last_error = Some(e.clone());
+                drop(status);
+                tracing::warn!(error = %e, "reconcile failed; retrying");
+                false
+            }
+        };
+        let ready = converged && held.is_empty() && self.dns_pending(&workspace).is_empty();
+        self.publish(Some(&workspace), &certificates, &cert_errors, &held, ready);
+        if converged {
+            let mut status = self.status.write().unwrap_or_else(|p| p.into_inner());
+            status.sozu.last_error = None;
+            status.sozu.last_converged = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .ok()
+                .map(|d| d.as_secs());
+        }
+        converged
+    }
+
+    async fn reload_workspace(&mut self) {
+        match self.loader.load().await {
+            Ok(ws) => {
+                if self.workspace.as_ref() != Some(&ws) {
+                    tracing::info!(routes = ws.routes.len(), zone = %ws.zone, "workspace loaded");
+                }
+                self.workspace = Some(ws);
+                let mut status = self.status.write().unwrap_or_else(|p| p.into_inner());
+                status.workspace.last_error = None;
+            }
+            Err(e) => {
+                self.counters.workspace_errors += 1;
+                tracing::error!(diagnostic = %e, "workspace rejected; the last good one stays live");
+                let mut status = self.status.write().unwrap_or_else(|p| p.into_inner());
+                status.workspace.last_error = Some(e);
+            }
+        }
+    }
+
+    async fn resolve_upstreams(&mut self, workspace: &Workspace) {
+        let names = desired::upstream_names(workspace);
+        self.resolved.retain(|name, _| names.contains(name));
+        self.dns_errors.retain(|name, _| names.contains(name));
+        for name in names {
+            match self.resolver.resolve(&name).await {
+                Ok(mut addresses) if !addresses.is_empty() => {
+                    addresses.sort();
+                    addresses.dedup();
+                    self.resolved.insert(name.clone(), addresses);
+                    self.dns_errors.remove(&name);
+                }
+                // A failed lookup keeps the last known addresses.
+                Ok(_) => {
+                    self.counters.dns_failures += 1;
+                    self.dns_errors.insert(name, "no addresses".into());
+                }
+                Err(e) => {
+                    self.counters.dns_failures += 1;
+                    self.dns_errors.insert(name, e);
+                }
+            }
+        }
+    }
+
+    fn dns_pending(&self, workspace: &Workspace) -> Vec<String> {
+        desired::upstream_names(workspace)
+            .into_iter()
+            .filter(|n| !self.resolved.contains_key(n))
+            .collect()
+    }
+
+    /// Brings sozu to `want`: re-reads its state when it is new to us, plans, applies.
+    async fn sync(&mut self, want: &crate::state::Desired) -> Result<(), String> {
+        let generation = self.proxy.generation().await?;
+        if self.generation.as_ref() != Some(&generation) {
+            if self.generation.is_some() {
+                tracing::info!(%generation, "sozu changed; reading its state again");
+                self.counters.sozu_reconnects += 1;
+            }
+            self.shadow = None;
+            self.generation = Some(generation.clone());
+            let mut status = self.status.write().unwrap_or_else(|p| p.into_inner());
+            status.sozu.generation = Some(generation);
+            status.sozu.connected = true;
+        }
+        let mut shadow = match self.shadow.take() {
+            Some(s) => s,
+            None => self.proxy.read_state().await?,
+        };
+        let ops = plan::plan(&shadow, want);
+        if ops.is_empty() {
+            self.shadow = Some(shadow);
+            return Ok(());
+        }
+        tracing::info!(requests = ops.len(), summary = ?plan::summary(&ops), "applying changes to sozu");
+        let (done, error) = self.proxy.apply(ops.clone()).await;
+        self.counters.sozu_requests += done as u64 + u64::from(error.is_some());
+        for op in &ops[..done] {
+            plan::apply(&mut shadow, op);
+        }
+        match error {
+            None => {
+                self.shadow = Some(shadow);
+                Ok(())
+            }
+            Some(e) => {
+                // sozu may have half-applied the failed request: read it again next time.
+                self.generation = None;
+                let failed = ops.get(done).map(Op::describe).unwrap_or_default();
+                Err(format!("{failed}: {e}"))
+            }
+        }
+    }
+
+    fn publish(
+        &self,
+        workspace: Option<&Workspace>,
+        certificates: &BTreeMap<String, Certificate>,
+        cert_errors: &BTreeMap<String, String>,
+        held: &BTreeMap<String, Held>,
+        ready: bool,
+    ) {
+        let mut status = self.status.write().unwrap_or_else(|p| p.into_inner());
+        status.ready = ready;
+        status.counters = self.counters.clone();
+        status.workspace.loaded = workspace.is_some();
+        status.workspace.zone = workspace.map(|w| w.zone.clone());
+        let https = workspace.map(|w| w.listeners.https);
+        let sozu_error = status.sozu.last_error.clone();
+        status.routes = workspace
+            .map(|w| &w.routes[..])
+            .unwrap_or_default()
+            .iter()
+            .map(|route| {
+                let backends_desired: Vec<String> = match &route.upstream {
+                    Upstream::Dns { name, port } => self
+                        .resolved
+                        .get(name)
+                        .into_iter()
+                        .flatten()
+                        .map(|ip| std::net::SocketAddr::new(*ip, *port).to_string())
+                        .collect(),
+                    other => vec![other.to_string()],
+                };
+                let backends_actual: Vec<String> = self
+                    .shadow
+                    .as_ref()
+                    .and_then(|s| s.backends.get(&route.id))
+                    .map(|b| {
+                        b.values()
+                            .map(|b| match &b.unix_path {
+                                Some(p) => format!("unix://{}", p.display()),
+                                None => b.address.to_string(),
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let disk = certificates.get(&route.host);
+                let served_fingerprints = match (&self.shadow, https) {
+                    (Some(shadow), Some(address)) => shadow
+                        .certificates
+                        .get(&address)
+                        .into_iter()
+                        .flatten()
+                        .filter(|c| c.names.contains(&route.host))
+                        .map(|c| c.fingerprint.clone())
+                        .collect(),
+                    _ => vec![],
+                };
+                let dns_error = match &route.upstream {
+                    Upstream::Dns { name, .. } => self
+                        .dns_errors
+                        .get(name)
+                        .map(|e| format!("resolving {name}: {e}")),
+                    _ => None,
+                };
+                let cert_error = cert_errors.get(&route.host).cloned();
+                let last_error = cert_error
+                    .clone()
+                    .or(dns_error)
+                    .or_else(|| sozu_error.clone());
+                let state = if held.contains_key(&route.id) || backends_desired.is_empty() {
+                    "pending"
+                } else if last_error.is_some() || !ready && sozu_error.is_some() {
+                    "error"
+                } else {
+                    "ok"
+                };
+                RouteStatus {
+                    id: route.id.clone(),
+                    host: route.host.clone(),
+                    path_prefix: route.path_prefix.clone(),
+                    upstream: route.upstream.to_string(),
+                    backends_desired,
+                    backends_actual,
+                    certificate: CertificateStatus {
+                        disk_fingerprint: disk.map(|c| c.fingerprint.clone()),
+                        disk_not_after: disk.map(|c| c.not_after),
+                        served_fingerprints,
+                        error: cert_error,
+                    },
+                    state: state.into(),
+                    last_error,
+                }
+            })
+            .collect();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    use crate::workspace::{Listeners, Route, TlsRotation};
+
+    /// An in-memory sozu: applies operations as sozu would, can fail, and can "restart".
+    #[derive(Default)]
+    struct FakeSozu {
+        actual: Actual,
+        generation: u64,
+        failures_left: usize,
+        down: bool,
+    }
+
+    #[derive(Clone, Default)]
+    struct Fake(Arc<Mutex<FakeSozu>>);
+
+    impl Proxy for Fake {
+        async fn generation(&mut self) -> Result<String, String> {
+            let s = self.0.lock().unwrap();
+            if s.down {
+                return Err("connection refused".into());
+            }
+            Ok(s.generation.to_string())
+        }
+        async fn read_state(&mut self) -> Result<Actual, String> {
+            Ok(self.0.lock().unwrap().actual.clone())
+        }
+        async fn apply(&mut self, ops: Vec<Op>) -> (usize, Option<String>) {
+            let mut s = self.0.lock().unwrap();
+            for (i, op) in ops.iter().enumerate() {
+                if s.failures_left > 0 {
+                    s.failures_left -= 1;
+                    return (i, Some("refused".into()));
+                }
+                plan::apply(&mut s.actual, op);
+            }
+            (ops.len(), None)
+        }
+    }
+
+    #[derive(Clone, Default)]
+    struct FakeDns(Arc<Mutex<BTreeMap<String, Vec<IpAddr>>>>);
+
+    impl Resolve for FakeDns {
+        async fn resolve(&self, name: &str) -> Result<Vec<IpAddr>, String> {
+            self.0
+                .lock()
+                .unwrap()
+                .get(name)
+                .cloned()
+                .ok_or_else(|| "NXDOMAIN".into())
+        }
+    }
+
+    #[derive(Clone)]
+    struct FakeWorkspace(Arc<Mutex<Result<Workspace, String>>>);
+
+    impl LoadWorkspace for FakeWorkspace {
+        async fn load(&self) -> Result<Workspace, String> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
+    fn workspace(tls_dir: &std::path::Path, routes: &[(&str, &str)]) -> Workspace {
+        Workspace {
+            zone: "in.example.org".into(),
+            listeners: Listeners {
+                https: "127.0.0.1:8443".parse().unwrap(),
+                http: "127.0.0.1:8080".parse().unwrap(),
+            },
+            tls_rotation: TlsRotation::CsiDriver,
+            cluster_issuer: "ca".into(),
+            tls_dir: tls_dir.to_owned(),
+            routes: routes
+                .iter()
+                .map(|(host, name)| Route {
+                    id: crate::workspace::route_id(host, "/"),
+                    host: (*host).into(),
+                    path_prefix: "/".into(),
+                    upstream: Upstream::Dns {
+                        name: (*name).into(),
+                        port: 80,
+                    },
+                })
+                .collect(),
+            lb_ip: None,
+            deploy: Default::default(),
+        }
+    }
+
+    fn write_cert(tls_dir: &std::path::Path, host: &str) {
+        let c = rcgen::generate_simple_self_signed(vec![host.to_owned()]).unwrap();
+        let dir = tls_dir.join(host);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("tls.crt"), c.cert.pem()).unwrap();
+        std::fs::write(dir.join("tls.key"), c.signing_key.serialize_pem()).unwrap();
+    }
+
+    struct Harness {
+        sozu: Fake,
+        dns: FakeDns,
+        ws: FakeWorkspace,
+        status: SharedStatus,
+        triggers: tokio::sync::mpsc::UnboundedSender<Trigger>,
+        _tls: tempfile::TempDir,
+        tls_dir: std::path::PathBuf,
+    }
+
+    fn start(routes: &[(&str, &str)]) -> Harness {
+        let tls = tempfile::tempdir().unwrap();
+        let tls_dir = tls.path().to_owned();
+        for (host, _) in routes {
+            write_cert(&tls_dir, host);
+        }
+        let dns = FakeDns::default();
+        for (_, name) in routes {
+            dns.0
+                .lock()
+                .unwrap()
+                .insert((*name).into(), vec!["10.0.0.1".parse().unwrap()]);
+        }
+        let ws = FakeWorkspace(Arc::new(Mutex::new(Ok(workspace(&tls_dir, routes)))));
+        let sozu = Fake::default();
+        let status = SharedStatus::default();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let agent = Agent::new(
+            sozu.clone(),
+            dns.clone(),
+            ws.clone(),
+            Settings::default(),
+            status.clone(),
+        );
+        tokio::spawn(agent.run(rx));
+        Harness {
+            sozu,
+            dns,
+            ws,
+            status,
+            triggers: tx,
+            _tls: tls,
+            tls_dir,
+        }
+    }
+
+    /// Lets the loop run until it has nothing left to do (time is paused: sleeps auto-advance).
+    async fn settle() {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    fn served_hosts(h: &Harness) -> BTreeSet<String> {
+        h.sozu
+            .0
+            .lock()
+            .unwrap()
+            .actual
+            .frontends
+            .iter()
+            .map(|f| f.hostname.clone())
+            .collect()
+    }
+
+    fn backends(h: &Harness, id: &str) -> Vec<String> {
+        h.sozu
+            .0
+            .lock()
+            .unwrap()
+            .actual
+            .backends
+            .get(id)
+            .map(|b| b.values().map(|b| b.address.to_string()).collect())
+            .unwrap_or_default()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn converges_and_reports_ready() {
+        let h = start(&[("a.in.example.org", "a.svc"), ("b.in.example.org", "b.svc")]);
+        settle().await;
+        assert_eq!(
+            served_hosts(&h),
+            BTreeSet::from(["a.in.example.org".into(), "b.in.example.org".into()])
+        );
+        assert!(h.status.read().unwrap().ready);
+        assert_eq!(backends(&h, "pi-a.in.example.org"), ["10.0.0.1:80"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_broken_edit_keeps_the_last_good_workspace_serving() {
+        let h = start(&[("a.in.example.org", "a.svc")]);
+        settle().await;
+        *h.ws.0.lock().unwrap() = Err("syntax error at ws.ncl:3:1".into());
+        h.triggers.send(Trigger::Workspace).unwrap();
+        settle().await;
+        assert_eq!(
+            served_hosts(&h),
+            BTreeSet::from(["a.in.example.org".into()])
+        );
+        let status = h.status.read().unwrap().clone();
+        assert_eq!(
+            status.workspace.last_error.as_deref(),
+            Some("syntax error at ws.ncl:3:1")
+        );
+        // The next good edit applies.
+        write_cert(&h.tls_dir, "c.in.example.org");
+        h.dns
+            .0
+            .lock()
+            .unwrap()
+            .insert("c.svc".into(), vec!["10.0.0.3".parse().unwrap()]);
+        *h.ws.0.lock().unwrap() = Ok(workspace(&h.tls_dir, &[("c.in.example.org", "c.svc")]));
+        h.triggers.send(Trigger::Workspace).unwrap();
+        settle().await;
+        assert_eq!(
+            served_hosts(&h),
+            BTreeSet::from(["c.in.example.org".into()])
+        );
+        assert!(h.status.read().unwrap().workspace.last_error.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn new_dns_answers_replace_backends_on_the_next_resolution() {
+        let h = start(&[("a.in.example.org", "a.svc")]);
+        settle().await;
+        h.dns.0.lock().unwrap().insert(
+            "a.svc".into(),
+            vec!["10.0.0.7".parse().unwrap(), "fd00::7".parse().unwrap()],
+        );
+        tokio::time::sleep(Duration::from_secs(29)).await;
+        settle().await;
+        assert_eq!(
+            backends(&h, "pi-a.in.example.org"),
+            ["10.0.0.1:80"],
+            "not before the interval"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        settle().await;
+        assert_eq!(
+            backends(&h, "pi-a.in.example.org"),
+            ["10.0.0.7:80", "[fd00::7]:80"]
+        );
+        // A failed lookup keeps the last known addresses.
+        h.dns.0.lock().unwrap().clear();
+        tokio::time::sleep(Duration::from_secs(31)).await;
+        settle().await;
+        assert_eq!(
+            backends(&h, "pi-a.in.example.org"),
+            ["10.0.0.7:80", "[fd00::7]:80"]
+        );
+        let route = h.status.read().unwrap().routes[0].clone();
+        assert!(route.last_error.unwrap().contains("NXDOMAIN"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_restarted_sozu_gets_the_whole_state_back() {
+        let h = start(&[("a.in.example.org", "a.svc")]);
+        settle().await;
+        {
+            let mut s = h.sozu.0.lock().unwrap();
+            s.actual = Actual::default();
+            s.generation += 1;
+        }
+        h.triggers.send(Trigger::Resync).unwrap();
+        settle().await;
+        assert_eq!(
+            served_hosts(&h),
+            BTreeSet::from(["a.in.example.org".into()])
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sozu_down_at_start_and_refusals_are_retried_until_converged() {
+        let h = start(&[("a.in.example.org", "a.svc")]);
+        h.sozu.0.lock().unwrap().down = true;
+        settle().await;
+        assert!(served_hosts(&h).is_empty());
+        assert!(!h.status.read().unwrap().ready);
+        {
+            let mut s = h.sozu.0.lock().unwrap();
+            s.down = false;
+            s.failures_left = 2;
+        }
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        settle().await;
+        assert_eq!(
+            served_hosts(&h),
+            BTreeSet::from(["a.in.example.org".into()])
+        );
+        assert!(h.status.read().unwrap().ready);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_periodic_resync_repairs_drift() {
+        let h = start(&[("a.in.example.org", "a.svc")]);
+        settle().await;
+        // Someone removes a frontend behind the agent's back, same sozu.
+        h.sozu.0.lock().unwrap().actual.frontends.clear();
+        tokio::time::sleep(Duration::from_secs(61)).await;
+        settle().await;
+        assert_eq!(
+            served_hosts(&h),
+            BTreeSet::from(["a.in.example.org".into()])
+        );
+    }
+}

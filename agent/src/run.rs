@@ -1,0 +1,123 @@
+//! `private-ingress run`: wires the real sozu client, resolver, workspace loader, watches and
+//! admin server around the reconcile loop, and stops cleanly on SIGTERM or SIGINT.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::cli::{LogFormat, RunArgs};
+use crate::reconcile::{Agent, Settings, SharedStatus, Trigger};
+use crate::resolve::SystemResolver;
+use crate::sandbox::SandboxLoader;
+use crate::sozu::{SozuClient, SozuProxy};
+use crate::watch;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot locate the private-ingress executable: {0}")]
+    Exe(std::io::Error),
+    #[error(transparent)]
+    Watch(#[from] watch::WatchError),
+    #[error("admin server on {address}: {source}")]
+    Admin {
+        address: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot install signal handlers: {0}")]
+    Signals(std::io::Error),
+}
+
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Human => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+pub async fn run(args: RunArgs) -> Result<(), RunError> {
+    tracing::info!(
+        workspace = %args.workspace.display(),
+        sozu_socket = %args.sozu_socket.display(),
+        tls_dir = ?args.tls_dir,
+        admin_address = %args.admin_address,
+        resync_interval_s = args.resync_interval,
+        dns_interval_s = args.dns_interval,
+        "starting"
+    );
+    let status = SharedStatus::default();
+    let (tx, rx) = mpsc::unbounded_channel();
+
+    // Watch the workspace's directory (ConfigMap `..data` swaps) and the socket's (a restarted
+    // sozu re-creates its socket).
+    let workspace_dir = watch::parent_dir(&args.workspace);
+    let socket_dir = watch::parent_dir(&args.sozu_socket);
+    let mut dirs = vec![(workspace_dir.clone(), Trigger::Workspace)];
+    if socket_dir != workspace_dir {
+        dirs.push((socket_dir, Trigger::Resync));
+    }
+    let _watches = watch::watch(dirs, tx.clone())?;
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let listener = tokio::net::TcpListener::bind(args.admin_address)
+        .await
+        .map_err(|source| RunError::Admin {
+            address: args.admin_address,
+            source,
+        })?;
+    let admin_status = status.clone();
+    let mut admin_stop = stop_rx.clone();
+    let admin = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = admin_stop.wait_for(|stop| *stop).await;
+        };
+        axum::serve(listener, crate::admin::router(admin_status))
+            .with_graceful_shutdown(shutdown)
+            .await
+    });
+
+    let exe = std::env::current_exe().map_err(RunError::Exe)?;
+    let loader = SandboxLoader {
+        exe,
+        path: args.workspace.clone(),
+        limits: args.eval.limits(),
+    };
+    let proxy = SozuProxy::new(SozuClient::new(
+        &args.sozu_socket,
+        Duration::from_millis(args.sozu_timeout_ms),
+    ));
+    let settings = Settings {
+        tls_dir: args.tls_dir.clone(),
+        resync: (args.resync_interval > 0).then(|| Duration::from_secs(args.resync_interval)),
+        dns_interval: Duration::from_secs(args.dns_interval),
+        ..Settings::default()
+    };
+    let agent = Agent::new(proxy, SystemResolver, loader, settings, status.clone());
+    let agent_task = tokio::spawn(agent.run(rx));
+
+    wait_for_signal().await.map_err(RunError::Signals)?;
+    tracing::info!("stopping");
+    // Closing every sender ends the loop after the reconcile in flight, if any.
+    drop(tx);
+    drop(_watches);
+    let _ = agent_task.await;
+    let _ = stop_tx.send(true);
+    let _ = admin.await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}

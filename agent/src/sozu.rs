@@ -1,0 +1,530 @@
+//! The only code that talks to sozu's command socket (sozu-command-lib 2.3.3).
+//!
+//! Every request has a deadline. sozu answers a mutation with `PROCESSING` and then `OK` once
+//! every worker applied it, or `FAILURE`; a query answers `OK` with content. Any channel error
+//! drops the connection, and the next request reconnects: the caller (the reconcile loop) then
+//! re-reads sozu's state, because a new connection may mean a new sozu.
+//!
+//! Certificate queries on the main state return private keys: they are dropped here, on receipt;
+//! only fingerprints and names leave this module.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use sozu_command_lib::channel::Channel;
+use sozu_command_lib::config::ListenerBuilder;
+use sozu_command_lib::proto::command::{
+    request::RequestType, response_content::ContentType, ActivateListener, AddBackend,
+    AddCertificate, CertificateAndKey, Cluster, FrontendFilters, ListListeners, ListenerType,
+    PathRule, QueryCertificatesFilters, QueryClustersHashes, RemoveBackend, RemoveCertificate,
+    ReplaceCertificate, Request, RequestHttpFrontend, Response, ResponseContent, ResponseStatus,
+    RulePosition, Status,
+};
+
+use crate::plan::Op;
+use crate::state::{Actual, Backend, Certificate, CertificateSummary, Frontend, Protocol};
+use crate::workspace::ID_PREFIX;
+
+/// Buffer sizes for the channel: sozu's CLI defaults. A state query for thousands of routes fits.
+const BUFFER_BYTES: u64 = 1_000_000;
+const MAX_BUFFER_BYTES: u64 = 64_000_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SozuError {
+    #[error("cannot connect to sozu at {}: {reason}", path.display())]
+    Connect { path: PathBuf, reason: String },
+    #[error("sozu connection lost during `{request}`: {reason}")]
+    Channel { request: String, reason: String },
+    #[error("sozu did not answer `{request}` within {} ms", timeout.as_millis())]
+    Timeout { request: String, timeout: Duration },
+    #[error("sozu refused `{request}`: {message}")]
+    Refused { request: String, message: String },
+    #[error("sozu answered `{request}` with unexpected content")]
+    Unexpected { request: String },
+}
+
+impl SozuError {
+    /// A refusal leaves the connection usable; every other error means reconnecting.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, SozuError::Refused { .. })
+    }
+}
+
+/// A blocking client for one sozu command socket.
+pub struct SozuClient {
+    path: PathBuf,
+    timeout: Duration,
+    channel: Option<Channel<Request, Response>>,
+}
+
+impl SozuClient {
+    pub fn new(path: &Path, timeout: Duration) -> SozuClient {
+        SozuClient {
+            path: path.to_owned(),
+            timeout,
+            channel: None,
+        }
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.channel.is_some()
+    }
+
+    /// Connects if not connected. Returns true when this call opened a new connection.
+    pub fn ensure_connected(&mut self) -> Result<bool, SozuError> {
+        if self.channel.is_some() {
+            return Ok(false);
+        }
+        let connect_error = |reason: String| SozuError::Connect {
+            path: self.path.clone(),
+            reason,
+        };
+        let path = self
+            .path
+            .to_str()
+            .ok_or_else(|| connect_error("the socket path is not UTF-8".into()))?;
+        let mut channel = Channel::from_path(path, BUFFER_BYTES, MAX_BUFFER_BYTES)
+            .map_err(|e| connect_error(e.to_string()))?;
+        channel
+            .blocking()
+            .map_err(|e| connect_error(e.to_string()))?;
+        self.channel = Some(channel);
+        Ok(true)
+    }
+
+    pub fn disconnect(&mut self) {
+        self.channel = None;
+    }
+
+    /// Sends one request and waits for its final answer, within the deadline.
+    fn request(&mut self, request: RequestType) -> Result<Option<ResponseContent>, SozuError> {
+        let name = request_name(&request);
+        self.ensure_connected()?;
+        let result = self.exchange(request, &name);
+        if matches!(&result, Err(e) if !e.is_refusal()) {
+            self.channel = None;
+        }
+        result
+    }
+
+    fn exchange(
+        &mut self,
+        request: RequestType,
+        name: &str,
+    ) -> Result<Option<ResponseContent>, SozuError> {
+        let channel = self.channel.as_mut().ok_or_else(|| SozuError::Channel {
+            request: name.to_owned(),
+            reason: "not connected".into(),
+        })?;
+        channel
+            .write_message(&Request::from(request))
+            .map_err(|e| SozuError::Channel {
+                request: name.to_owned(),
+                reason: e.to_string(),
+            })?;
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(SozuError::Timeout {
+                    request: name.to_owned(),
+                    timeout: self.timeout,
+                });
+            }
+            let response = channel
+                .read_message_blocking_timeout(Some(remaining))
+                .map_err(|e| {
+                    if Instant::now() >= deadline {
+                        SozuError::Timeout {
+                            request: name.to_owned(),
+                            timeout: self.timeout,
+                        }
+                    } else {
+                        SozuError::Channel {
+                            request: name.to_owned(),
+                            reason: e.to_string(),
+                        }
+                    }
+                })?;
+            match response.status() {
+                ResponseStatus::Processing => continue,
+                ResponseStatus::Ok => return Ok(response.content),
+                ResponseStatus::Failure => {
+                    return Err(SozuError::Refused {
+                        request: name.to_owned(),
+                        message: response.message,
+                    })
+                }
+            }
+        }
+    }
+
+    /// The PIDs of sozu's workers: a new set means sozu (or a worker) restarted.
+    pub fn worker_pids(&mut self) -> Result<BTreeSet<i32>, SozuError> {
+        match self.request(RequestType::Status(Status {}))? {
+            Some(ResponseContent {
+                content_type: Some(ContentType::Workers(workers)),
+            }) => Ok(workers.vec.iter().map(|w| w.pid).collect()),
+            _ => Err(SozuError::Unexpected {
+                request: "status".into(),
+            }),
+        }
+    }
+
+    /// Reads everything the planner compares against: listeners, clusters, frontends, the
+    /// backends of the clusters the agent owns, and the certificates of the main state.
+    pub fn read_state(&mut self) -> Result<Actual, SozuError> {
+        let mut actual = Actual::default();
+
+        match self.request(RequestType::ListListeners(ListListeners {}))? {
+            Some(ResponseContent {
+                content_type: Some(ContentType::ListenersList(list)),
+            }) => {
+                for l in list.http_listeners.values() {
+                    actual
+                        .listeners
+                        .insert(l.address.into(), (Protocol::Http, l.active));
+                }
+                for l in list.https_listeners.values() {
+                    actual
+                        .listeners
+                        .insert(l.address.into(), (Protocol::Https, l.active));
+                }
+            }
+            _ => return Err(unexpected("list listeners")),
+        }
+
+        match self.request(RequestType::ListFrontends(FrontendFilters {
+            http: true,
+            https: true,
+            tcp: false,
+            domain: None,
+            cluster_id: None,
+        }))? {
+            Some(ResponseContent {
+                content_type: Some(ContentType::FrontendList(list)),
+            }) => {
+                let http = list.http_frontends.into_iter().map(|f| (Protocol::Http, f));
+                let https = list
+                    .https_frontends
+                    .into_iter()
+                    .map(|f| (Protocol::Https, f));
+                for (protocol, f) in http.chain(https) {
+                    actual.frontends.insert(Frontend {
+                        protocol,
+                        address: f.address.into(),
+                        hostname: f.hostname,
+                        path_prefix: f.path.value,
+                        cluster_id: f.cluster_id,
+                        tags: f.tags,
+                    });
+                }
+            }
+            _ => return Err(unexpected("list frontends")),
+        }
+
+        let hashes = self.request(RequestType::QueryClustersHashes(QueryClustersHashes {}))?;
+        actual.clusters = main_content(hashes, "query clusters hashes", |c| match c {
+            ContentType::ClusterHashes(h) => Some(h.map.into_keys().collect()),
+            _ => None,
+        })?;
+
+        let owned: Vec<String> = actual
+            .clusters
+            .iter()
+            .filter(|id| id.starts_with(ID_PREFIX))
+            .cloned()
+            .collect();
+        for id in owned {
+            let info = self.request(RequestType::QueryClusterById(id.clone()))?;
+            let backends: BTreeMap<String, Backend> =
+                main_content(info, "query cluster", |c| match c {
+                    ContentType::Clusters(list) => Some(
+                        list.vec
+                            .into_iter()
+                            .flat_map(|info| info.backends)
+                            .map(|b| {
+                                (
+                                    b.backend_id.clone(),
+                                    Backend {
+                                        id: b.backend_id,
+                                        address: b.address.into(),
+                                        unix_path: b.unix_path.map(PathBuf::from),
+                                    },
+                                )
+                            })
+                            .collect(),
+                    ),
+                    _ => None,
+                })?;
+            actual.backends.insert(id, backends);
+        }
+
+        let certificates = self.request(RequestType::QueryCertificatesFromTheState(
+            QueryCertificatesFilters::default(),
+        ))?;
+        let summaries = match certificates {
+            Some(ResponseContent {
+                content_type: Some(ContentType::CertificatesWithFingerprints(found)),
+            }) => found
+                .certs
+                .into_iter()
+                // The key is dropped here, with the rest of the response.
+                .map(|(fingerprint, cert)| CertificateSummary {
+                    names: cert_names(&cert),
+                    fingerprint,
+                })
+                .collect::<Vec<_>>(),
+            _ => return Err(unexpected("query certificates")),
+        };
+        // The main state does not say which listener holds which certificate; an HTTPS listener
+        // per workspace makes that moot, and a request naming a certificate the listener lacks is
+        // a no-op in sozu.
+        for (&address, &(protocol, _)) in &actual.listeners {
+            if protocol == Protocol::Https {
+                actual.certificates.insert(address, summaries.clone());
+            }
+        }
+        Ok(actual)
+    }
+
+    /// Sends one planned operation.
+    pub fn apply(&mut self, op: &Op) -> Result<(), SozuError> {
+        self.request(to_request(op)).map(|_| ())
+    }
+}
+
+fn unexpected(request: &str) -> SozuError {
+    SozuError::Unexpected {
+        request: request.into(),
+    }
+}
+
+/// Scattered queries answer with one entry per worker plus `main`, the main process's state.
+fn main_content<T>(
+    content: Option<ResponseContent>,
+    request: &str,
+    extract: impl FnOnce(ContentType) -> Option<T>,
+) -> Result<T, SozuError> {
+    let content = content
+        .and_then(|c| c.content_type)
+        .ok_or_else(|| unexpected(request))?;
+    let content = match content {
+        ContentType::WorkerResponses(mut responses) => responses
+            .map
+            .remove("main")
+            .and_then(|c| c.content_type)
+            .ok_or_else(|| unexpected(request))?,
+        other => other,
+    };
+    extract(content).ok_or_else(|| unexpected(request))
+}
+
+fn cert_names(cert: &CertificateAndKey) -> BTreeSet<String> {
+    if !cert.names.is_empty() {
+        return cert.names.iter().map(|n| n.to_ascii_lowercase()).collect();
+    }
+    crate::certs::names_of_pem(cert.certificate.as_bytes()).unwrap_or_default()
+}
+
+fn request_name(request: &RequestType) -> String {
+    let debug = format!("{request:?}");
+    // The variant name only: a request's fields may hold key material.
+    debug
+        .split(['(', ' ', '{'])
+        .next()
+        .unwrap_or("request")
+        .to_owned()
+}
+
+fn frontend_request(f: &Frontend) -> RequestHttpFrontend {
+    RequestHttpFrontend {
+        cluster_id: f.cluster_id.clone(),
+        address: f.address.into(),
+        hostname: f.hostname.clone(),
+        path: PathRule::prefix(f.path_prefix.clone()),
+        position: RulePosition::Tree as i32,
+        tags: f.tags.clone(),
+        ..Default::default()
+    }
+}
+
+fn certificate_and_key(c: &Certificate) -> CertificateAndKey {
+    CertificateAndKey {
+        certificate: c.chain.first().cloned().unwrap_or_default(),
+        certificate_chain: c.chain.iter().skip(1).cloned().collect(),
+        key: c.key.expose().to_owned(),
+        versions: vec![],
+        names: c.names.iter().cloned().collect(),
+    }
+}
+
+fn listener_type(protocol: Protocol) -> i32 {
+    match protocol {
+        Protocol::Http => ListenerType::Http as i32,
+        Protocol::Https => ListenerType::Https as i32,
+    }
+}
+
+pub fn to_request(op: &Op) -> RequestType {
+    match op {
+        Op::AddListener { protocol, address } => {
+            let mut builder = match protocol {
+                Protocol::Http => ListenerBuilder::new_http((*address).into()),
+                Protocol::Https => ListenerBuilder::new_https((*address).into()),
+            };
+            match protocol {
+                Protocol::Http => match builder.to_http(None) {
+                    Ok(config) => RequestType::AddHttpListener(config),
+                    Err(_) => RequestType::AddHttpListener(Default::default()),
+                },
+                Protocol::Https => match builder.to_tls(None) {
+                    Ok(config) => RequestType::AddHttpsListener(config),
+                    Err(_) => RequestType::AddHttpsListener(Default::default()),
+                },
+            }
+        }
+        Op::ActivateListener { protocol, address } => {
+            RequestType::ActivateListener(ActivateListener {
+                address: (*address).into(),
+                proxy: listener_type(*protocol),
+                from_scm: false,
+                interface: None,
+            })
+        }
+        Op::AddCluster { id } => RequestType::AddCluster(Cluster {
+            cluster_id: id.clone(),
+            sticky_session: false,
+            https_redirect: true,
+            ..Default::default()
+        }),
+        Op::AddBackend {
+            cluster_id,
+            backend,
+        } => RequestType::AddBackend(AddBackend {
+            cluster_id: cluster_id.clone(),
+            backend_id: backend.id.clone(),
+            address: backend.address.into(),
+            unix_path: backend
+                .unix_path
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned()),
+            ..Default::default()
+        }),
+        Op::RemoveBackend {
+            cluster_id,
+            backend,
+        } => RequestType::RemoveBackend(RemoveBackend {
+            cluster_id: cluster_id.clone(),
+            backend_id: backend.id.clone(),
+            address: backend.address.into(),
+        }),
+        Op::RemoveCluster { id } => RequestType::RemoveCluster(id.clone()),
+        Op::AddFrontend(f) => match f.protocol {
+            Protocol::Http => RequestType::AddHttpFrontend(frontend_request(f)),
+            Protocol::Https => RequestType::AddHttpsFrontend(frontend_request(f)),
+        },
+        Op::RemoveFrontend(f) => match f.protocol {
+            Protocol::Http => RequestType::RemoveHttpFrontend(frontend_request(f)),
+            Protocol::Https => RequestType::RemoveHttpsFrontend(frontend_request(f)),
+        },
+        Op::AddCertificate {
+            address,
+            certificate,
+        } => RequestType::AddCertificate(AddCertificate {
+            address: (*address).into(),
+            certificate: certificate_and_key(certificate),
+            expired_at: None,
+        }),
+        Op::ReplaceCertificate {
+            address,
+            old_fingerprint,
+            certificate,
+        } => RequestType::ReplaceCertificate(ReplaceCertificate {
+            address: (*address).into(),
+            new_certificate: certificate_and_key(certificate),
+            old_fingerprint: old_fingerprint.clone(),
+            new_expired_at: None,
+        }),
+        Op::RemoveCertificate {
+            address,
+            fingerprint,
+        } => RequestType::RemoveCertificate(RemoveCertificate {
+            address: (*address).into(),
+            fingerprint: fingerprint.clone(),
+        }),
+    }
+}
+
+/// Delay before reconnection attempt `attempt`: exponential from 50 ms, capped at 2 s, so an agent
+/// started before sozu connects within moments of the socket appearing.
+pub fn backoff(attempt: u32) -> Duration {
+    let ms = 50u64.saturating_mul(1 << attempt.min(6));
+    Duration::from_millis(ms.min(2_000))
+}
+
+/// [`crate::reconcile::Proxy`] over a real sozu: the blocking client runs on tokio's blocking
+/// pool, one plan per hop.
+pub struct SozuProxy {
+    client: std::sync::Arc<std::sync::Mutex<SozuClient>>,
+    epoch: u64,
+}
+
+impl SozuProxy {
+    pub fn new(client: SozuClient) -> SozuProxy {
+        SozuProxy {
+            client: std::sync::Arc::new(std::sync::Mutex::new(client)),
+            epoch: 0,
+        }
+    }
+
+    async fn with_client<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut SozuClient) -> T + Send + 'static,
+    ) -> Result<T, String> {
+        let client = self.client.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut guard = client.lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut guard)
+        })
+        .await
+        .map_err(|e| format!("sozu client task failed: {e}"))
+    }
+}
+
+impl crate::reconcile::Proxy for SozuProxy {
+    async fn generation(&mut self) -> Result<String, String> {
+        let (new_connection, pids) = self
+            .with_client(|c| {
+                let new = c.ensure_connected()?;
+                Ok::<_, SozuError>((new, c.worker_pids()?))
+            })
+            .await?
+            .map_err(|e| e.to_string())?;
+        if new_connection {
+            self.epoch += 1;
+        }
+        Ok(format!("connection {} workers {:?}", self.epoch, pids))
+    }
+
+    async fn read_state(&mut self) -> Result<Actual, String> {
+        self.with_client(|c| c.read_state())
+            .await?
+            .map_err(|e| e.to_string())
+    }
+
+    async fn apply(&mut self, ops: Vec<Op>) -> (usize, Option<String>) {
+        let result = self
+            .with_client(move |c| {
+                for (done, op) in ops.iter().enumerate() {
+                    if let Err(e) = c.apply(op) {
+                        return (done, Some(e.to_string()));
+                    }
+                }
+                (ops.len(), None)
+            })
+            .await;
+        result.unwrap_or_else(|e| (0, Some(e)))
+    }
+}

@@ -1,0 +1,161 @@
+//! The vocabulary shared by the desired state (from the workspace) and the actual state (read
+//! from sozu): listeners, clusters, frontends, backends and certificates, keyed the way sozu
+//! identifies them. Pure data, no I/O.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+/// Tag on every frontend the agent creates, so it can tell its own from an operator's.
+pub const OWNER_TAG: (&str, &str) = ("managed-by", "private-ingress");
+/// Tag naming the route a frontend belongs to.
+pub const ROUTE_TAG: &str = "route";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Http,
+    Https,
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Protocol::Http => "http",
+            Protocol::Https => "https",
+        })
+    }
+}
+
+/// A frontend as sozu identifies it: (protocol, address, hostname, path prefix) routes to a
+/// cluster.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Frontend {
+    pub protocol: Protocol,
+    pub address: SocketAddr,
+    pub hostname: String,
+    pub path_prefix: String,
+    pub cluster_id: Option<String>,
+    pub tags: BTreeMap<String, String>,
+}
+
+impl Frontend {
+    pub fn is_owned(&self) -> bool {
+        self.tags.get(OWNER_TAG.0).map(String::as_str) == Some(OWNER_TAG.1)
+    }
+}
+
+/// Where a backend's traffic goes. A unix backend still carries an address: sozu identifies
+/// backends by address within a cluster.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Backend {
+    pub id: String,
+    pub address: SocketAddr,
+    pub unix_path: Option<PathBuf>,
+}
+
+/// A private key in PEM. Kept out of `Debug`, `Display` and serialisation so that it cannot
+/// reach a log line, an error or a status document by accident.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeyPem(String);
+
+impl KeyPem {
+    pub fn new(pem: String) -> KeyPem {
+        KeyPem(pem)
+    }
+
+    /// The PEM text, for the one place that must send it: the request to sozu.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for KeyPem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("KeyPem([redacted])")
+    }
+}
+
+/// A certificate chain ready to send: leaf first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Certificate {
+    /// SHA-256 of the leaf's DER, lowercase hex: how sozu names certificates.
+    pub fingerprint: String,
+    /// PEM blocks, leaf first.
+    pub chain: Vec<String>,
+    pub key: KeyPem,
+    /// Seconds since the epoch.
+    pub not_after: i64,
+    /// The names it covers (SANs, or the CN when there is no SAN), as sozu indexes them.
+    pub names: BTreeSet<String>,
+}
+
+/// What the workspace asks sozu to hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Desired {
+    /// Listeners by address.
+    pub listeners: BTreeMap<SocketAddr, Protocol>,
+    /// Cluster id → its backends by backend id.
+    pub clusters: BTreeMap<String, BTreeMap<String, Backend>>,
+    pub frontends: BTreeSet<Frontend>,
+    /// Certificates on the HTTPS listener, one per host.
+    pub certificates: BTreeMap<String, Certificate>,
+    /// The HTTPS listener the certificates live on.
+    pub https_address: Option<SocketAddr>,
+    /// Hosts the agent manages certificates for; certificates naming only hosts inside this zone
+    /// on the HTTPS listener are the agent's.
+    pub zone: String,
+}
+
+/// A certificate as sozu reports it, without its key.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct CertificateSummary {
+    pub fingerprint: String,
+    /// The names sozu indexes it under.
+    pub names: BTreeSet<String>,
+}
+
+/// What sozu holds, as read from its command socket.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Actual {
+    /// Listener address → (protocol, active).
+    pub listeners: BTreeMap<SocketAddr, (Protocol, bool)>,
+    /// Every cluster id.
+    pub clusters: BTreeSet<String>,
+    /// Backends of the clusters the agent owns, by cluster id then backend id.
+    pub backends: BTreeMap<String, BTreeMap<String, Backend>>,
+    /// Every HTTP and HTTPS frontend.
+    pub frontends: BTreeSet<Frontend>,
+    /// Certificates by listener address.
+    pub certificates: BTreeMap<SocketAddr, Vec<CertificateSummary>>,
+}
+
+/// True when `name` is `zone` or lies below it.
+pub fn in_zone(name: &str, zone: &str) -> bool {
+    name == zone
+        || name
+            .strip_suffix(zone)
+            .is_some_and(|head| head.ends_with('.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_pem_never_prints() {
+        let key = KeyPem::new("-----BEGIN PRIVATE KEY-----\nsecret\n".into());
+        assert!(!format!("{key:?}").contains("secret"));
+    }
+
+    #[test]
+    fn zone_membership_is_by_label() {
+        assert!(in_zone("a.in.example.org", "in.example.org"));
+        assert!(in_zone("in.example.org", "in.example.org"));
+        assert!(!in_zone("ain.example.org", "in.example.org"));
+        assert!(!in_zone("example.org", "in.example.org"));
+    }
+}

@@ -1,0 +1,188 @@
+//! `private-ingress status`: fetches a running agent's `/v1/state` and prints one row per route.
+//! The table is built by a pure function, tested on its own.
+
+use std::fmt::Write as _;
+
+use crate::reconcile::Status;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    #[error("cannot reach the agent at {address}: {reason}")]
+    Unreachable { address: String, reason: String },
+    #[error("the agent at {address} answered something that is not its state: {reason}")]
+    Malformed { address: String, reason: String },
+}
+
+pub fn fetch(admin_address: &str) -> Result<(String, Status), StatusError> {
+    let url = format!("http://{admin_address}/v1/state");
+    let body = ureq::get(&url)
+        .call()
+        .and_then(|mut r| r.body_mut().read_to_string())
+        .map_err(|e| StatusError::Unreachable {
+            address: admin_address.to_owned(),
+            reason: e.to_string(),
+        })?;
+    let status = serde_json::from_str(&body).map_err(|e| StatusError::Malformed {
+        address: admin_address.to_owned(),
+        reason: e.to_string(),
+    })?;
+    Ok((body, status))
+}
+
+fn short(fingerprint: &str) -> &str {
+    fingerprint.get(..12).unwrap_or(fingerprint)
+}
+
+fn date(unix: i64) -> String {
+    match time::OffsetDateTime::from_unix_timestamp(unix) {
+        Ok(t) => format!("{:04}-{:02}-{:02}", t.year(), u8::from(t.month()), t.day()),
+        Err(_) => unix.to_string(),
+    }
+}
+
+/// The table: a header line about the agent, then one row per route.
+pub fn table(status: &Status) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "ready: {}   workspace: {}   sozu: {}",
+        if status.ready { "yes" } else { "no" },
+        match (&status.workspace.zone, &status.workspace.last_error) {
+            (Some(zone), None) => format!("zone {zone}"),
+            (Some(zone), Some(_)) => format!("zone {zone} (latest edit rejected, see below)"),
+            (None, _) => "not loaded".into(),
+        },
+        match (&status.sozu.generation, &status.sozu.last_error) {
+            (_, Some(e)) => format!("error: {e}"),
+            (Some(_), None) => "in sync".into(),
+            (None, None) => "not connected yet".into(),
+        }
+    );
+    if let Some(e) = &status.workspace.last_error {
+        let _ = writeln!(out, "workspace error:\n{e}");
+    }
+    let headers = [
+        "HOST",
+        "PATH",
+        "UPSTREAM",
+        "BACKENDS",
+        "SERVED",
+        "ON DISK",
+        "NOT AFTER",
+        "STATE",
+        "LAST ERROR",
+    ];
+    let rows: Vec<[String; 9]> = status
+        .routes
+        .iter()
+        .map(|r| {
+            let backends = if r.backends_actual.is_empty() {
+                "-".to_owned()
+            } else {
+                r.backends_actual.join(",")
+            };
+            [
+                r.host.clone(),
+                r.path_prefix.clone(),
+                r.upstream.clone(),
+                backends,
+                r.certificate
+                    .served_fingerprints
+                    .iter()
+                    .map(|f| short(f))
+                    .collect::<Vec<_>>()
+                    .join(",")
+                    .if_empty("-"),
+                r.certificate
+                    .disk_fingerprint
+                    .as_deref()
+                    .map(short)
+                    .unwrap_or("-")
+                    .to_owned(),
+                r.certificate
+                    .disk_not_after
+                    .map(date)
+                    .unwrap_or_else(|| "-".into()),
+                r.state.clone(),
+                r.last_error.clone().unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    let mut widths = headers.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let mut l = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(cell);
+            } else {
+                let _ = write!(l, "{cell:<w$}  ");
+            }
+        }
+        l.trim_end().to_owned()
+    };
+    let _ = writeln!(out, "{}", line(&headers.map(String::from)));
+    for row in &rows {
+        let _ = writeln!(out, "{}", line(row));
+    }
+    out
+}
+
+trait IfEmpty {
+    fn if_empty(self, default: &str) -> String;
+}
+
+impl IfEmpty for String {
+    fn if_empty(self, default: &str) -> String {
+        if self.is_empty() {
+            default.to_owned()
+        } else {
+            self
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reconcile::{CertificateStatus, RouteStatus};
+
+    #[test]
+    fn one_row_per_route_with_both_fingerprints() {
+        let status = Status {
+            ready: false,
+            routes: vec![RouteStatus {
+                id: "pi-a".into(),
+                host: "a.in.example.org".into(),
+                path_prefix: "/".into(),
+                upstream: "svc:80".into(),
+                backends_desired: vec!["10.0.0.1:80".into()],
+                backends_actual: vec!["10.0.0.1:80".into()],
+                certificate: CertificateStatus {
+                    disk_fingerprint: Some("aa".repeat(32)),
+                    disk_not_after: Some(1_900_000_000),
+                    served_fingerprints: vec!["bb".repeat(32)],
+                    error: None,
+                },
+                state: "error".into(),
+                last_error: Some("boom".into()),
+            }],
+            ..Status::default()
+        };
+        let text = table(&status);
+        let lines: Vec<_> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(
+            lines[2].contains("bbbbbbbbbbbb") && lines[2].contains("aaaaaaaaaaaa"),
+            "{text}"
+        );
+        assert!(
+            lines[2].contains("2030-03-17") && lines[2].ends_with("boom"),
+            "{text}"
+        );
+    }
+}
