@@ -255,6 +255,8 @@ mod tests {
             cluster_issuer: "ca".into(),
             tls_dir: "/tls".into(),
             routes,
+            lb_ip: None,
+            deploy: Default::default(),
         }
     }
 

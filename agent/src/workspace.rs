@@ -20,6 +20,21 @@ pub struct RawWorkspace {
     pub cluster_issuer: String,
     pub tls_dir: String,
     pub routes: Vec<RawRoute>,
+    /// Optional in the contract: absent from workspaces that are not deployed by `render`.
+    pub lb_ip: Option<String>,
+    pub deploy: RawDeploy,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDeploy {
+    pub namespace: String,
+    pub sozu_image: String,
+    pub agent_image: Option<String>,
+    /// A float for the same reason as [`RawRoute::port`]: the range is checked on the exact value.
+    pub replicas: f64,
+    pub resources: PodResources,
+    pub service_monitor: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -72,6 +87,79 @@ pub struct Workspace {
     pub cluster_issuer: String,
     pub tls_dir: PathBuf,
     pub routes: Vec<Route>,
+    /// The address the load balancer announces, which every route host resolves to.
+    pub lb_ip: Option<IpAddr>,
+    /// Boxed: a workspace travels by value (in the sandbox's report, for one), and the deploy
+    /// settings would more than double its size for code that never reads them.
+    pub deploy: Box<Deploy>,
+}
+
+/// How `render --format k8s` deploys the workspace. The defaults live in the contract, where
+/// operators read them; [`Deploy::default`] repeats them for code that builds a workspace without
+/// evaluating one, and a test keeps the two equal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deploy {
+    pub namespace: String,
+    pub sozu_image: String,
+    pub agent_image: String,
+    pub replicas: u16,
+    pub resources: PodResources,
+    /// A prometheus-operator ServiceMonitor instead of `prometheus.io/*` scrape annotations.
+    pub service_monitor: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodResources {
+    pub sozu: ContainerResources,
+    pub agent: ContainerResources,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContainerResources {
+    pub requests: Quantities,
+    pub limits: Quantities,
+}
+
+/// Kubernetes quantities, as written (`250m`, `128Mi`): the contract checked their syntax.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quantities {
+    pub cpu: String,
+    pub memory: String,
+}
+
+/// The agent image when the workspace names none: the version that renders the manifests is the
+/// version that runs them.
+pub fn default_agent_image() -> String {
+    format!("private-ingress:{}", env!("CARGO_PKG_VERSION"))
+}
+
+impl Default for Deploy {
+    fn default() -> Self {
+        let quantities = |cpu: &str, memory: &str| Quantities {
+            cpu: cpu.to_owned(),
+            memory: memory.to_owned(),
+        };
+        Deploy {
+            namespace: "ingress-private".to_owned(),
+            sozu_image: "docker.io/clevercloud/sozu:2.3.3".to_owned(),
+            agent_image: default_agent_image(),
+            replicas: 2,
+            resources: PodResources {
+                sozu: ContainerResources {
+                    requests: quantities("100m", "128Mi"),
+                    limits: quantities("1", "512Mi"),
+                },
+                agent: ContainerResources {
+                    requests: quantities("50m", "128Mi"),
+                    limits: quantities("1", "512Mi"),
+                },
+            },
+            service_monitor: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,6 +212,10 @@ pub enum ModelError {
     Route { host: String, reason: String },
     #[error("tls_dir `{0}` is not an absolute path")]
     TlsDir(String),
+    #[error("lb_ip `{0}` is not an IP address")]
+    LbIp(String),
+    #[error("deploy.replicas {0} is not a whole number from 1 to 1000")]
+    Replicas(String),
 }
 
 impl Workspace {
@@ -150,6 +242,22 @@ impl Workspace {
             .map(Route::from_raw)
             .collect::<Result<Vec<_>, _>>()?;
         routes.sort_by(|a, b| (&a.host, &a.path_prefix).cmp(&(&b.host, &b.path_prefix)));
+        let lb_ip = raw
+            .lb_ip
+            .map(|ip| ip.parse::<IpAddr>().map_err(|_| ModelError::LbIp(ip)))
+            .transpose()?;
+        let replicas = match raw.deploy.replicas {
+            n if n.fract() == 0.0 && (1.0..=1000.0).contains(&n) => n as u16,
+            n => return Err(ModelError::Replicas(n.to_string())),
+        };
+        let deploy = Box::new(Deploy {
+            namespace: raw.deploy.namespace,
+            sozu_image: raw.deploy.sozu_image,
+            agent_image: raw.deploy.agent_image.unwrap_or_else(default_agent_image),
+            replicas,
+            resources: raw.deploy.resources,
+            service_monitor: raw.deploy.service_monitor,
+        });
         Ok(Workspace {
             zone: raw.zone,
             listeners,
@@ -157,6 +265,8 @@ impl Workspace {
             cluster_issuer: raw.cluster_issuer,
             tls_dir,
             routes,
+            lb_ip,
+            deploy,
         })
     }
 

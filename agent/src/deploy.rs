@@ -1,0 +1,842 @@
+//! Deployment outputs of a [`Workspace`]: the Kubernetes manifests that run sozu with the agent
+//! beside it (`render --format k8s`), and the split-horizon DNS records of the route hosts
+//! (`render --format dns`).
+//!
+//! One route entry drives everything a new private service needs: its certificate volume (a
+//! cert-manager CSI volume, or a Certificate and its Secret), the mount of that volume at
+//! `<tls_dir>/<host>`, and its DNS record. Every per-host name is derived from the host alone,
+//! never from a position in a list, and nothing is aligned across lines, so appending one route
+//! adds exactly those lines to the rendered output and changes no other.
+//!
+//! The pod: sozu is the main container; the agent is a native sidecar (an init container with
+//! `restartPolicy: Always`, Kubernetes 1.29+), so it starts first and stops last. They share an
+//! emptyDir holding sozu's control socket and run as one non-root user, because sozu creates the
+//! socket with mode 0600. sozu starts from a bootstrap configuration that holds only its
+//! listeners: the agent pushes every cluster, frontend, backend and certificate over the socket,
+//! so there is a single writer of sozu's routing state and a DNS failure can never keep sozu from
+//! starting (a configuration file's backend names are resolved once, at load).
+//!
+//! Pure, except [`WorkspaceFiles::read`], which reads the workspace and the files it imports to
+//! ship them in the ConfigMap.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Component, Path, PathBuf};
+
+use nickel_lang_core::cache::InputFormat;
+use nickel_lang_core::parser::lexer::{Lexer, NormalToken, StringToken, Token};
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Serialize, Serializer};
+use serde_json::{json, Value};
+use sha2::Digest;
+
+use crate::render::{self, RenderError, SozuSettings};
+use crate::workspace::{ContainerResources, TlsRotation, Workspace};
+
+/// Name of every object, and the `app.kubernetes.io/name` label that selects the pods.
+const APP: &str = "private-ingress";
+/// The user and group both containers run as: the `nonroot` user of distroless images. sozu
+/// creates its control socket with mode 0600, so the agent must be the same user to open it.
+const RUN_AS: u32 = 65532;
+/// Where the shared emptyDir holding sozu's control socket is mounted in both containers.
+const RUN_DIR: &str = "/run/sozu";
+const SOZU_SOCKET: &str = "/run/sozu/sozu.sock";
+const SOZU_CONFIG_DIR: &str = "/etc/sozu/bootstrap";
+const SOZU_CONFIG_FILE: &str = "config.toml";
+/// The ConfigMap key of sozu's bootstrap configuration.
+const SOZU_CONFIG_KEY: &str = "sozu.toml";
+/// Where the workspace and its imports are mounted in the agent, at their relative paths.
+const WORKSPACE_DIR: &str = "/etc/private-ingress/workspace";
+/// The agent's admin server: /healthz, /readyz, /metrics, /v1/state.
+const ADMIN_PORT: u16 = 9180;
+/// TTL of the rendered DNS records: a changed `lb_ip` is picked up within five minutes.
+const DNS_TTL: u32 = 300;
+/// Kubernetes refuses a ConfigMap whose keys and values exceed 1 MiB together.
+const CONFIGMAP_MAX_BYTES: usize = 1 << 20;
+const CSI_DRIVER: &str = "csi.cert-manager.io";
+
+#[derive(Debug, thiserror::Error)]
+pub enum DeployError {
+    #[error(
+        "--format dns needs `lb_ip` in the workspace: the load-balancer address every route host \
+         resolves to (e.g. lb_ip = \"10.200.3.6\")"
+    )]
+    NoLbIp,
+    #[error(
+        "the {name} listener {address} is a loopback address: the Service cannot reach it \
+         (listen on 0.0.0.0 or [::] in a pod)"
+    )]
+    LoopbackListener {
+        name: &'static str,
+        address: SocketAddr,
+    },
+    #[error("tls_rotation {0} cannot be deployed yet")]
+    Unsupported(TlsRotation),
+    #[error("cannot read {}: {reason}", path.display())]
+    Read { path: PathBuf, reason: String },
+    #[error("{}: cannot find the imports: {reason}", path.display())]
+    Scan { path: PathBuf, reason: String },
+    #[error("cannot ship {} in the ConfigMap: {reason}", path.display())]
+    ConfigMapFile { path: PathBuf, reason: String },
+    #[error(
+        "the ConfigMap would hold {size} bytes, over Kubernetes' limit of {CONFIGMAP_MAX_BYTES} \
+         bytes for keys and values together"
+    )]
+    ConfigMapTooLarge { size: usize },
+    #[error(transparent)]
+    Render(#[from] RenderError),
+}
+
+impl DeployError {
+    /// True when the workspace itself must change (as opposed to a file that cannot be read).
+    pub fn is_invalid_workspace(&self) -> bool {
+        !matches!(self, DeployError::Read { .. } | DeployError::Render(_))
+    }
+}
+
+/// The split-horizon records of the route hosts: one A or AAAA record per host (routes that
+/// share a host share its record), pointing at `lb_ip`. Names are absolute, so the fragment can
+/// be `$INCLUDE`d or pasted anywhere in the zone file.
+pub fn dns(workspace: &Workspace) -> Result<String, DeployError> {
+    let lb_ip = workspace.lb_ip.ok_or(DeployError::NoLbIp)?;
+    let kind = match lb_ip {
+        IpAddr::V4(_) => "A",
+        IpAddr::V6(_) => "AAAA",
+    };
+    let mut out = format!(
+        "; Generated by private-ingress from the workspace (zone {}); do not edit.\n\
+         ; Every route host resolves to the load balancer in front of sozu (lb_ip).\n",
+        workspace.zone
+    );
+    for host in hosts(workspace) {
+        let _ = writeln!(out, "{host}.\t{DNS_TTL}\tIN\t{kind}\t{lb_ip}");
+    }
+    Ok(out)
+}
+
+/// The workspace file and every file it imports, transitively, as they will sit in the pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkspaceFiles {
+    /// The workspace's path relative to the files' common directory, `/`-separated.
+    pub entry: String,
+    /// Contents by relative path, `/`-separated.
+    pub files: BTreeMap<String, String>,
+}
+
+impl WorkspaceFiles {
+    /// Reads `workspace` and follows its `import "…"`s. Imports are found with Nickel's own lexer
+    /// rather than by evaluating: this runs in the parent process, after the sandboxed evaluation
+    /// has already accepted the workspace, and lexing cannot loop or recurse. Paths keep their
+    /// layout relative to the files' deepest common directory, so relative imports still resolve
+    /// in the pod.
+    pub fn read(workspace: &Path) -> Result<WorkspaceFiles, DeployError> {
+        let entry = std::path::absolute(workspace)
+            .map(|path| normalize(&path))
+            .map_err(|err| DeployError::Read {
+                path: workspace.to_owned(),
+                reason: err.to_string(),
+            })?;
+        let mut contents: BTreeMap<PathBuf, String> = BTreeMap::new();
+        let mut queue = VecDeque::from([(entry.clone(), format_of(&entry))]);
+        while let Some((path, format)) = queue.pop_front() {
+            if contents.contains_key(&path) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).map_err(|err| DeployError::Read {
+                path: path.clone(),
+                reason: err.to_string(),
+            })?;
+            if format == InputFormat::Nickel {
+                let dir = path.parent().unwrap_or(Path::new("/"));
+                for (import, format) in imports(&text).map_err(|reason| DeployError::Scan {
+                    path: path.clone(),
+                    reason,
+                })? {
+                    let target = normalize(&dir.join(&import));
+                    let format = format.unwrap_or_else(|| format_of(&target));
+                    queue.push_back((target, format));
+                }
+            }
+            contents.insert(path, text);
+        }
+        let root = common_dir(contents.keys());
+        let relative = |path: &Path| {
+            let parts: Vec<_> = path
+                .strip_prefix(&root)
+                .unwrap_or(path)
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            parts.join("/")
+        };
+        Ok(WorkspaceFiles {
+            entry: relative(&entry),
+            files: contents
+                .into_iter()
+                .map(|(path, text)| (relative(&path), text))
+                .collect(),
+        })
+    }
+}
+
+/// How Nickel reads a file it imports without `as 'Format`: by extension, Nickel by default.
+fn format_of(path: &Path) -> InputFormat {
+    InputFormat::from_path(path).unwrap_or_default()
+}
+
+/// The static paths of every `import "…"` in a Nickel source, with the format an `as 'Format`
+/// names. Imports are always static strings, so the lexer sees all of them.
+fn imports(source: &str) -> Result<Vec<(String, Option<InputFormat>)>, String> {
+    let mut tokens = Lexer::new(source).map(|token| match token {
+        Ok((_, token, _)) => Ok(token),
+        Err(err) => Err(format!("{err:?}")),
+    });
+    let mut found = Vec::new();
+    let mut pending: Option<Token> = None;
+    loop {
+        let token = match pending.take() {
+            Some(token) => token,
+            None => match tokens.next() {
+                Some(token) => token?,
+                None => return Ok(found),
+            },
+        };
+        if token != Token::Normal(NormalToken::Import) {
+            continue;
+        }
+        match tokens.next().transpose()? {
+            Some(Token::Normal(NormalToken::DoubleQuote)) => {}
+            Some(Token::Normal(NormalToken::Identifier(name))) => {
+                return Err(format!(
+                    "`import {name}` imports a package, which cannot be shipped in a ConfigMap; \
+                     import its files by path instead"
+                ))
+            }
+            _ => return Err("an `import` is not followed by a path".into()),
+        }
+        let mut path = String::new();
+        loop {
+            match tokens.next().transpose()? {
+                Some(Token::Str(StringToken::Literal(text))) => path.push_str(&text),
+                Some(Token::Str(StringToken::EscapedChar(c))) => path.push(c),
+                Some(Token::Normal(NormalToken::DoubleQuote)) => break,
+                _ => return Err(format!("the import path `{path}…` is not a plain string")),
+            }
+        }
+        let mut format = None;
+        match tokens.next().transpose()? {
+            Some(Token::Normal(NormalToken::As)) => match tokens.next().transpose()? {
+                Some(Token::Normal(NormalToken::RawEnumTag(tag))) => {
+                    format = Some(
+                        tag.parse::<InputFormat>()
+                            .map_err(|()| format!("unknown import format '{tag}"))?,
+                    );
+                }
+                _ => return Err(format!("`import \"{path}\" as` names no format")),
+            },
+            Some(other) => pending = Some(other),
+            None => {}
+        }
+        found.push((path, format));
+    }
+}
+
+/// `path` without `.` and `..` components, as Nickel resolves an import.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// The deepest directory holding every path.
+fn common_dir<'a>(mut paths: impl Iterator<Item = &'a PathBuf>) -> PathBuf {
+    let Some(first) = paths.next() else {
+        return PathBuf::from("/");
+    };
+    let mut root = first.parent().map(Path::to_owned).unwrap_or_default();
+    for path in paths {
+        while !path.starts_with(&root) {
+            if !root.pop() {
+                break;
+            }
+        }
+    }
+    root
+}
+
+/// The Kubernetes manifests of the workspace, as one multi-document YAML stream in apply order:
+/// Namespace, ServiceAccount, ConfigMap, Certificates (`'reloader`), Services, ServiceMonitor
+/// (when asked for), Deployment, PodDisruptionBudget. Object keys are sorted, like `kubectl get
+/// -o yaml` prints them.
+pub fn k8s(workspace: &Workspace, files: &WorkspaceFiles) -> Result<String, DeployError> {
+    if workspace.tls_rotation == TlsRotation::SozuManaged {
+        return Err(DeployError::Unsupported(workspace.tls_rotation));
+    }
+    for (name, address) in [
+        ("https", workspace.listeners.https),
+        ("http", workspace.listeners.http),
+    ] {
+        if address.ip().is_loopback() {
+            return Err(DeployError::LoopbackListener { name, address });
+        }
+    }
+    let pod = Pod::new(workspace, files)?;
+    let mut docs = vec![
+        namespace(workspace),
+        service_account(workspace),
+        config_map(workspace, &pod)?,
+    ];
+    if workspace.tls_rotation == TlsRotation::Reloader {
+        docs.extend(pod.hosts.iter().map(|host| certificate(workspace, host)));
+    }
+    docs.push(load_balancer(workspace));
+    if workspace.deploy.service_monitor {
+        docs.push(metrics_service(workspace));
+        docs.push(service_monitor(workspace));
+    }
+    docs.push(deployment(workspace, &pod));
+    docs.push(pod_disruption_budget(workspace));
+
+    let mut out = format!(
+        "# Generated by private-ingress from the workspace (zone {}); do not edit.\n",
+        workspace.zone
+    );
+    for doc in &docs {
+        let yaml = serde_norway::to_string(&Sorted(doc)).map_err(|err| {
+            DeployError::Render(RenderError::Serialise {
+                format: "k8s",
+                reason: err.to_string(),
+            })
+        })?;
+        out.push_str("---\n");
+        out.push_str(&yaml);
+    }
+    Ok(out)
+}
+
+/// What the pod needs beyond the workspace model: the ConfigMap's contents and the hosts.
+struct Pod<'a> {
+    /// ConfigMap key → (path under the mount, contents) for each workspace file.
+    workspace_items: BTreeMap<String, (String, &'a str)>,
+    workspace_entry: &'a str,
+    sozu_config: String,
+    hosts: Vec<&'a str>,
+}
+
+impl<'a> Pod<'a> {
+    fn new(workspace: &'a Workspace, files: &'a WorkspaceFiles) -> Result<Pod<'a>, DeployError> {
+        let mut workspace_items = BTreeMap::new();
+        for (path, text) in &files.files {
+            let key = configmap_key(path)?;
+            if key == SOZU_CONFIG_KEY || workspace_items.contains_key(&key) {
+                return Err(DeployError::ConfigMapFile {
+                    path: path.into(),
+                    reason: format!("its ConfigMap key `{key}` is already taken; rename the file"),
+                });
+            }
+            workspace_items.insert(key, (path.clone(), text.as_str()));
+        }
+        // Listeners and the control socket only: the agent pushes the routes (see the module doc).
+        let bootstrap = Workspace {
+            routes: Vec::new(),
+            ..workspace.clone()
+        };
+        let settings = SozuSettings {
+            command_socket: PathBuf::from(SOZU_SOCKET),
+            ..SozuSettings::default()
+        };
+        Ok(Pod {
+            workspace_items,
+            workspace_entry: &files.entry,
+            sozu_config: render::sozu_toml(&bootstrap, &settings)?,
+            hosts: hosts(workspace),
+        })
+    }
+}
+
+/// The distinct route hosts, sorted: routes that share a host share its certificate and record.
+fn hosts(workspace: &Workspace) -> Vec<&str> {
+    let set: BTreeSet<&str> = workspace.routes.iter().map(|r| r.host.as_str()).collect();
+    set.into_iter().collect()
+}
+
+/// A ConfigMap key for a workspace file: its relative path with `/` written `--` (keys cannot
+/// hold `/`; the volume's `items` put the file back at its path).
+fn configmap_key(path: &str) -> Result<String, DeployError> {
+    let fail = |reason: &str| DeployError::ConfigMapFile {
+        path: path.into(),
+        reason: reason.into(),
+    };
+    if path.split('/').any(|part| part.starts_with("..")) {
+        return Err(fail(
+            "Kubernetes refuses a path element starting with `..` in a ConfigMap volume",
+        ));
+    }
+    let key = path.replace('/', "--");
+    if key.is_empty()
+        || key.len() > 253
+        || !key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        return Err(fail(
+            "a ConfigMap key holds only letters, digits, `-`, `_` and `.` (at most 253)",
+        ));
+    }
+    Ok(key)
+}
+
+/// The name of a host's certificate volume (and, in `'reloader` mode, of its Certificate and
+/// Secret): `tls-<first label>-<8 hex digits of SHA-256(host)>`. A DNS-1123 label of at most 53
+/// characters whatever the host's length, readable, and unique per host.
+fn tls_name(host: &str) -> String {
+    let label = host.split('.').next().unwrap_or(host);
+    let label = label[..label.len().min(40)].trim_end_matches('-');
+    let digest = sha2::Sha256::digest(host.as_bytes());
+    let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    format!("tls-{label}-{short}")
+}
+
+fn labels() -> Value {
+    json!({ "app.kubernetes.io/name": APP })
+}
+
+fn metadata(workspace: &Workspace, name: &str) -> Value {
+    json!({ "name": name, "namespace": workspace.deploy.namespace, "labels": labels() })
+}
+
+fn namespace(workspace: &Workspace) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": workspace.deploy.namespace,
+            "labels": {
+                "app.kubernetes.io/name": APP,
+                // The cluster itself then refuses a pod of this namespace that is not "restricted".
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/enforce-version": "latest",
+            },
+        },
+    })
+}
+
+fn service_account(workspace: &Workspace) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata(workspace, APP),
+        // The agent reads files and a socket; it never calls the Kubernetes API.
+        "automountServiceAccountToken": false,
+    })
+}
+
+fn config_map(workspace: &Workspace, pod: &Pod) -> Result<Value, DeployError> {
+    let mut data = serde_json::Map::new();
+    for (key, (_, text)) in &pod.workspace_items {
+        data.insert(key.clone(), json!(text));
+    }
+    data.insert(SOZU_CONFIG_KEY.into(), json!(pod.sozu_config));
+    let size: usize = data
+        .iter()
+        .map(|(key, value)| key.len() + value.as_str().map_or(0, str::len))
+        .sum();
+    if size > CONFIGMAP_MAX_BYTES {
+        return Err(DeployError::ConfigMapTooLarge { size });
+    }
+    Ok(json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(workspace, APP),
+        "data": data,
+    }))
+}
+
+/// `'reloader`: cert-manager keeps the host's certificate in a Secret of the same name, which the
+/// pod mounts; the agent picks renewals up from the mount, so no rollout is needed.
+fn certificate(workspace: &Workspace, host: &str) -> Value {
+    let name = tls_name(host);
+    json!({
+        "apiVersion": "cert-manager.io/v1",
+        "kind": "Certificate",
+        "metadata": metadata(workspace, &name),
+        "spec": {
+            "secretName": name,
+            "dnsNames": [host],
+            "issuerRef": {
+                "group": "cert-manager.io",
+                "kind": "ClusterIssuer",
+                "name": workspace.cluster_issuer,
+            },
+        },
+    })
+}
+
+fn load_balancer(workspace: &Workspace) -> Value {
+    let mut metadata = metadata(workspace, APP);
+    let mut spec = json!({
+        "type": "LoadBalancer",
+        "selector": labels(),
+        "ports": [
+            {
+                "name": "http",
+                "port": 80,
+                "protocol": "TCP",
+                "targetPort": workspace.listeners.http.port(),
+            },
+            {
+                "name": "https",
+                "port": 443,
+                "protocol": "TCP",
+                "targetPort": workspace.listeners.https.port(),
+            },
+        ],
+    });
+    if let Some(ip) = workspace.lb_ip {
+        // Cilium's LB IPAM assigns exactly this address; the Service's IP family must match it.
+        metadata["annotations"] = json!({ "lbipam.cilium.io/ips": ip.to_string() });
+        spec["ipFamilyPolicy"] = json!("SingleStack");
+        spec["ipFamilies"] = json!([if ip.is_ipv4() { "IPv4" } else { "IPv6" }]);
+    }
+    json!({ "apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec })
+}
+
+fn metrics_labels() -> Value {
+    json!({ "app.kubernetes.io/name": APP, "app.kubernetes.io/component": "metrics" })
+}
+
+/// A ClusterIP Service for the ServiceMonitor to select: the load balancer must not expose the
+/// admin port.
+fn metrics_service(workspace: &Workspace) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": format!("{APP}-metrics"),
+            "namespace": workspace.deploy.namespace,
+            "labels": metrics_labels(),
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": labels(),
+            "ports": [{ "name": "admin", "port": ADMIN_PORT, "protocol": "TCP", "targetPort": "admin" }],
+        },
+    })
+}
+
+fn service_monitor(workspace: &Workspace) -> Value {
+    json!({
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": metadata(workspace, APP),
+        "spec": {
+            "selector": { "matchLabels": metrics_labels() },
+            "endpoints": [{ "port": "admin", "path": "/metrics" }],
+        },
+    })
+}
+
+fn pod_disruption_budget(workspace: &Workspace) -> Value {
+    json!({
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(workspace, APP),
+        // At most one proxy down at a time; unlike `minAvailable`, this never blocks a node
+        // drain when a single replica runs.
+        "spec": { "maxUnavailable": 1, "selector": { "matchLabels": labels() } },
+    })
+}
+
+fn resources(r: &ContainerResources) -> Value {
+    json!({
+        "requests": { "cpu": r.requests.cpu, "memory": r.requests.memory },
+        "limits": { "cpu": r.limits.cpu, "memory": r.limits.memory },
+    })
+}
+
+/// Pod Security "restricted" for one container. `bind_low_ports` adds NET_BIND_SERVICE, the one
+/// capability "restricted" allows.
+fn security_context(bind_low_ports: bool) -> Value {
+    let mut capabilities = json!({ "drop": ["ALL"] });
+    if bind_low_ports {
+        capabilities["add"] = json!(["NET_BIND_SERVICE"]);
+    }
+    json!({
+        "allowPrivilegeEscalation": false,
+        "capabilities": capabilities,
+        "readOnlyRootFilesystem": true,
+        "runAsNonRoot": true,
+    })
+}
+
+fn deployment(workspace: &Workspace, pod: &Pod) -> Value {
+    let https = workspace.listeners.https.port();
+    let http = workspace.listeners.http.port();
+    let low_port = https.min(http);
+    let bind_low_ports = low_port < 1024;
+
+    let tls_mounts: Vec<Value> = pod
+        .hosts
+        .iter()
+        .map(|host| {
+            json!({
+                "name": tls_name(host),
+                "mountPath": workspace.tls_dir.join(host).to_string_lossy(),
+                "readOnly": true,
+            })
+        })
+        .collect();
+    let tls_volumes = pod.hosts.iter().map(|host| {
+        let name = tls_name(host);
+        match workspace.tls_rotation {
+            TlsRotation::Reloader => json!({
+                "name": name,
+                // 0440: the key is readable by the pod's group (fsGroup) only.
+                "secret": { "secretName": name, "defaultMode": 0o440 },
+            }),
+            _ => json!({
+                "name": name,
+                "csi": {
+                    "driver": CSI_DRIVER,
+                    "readOnly": true,
+                    "volumeAttributes": {
+                        "csi.cert-manager.io/issuer-name": workspace.cluster_issuer,
+                        "csi.cert-manager.io/issuer-kind": "ClusterIssuer",
+                        "csi.cert-manager.io/dns-names": host,
+                        // The driver writes the files 0440 root-owned unless given a group.
+                        "csi.cert-manager.io/fs-group": RUN_AS.to_string(),
+                    },
+                },
+            }),
+        }
+    });
+    let workspace_items: Vec<Value> = pod
+        .workspace_items
+        .iter()
+        .map(|(key, (path, _))| json!({ "key": key, "path": path }))
+        .collect();
+    let mut volumes = vec![
+        json!({ "name": "run", "emptyDir": { "medium": "Memory", "sizeLimit": "1Mi" } }),
+        json!({
+            "name": "sozu-config",
+            "configMap": { "name": APP, "items": [{ "key": SOZU_CONFIG_KEY, "path": SOZU_CONFIG_FILE }] },
+        }),
+        json!({ "name": "tmp", "emptyDir": { "sizeLimit": "64Mi" } }),
+        json!({ "name": "workspace", "configMap": { "name": APP, "items": workspace_items } }),
+    ];
+    volumes.extend(tls_volumes);
+
+    let mut agent_mounts = vec![
+        json!({ "name": "run", "mountPath": RUN_DIR }),
+        json!({ "name": "tmp", "mountPath": "/tmp" }),
+        json!({ "name": "workspace", "mountPath": WORKSPACE_DIR, "readOnly": true }),
+    ];
+    agent_mounts.extend(tls_mounts);
+    let http_probe = |path: &str, period: u32, failures: u32| {
+        json!({
+            "httpGet": { "path": path, "port": "admin" },
+            "periodSeconds": period,
+            "failureThreshold": failures,
+        })
+    };
+    let agent = json!({
+        "name": "agent",
+        "image": workspace.deploy.agent_image,
+        "args": [
+            "run",
+            "--workspace", format!("{WORKSPACE_DIR}/{}", pod.workspace_entry),
+            "--sozu-socket", SOZU_SOCKET,
+            "--admin-address", format!("0.0.0.0:{ADMIN_PORT}"),
+        ],
+        "ports": [{ "name": "admin", "containerPort": ADMIN_PORT, "protocol": "TCP" }],
+        // A native sidecar: started before sozu, stopped after it, restarted on its own.
+        "restartPolicy": "Always",
+        // /healthz, not /readyz: sozu starts only once this probe passes, and the agent cannot be
+        // ready before sozu runs.
+        "startupProbe": http_probe("/healthz", 1, 30),
+        "livenessProbe": http_probe("/healthz", 10, 3),
+        // Ready once sozu holds every route with its certificate: gates the pod's endpoints.
+        "readinessProbe": http_probe("/readyz", 5, 3),
+        "resources": resources(&workspace.deploy.resources.agent),
+        "securityContext": security_context(false),
+        "volumeMounts": agent_mounts,
+    });
+    let tcp_probe = |period: u32| json!({ "tcpSocket": { "port": "https" }, "periodSeconds": period, "failureThreshold": 3 });
+    let sozu = json!({
+        "name": "sozu",
+        "image": workspace.deploy.sozu_image,
+        "args": ["start", "-c", format!("{SOZU_CONFIG_DIR}/{SOZU_CONFIG_FILE}")],
+        "ports": [
+            { "name": "http", "containerPort": http, "protocol": "TCP" },
+            { "name": "https", "containerPort": https, "protocol": "TCP" },
+        ],
+        "readinessProbe": tcp_probe(5),
+        "livenessProbe": tcp_probe(10),
+        "resources": resources(&workspace.deploy.resources.sozu),
+        "securityContext": security_context(bind_low_ports),
+        "volumeMounts": [
+            { "name": "run", "mountPath": RUN_DIR },
+            { "name": "sozu-config", "mountPath": SOZU_CONFIG_DIR, "readOnly": true },
+        ],
+    });
+
+    let mut pod_security = json!({
+        "runAsNonRoot": true,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "fsGroup": RUN_AS,
+        "seccompProfile": { "type": "RuntimeDefault" },
+    });
+    if bind_low_ports {
+        // A capability added for a non-root user takes effect only through file capabilities on
+        // the binary (Kubernetes grants no ambient capabilities). This "safe" sysctl, scoped to
+        // the pod's network namespace, lets sozu bind the low port whatever its image carries.
+        pod_security["sysctls"] = json!([
+            { "name": "net.ipv4.ip_unprivileged_port_start", "value": low_port.to_string() },
+        ]);
+    }
+    let mut annotations = json!({ "kubectl.kubernetes.io/default-container": "sozu" });
+    if !workspace.deploy.service_monitor {
+        annotations["prometheus.io/scrape"] = json!("true");
+        annotations["prometheus.io/port"] = json!(ADMIN_PORT.to_string());
+        annotations["prometheus.io/path"] = json!("/metrics");
+    }
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(workspace, APP),
+        "spec": {
+            "replicas": workspace.deploy.replicas,
+            "selector": { "matchLabels": labels() },
+            // A new pod serves before an old one stops: adding a route adds a volume, which rolls
+            // the pods.
+            "strategy": { "type": "RollingUpdate", "rollingUpdate": { "maxSurge": 1, "maxUnavailable": 0 } },
+            "template": {
+                "metadata": { "labels": labels(), "annotations": annotations },
+                "spec": {
+                    "serviceAccountName": APP,
+                    "automountServiceAccountToken": false,
+                    "enableServiceLinks": false,
+                    "securityContext": pod_security,
+                    "topologySpreadConstraints": [{
+                        "maxSkew": 1,
+                        "topologyKey": "kubernetes.io/hostname",
+                        "whenUnsatisfiable": "ScheduleAnyway",
+                        "labelSelector": { "matchLabels": labels() },
+                    }],
+                    "initContainers": [agent],
+                    "containers": [sozu],
+                    "volumes": volumes,
+                },
+            },
+        },
+    })
+}
+
+/// Serialises a JSON value with every object's keys in sorted order, whatever order the map
+/// keeps (serde_json's `preserve_order` feature may be switched on by another crate).
+struct Sorted<'a>(&'a Value);
+
+impl Serialize for Sorted<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Value::Object(map) => {
+                let mut entries: Vec<_> = map.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                let mut out = serializer.serialize_map(Some(entries.len()))?;
+                for (key, value) in entries {
+                    out.serialize_entry(key, &Sorted(value))?;
+                }
+                out.end()
+            }
+            Value::Array(items) => {
+                let mut out = serializer.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    out.serialize_element(&Sorted(item))?;
+                }
+                out.end()
+            }
+            other => other.serialize(serializer),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn imports_are_found_with_their_format_and_escapes() {
+        let found = imports(
+            r#"let a = import "a.ncl" in
+# import "commented.ncl"
+let s = "import \"in-a-string.ncl\"" in
+{ b = import "dir/b.yaml" as 'Nickel, c = import "c\"q.json", d = "%{import "d.txt"}" }"#,
+        )
+        .unwrap();
+        assert_eq!(
+            found,
+            [
+                ("a.ncl".to_owned(), None),
+                ("dir/b.yaml".to_owned(), Some(InputFormat::Nickel)),
+                ("c\"q.json".to_owned(), None),
+                ("d.txt".to_owned(), None),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_package_import_is_refused_with_a_reason() {
+        let err = imports("import foo").unwrap_err();
+        assert!(err.contains("imports a package"), "{err}");
+    }
+
+    #[test]
+    fn tls_names_are_dns_labels_and_distinct() {
+        let long = format!("{}.in.example.org", "a".repeat(63));
+        for host in ["grafana.in.example.org", "in.example.org", long.as_str()] {
+            let name = tls_name(host);
+            assert!(name.len() <= 63, "{name}");
+            assert!(
+                name.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+                "{name}"
+            );
+        }
+        assert_ne!(tls_name("a-b.c.org"), tls_name("a-b.d.org"));
+        assert!(tls_name("grafana.in.example.org").starts_with("tls-grafana-"));
+    }
+
+    #[test]
+    fn configmap_keys_flatten_paths_and_refuse_what_kubernetes_refuses() {
+        assert_eq!(
+            configmap_key("examples/modular/routes.ncl").unwrap(),
+            "examples--modular--routes.ncl"
+        );
+        assert!(configmap_key("my routes.ncl").is_err());
+        assert!(configmap_key("..hidden/x.ncl").is_err());
+    }
+
+    #[test]
+    fn common_dir_is_the_deepest_shared_directory() {
+        let paths = [
+            PathBuf::from("/r/schema/examples/modular/workspace.ncl"),
+            PathBuf::from("/r/schema/examples/modular/routes.ncl"),
+            PathBuf::from("/r/schema/private_ingress.ncl"),
+        ];
+        assert_eq!(common_dir(paths.iter()), Path::new("/r/schema"));
+        assert_eq!(
+            normalize(Path::new("/r/a/../b/./c.ncl")),
+            Path::new("/r/b/c.ncl")
+        );
+    }
+}
