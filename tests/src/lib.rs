@@ -103,3 +103,5 @@ pub fn run(cmd: &mut Command) -> (i32, String, String) {
         String::from_utf8_lossy(&stderr).into_owned(),
     )
 }
+
+pub mod live;

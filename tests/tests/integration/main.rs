@@ -2,3 +2,6 @@
 
 /// `render --format sozu-toml` output accepted (and refused) by sozu's own `config check`.
 mod render_sozu;
+
+/// `private-ingress run` against a real sozu: what HTTPS clients see through it.
+mod live;

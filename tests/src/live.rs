@@ -1,0 +1,487 @@
+//! Processes for live tests: a real sozu, the real agent, loopback HTTP backends and an HTTPS
+//! client that reports the certificate a handshake received. Every process is killed on drop; on
+//! a failed test, [`Stack::logs`] gives both processes' logs.
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::{agent_bin, short_tempdir, sozu_bin};
+
+/// A loopback port nothing listens on. sozu binds with SO_REUSEPORT, so "bind succeeded" proves
+/// nothing about a port sozu holds; a plain bind without that option does fail there. Ports are
+/// never handed out twice in one test run.
+pub fn free_port() -> u16 {
+    static GIVEN: OnceLock<Mutex<BTreeSet<u16>>> = OnceLock::new();
+    let given = GIVEN.get_or_init(Default::default);
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("bind an ephemeral port")
+            .port();
+        let mut given = given.lock().unwrap_or_else(|p| p.into_inner());
+        if given.insert(port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// Polls `f` every 20 ms until it returns `Some`, or panics with `what` after `timeout`.
+pub fn eventually<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+struct Process {
+    child: Child,
+}
+
+impl Process {
+    fn spawn(cmd: &mut Command, log: &Path) -> Process {
+        let out = std::fs::File::create(log).expect("create a log file");
+        let err = out.try_clone().expect("clone the log file");
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        Process { child }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn signal(&self, signal: &str) {
+        let _ = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status();
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        self.signal("TERM");
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.kill();
+        None
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A loopback HTTP/1.1 server that answers every request with its own name.
+pub struct Backend {
+    pub name: String,
+    pub address: SocketAddr,
+    stop: Arc<AtomicBool>,
+}
+
+impl Backend {
+    pub fn start(name: &str) -> Backend {
+        let listener = TcpListener::bind(("127.0.0.1", free_port())).expect("bind a backend");
+        let address = listener.local_addr().expect("backend address");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let stop = Arc::new(AtomicBool::new(false));
+        let (body, stopped) = (name.to_owned(), stop.clone());
+        std::thread::spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        let body = body.clone();
+                        std::thread::spawn(move || serve(stream, &body));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        });
+        Backend {
+            name: name.to_owned(),
+            address,
+            stop,
+        }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Answers requests on one connection until the client closes it (keep-alive).
+fn serve(mut stream: TcpStream, body: &str) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(0) + 4;
+        buf.drain(..end);
+        let response = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        if stream.write_all(response.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// What an HTTPS request through sozu saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    /// SHA-256 of the leaf certificate's DER, lowercase hex.
+    pub fingerprint: String,
+    pub status: u16,
+    pub body: String,
+}
+
+#[derive(Debug)]
+struct AcceptAny;
+
+impl rustls::client::danger::ServerCertVerifier for AcceptAny {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        _: &[u8],
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+    fn verify_tls13_signature(
+        &self,
+        _: &[u8],
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        rustls::crypto::ring::default_provider()
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+fn tls_config() -> Arc<rustls::ClientConfig> {
+    static CONFIG: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .expect("protocol versions")
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AcceptAny))
+                .with_no_client_auth();
+            Arc::new(config)
+        })
+        .clone()
+}
+
+/// One HTTPS GET to `host` through `address` on a new connection: the certificate the handshake
+/// presented, and the response. Errors are strings: a test asserts on them or retries.
+pub fn https_get(address: SocketAddr, host: &str, path: &str) -> Result<Seen, String> {
+    let server_name =
+        rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
+    let mut conn =
+        rustls::ClientConnection::new(tls_config(), server_name).map_err(|e| e.to_string())?;
+    let mut sock = TcpStream::connect_timeout(&address, Duration::from_secs(2))
+        .map_err(|e| format!("connect: {e}"))?;
+    sock.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    let mut tls = rustls::Stream::new(&mut conn, &mut sock);
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    tls.write_all(request.as_bytes())
+        .map_err(|e| format!("handshake or write: {e}"))?;
+    let mut response = Vec::new();
+    let read = tls.read_to_end(&mut response);
+    let leaf = conn
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .ok_or("no peer certificate")?;
+    use sha2::Digest;
+    let fingerprint = sha2::Sha256::digest(leaf.as_ref())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    if response.is_empty() {
+        return Err(format!("empty response ({read:?})"));
+    }
+    let text = String::from_utf8_lossy(&response);
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("not HTTP: {text}"))?;
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
+    Ok(Seen {
+        fingerprint,
+        status,
+        body,
+    })
+}
+
+/// A certificate written under the tls dir, and its fingerprint.
+pub fn certificate(tls_dir: &Path, host: &str) -> String {
+    let pem = crate::write_certificate(tls_dir, host);
+    let der = pem_to_der(&pem);
+    use sha2::Digest;
+    sha2::Sha256::digest(&der)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn pem_to_der(pem: &str) -> Vec<u8> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes())
+        .expect("a PEM certificate")
+        .to_vec()
+}
+
+/// A route for [`Stack::workspace_text`].
+pub struct RouteSpec {
+    pub host: String,
+    pub upstream: String,
+    pub port: Option<u16>,
+}
+
+/// sozu, the agent and their files in one short temporary directory.
+pub struct Stack {
+    pub dir: tempfile::TempDir,
+    pub https: SocketAddr,
+    pub http: SocketAddr,
+    pub admin: SocketAddr,
+    sozu: Option<Process>,
+    agent: Option<Process>,
+    agent_runs: usize,
+}
+
+impl Stack {
+    pub fn new() -> Stack {
+        let dir = short_tempdir();
+        std::fs::create_dir_all(dir.path().join("run")).expect("run dir");
+        std::fs::create_dir_all(dir.path().join("tls")).expect("tls dir");
+        std::fs::create_dir_all(dir.path().join("ws")).expect("workspace dir");
+        let https = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        std::fs::write(
+            dir.path().join("sozu.toml"),
+            format!(
+                "command_socket = \"{run}/sozu.sock\"\nlog_level = \"info\"\nlog_target = \"stdout\"\n\
+                 worker_count = 1\nworker_automatic_restart = true\npid_file_path = \"{run}/sozu.pid\"\n\
+                 ctl_command_timeout = 5000\n",
+                run = dir.path().join("run").display()
+            ),
+        )
+        .expect("write sozu.toml");
+        Stack {
+            dir,
+            https,
+            http,
+            admin,
+            sozu: None,
+            agent: None,
+            agent_runs: 0,
+        }
+    }
+
+    pub fn tls_dir(&self) -> PathBuf {
+        self.dir.path().join("tls")
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("run/sozu.sock")
+    }
+
+    pub fn workspace_path(&self) -> PathBuf {
+        self.dir.path().join("ws/workspace.ncl")
+    }
+
+    pub fn workspace_text(&self, routes: &[RouteSpec]) -> String {
+        let mut text = format!(
+            "{{\n  zone = \"in.example.org\",\n  cluster_issuer = \"internal-ca\",\n  tls_dir = \"{}\",\n  \
+             listeners = {{ https = \"{}\", http = \"{}\" }},\n  routes = [\n",
+            self.tls_dir().display(),
+            self.https,
+            self.http
+        );
+        for r in routes {
+            match r.port {
+                Some(port) => text.push_str(&format!(
+                    "    {{ host = \"{}\", upstream = \"{}\", port = {port} }},\n",
+                    r.host, r.upstream
+                )),
+                None => text.push_str(&format!(
+                    "    {{ host = \"{}\", upstream = \"{}\" }},\n",
+                    r.host, r.upstream
+                )),
+            }
+        }
+        text.push_str("  ],\n}\n");
+        text
+    }
+
+    /// Writes the workspace in place.
+    pub fn write_workspace(&self, text: &str) {
+        std::fs::write(self.workspace_path(), text).expect("write the workspace");
+    }
+
+    pub fn start_sozu(&mut self) {
+        let log = self.dir.path().join("sozu.log");
+        let mut cmd = Command::new(sozu_bin());
+        cmd.arg("start")
+            .arg("-c")
+            .arg(self.dir.path().join("sozu.toml"));
+        // Append, so a restarted sozu does not erase the first one's log.
+        let previous = std::fs::read_to_string(&log).unwrap_or_default();
+        std::fs::write(self.dir.path().join("sozu.previous.log"), previous).ok();
+        self.sozu = Some(Process::spawn(&mut cmd, &log));
+        let socket = self.socket();
+        eventually(Duration::from_secs(10), "sozu's command socket", || {
+            std::os::unix::net::UnixStream::connect(&socket)
+                .ok()
+                .map(|_| ())
+        });
+    }
+
+    /// Kills sozu's main process (its workers exit with it).
+    pub fn kill_sozu(&mut self) {
+        if let Some(mut p) = self.sozu.take() {
+            p.kill();
+        }
+    }
+
+    pub fn start_agent(&mut self) {
+        self.agent_runs += 1;
+        let log = self
+            .dir
+            .path()
+            .join(format!("agent.{}.log", self.agent_runs));
+        let mut cmd = Command::new(agent_bin());
+        cmd.arg("run")
+            .arg("--workspace")
+            .arg(self.workspace_path())
+            .arg("--sozu-socket")
+            .arg(self.socket())
+            .arg("--admin-address")
+            .arg(self.admin.to_string())
+            .env("RUST_LOG", "info");
+        self.agent = Some(Process::spawn(&mut cmd, &log));
+    }
+
+    /// SIGTERM to the agent; returns whether it exited successfully in time.
+    pub fn stop_agent(&mut self) -> bool {
+        match self.agent.take() {
+            Some(mut p) => p
+                .terminate(Duration::from_secs(10))
+                .is_some_and(|s| s.success()),
+            None => false,
+        }
+    }
+
+    pub fn state(&self) -> Option<serde_json::Value> {
+        let body = ureq::get(&format!("http://{}/v1/state", self.admin))
+            .call()
+            .ok()?
+            .body_mut()
+            .read_to_string()
+            .ok()?;
+        serde_json::from_str(&body).ok()
+    }
+
+    pub fn ready(&self) -> bool {
+        ureq::get(&format!("http://{}/readyz", self.admin))
+            .call()
+            .is_ok()
+    }
+
+    pub fn wait_ready(&self, timeout: Duration) {
+        eventually(timeout, "the agent's /readyz", || {
+            self.ready().then_some(())
+        })
+    }
+
+    /// Both processes' logs, for failure messages.
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        let mut names: Vec<_> = std::fs::read_dir(self.dir.path())
+            .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
+            .unwrap_or_default();
+        names.sort();
+        for path in names {
+            if path.extension().is_some_and(|e| e == "log") {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                let tail: Vec<_> = text.lines().rev().take(60).collect();
+                out.push_str(&format!("--- {} (last 60 lines)\n", path.display()));
+                for line in tail.into_iter().rev() {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+        }
+        out
+    }
+}
+
+impl Default for Stack {
+    fn default() -> Self {
+        Stack::new()
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("{}", self.logs());
+        }
+    }
+}

@@ -1,0 +1,265 @@
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use private_ingress_tests::live::{
+    certificate, eventually, https_get, Backend, RouteSpec, Seen, Stack,
+};
+
+const READY: Duration = Duration::from_secs(20);
+
+fn host(i: usize) -> String {
+    format!("svc{i}.in.example.org")
+}
+
+/// `n` routes, each with its own certificate and its own backend answering with its name.
+fn routes(stack: &Stack, n: usize) -> (Vec<RouteSpec>, Vec<Backend>, BTreeMap<String, String>) {
+    let mut specs = Vec::new();
+    let mut backends = Vec::new();
+    let mut fingerprints = BTreeMap::new();
+    for i in 0..n {
+        let backend = Backend::start(&format!("backend-{i}"));
+        fingerprints.insert(host(i), certificate(&stack.tls_dir(), &host(i)));
+        specs.push(RouteSpec {
+            host: host(i),
+            upstream: backend.address.ip().to_string(),
+            port: Some(backend.address.port()),
+        });
+        backends.push(backend);
+    }
+    (specs, backends, fingerprints)
+}
+
+/// Each host's handshake presents its own certificate and its request reaches its own backend.
+fn assert_serves(stack: &Stack, fingerprints: &BTreeMap<String, String>) {
+    for (i, (host, fingerprint)) in fingerprints.iter().enumerate() {
+        let seen = https_get(stack.https, host, "/").unwrap_or_else(|e| panic!("{host}: {e}"));
+        let index: usize = host
+            .trim_start_matches("svc")
+            .split('.')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(i);
+        assert_eq!(
+            seen,
+            Seen {
+                fingerprint: fingerprint.clone(),
+                status: 200,
+                body: format!("backend-{index}"),
+            },
+            "{host}"
+        );
+    }
+}
+
+#[test]
+fn cold_start_serves_every_route_with_its_certificate() {
+    let mut stack = Stack::new();
+    let (specs, _backends, fingerprints) = routes(&stack, 25);
+    stack.write_workspace(&stack.workspace_text(&specs));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(READY);
+    assert_serves(&stack, &fingerprints);
+
+    // HTTP redirects to HTTPS.
+    let response = ureq::get(&format!("http://{}/", stack.http))
+        .header("Host", host(3))
+        .config()
+        .max_redirects(0)
+        .http_status_as_error(false)
+        .build()
+        .call()
+        .expect("http request");
+    assert_eq!(response.status(), 301);
+    assert_eq!(
+        response
+            .headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok()),
+        Some(format!("https://{}/", host(3)).as_str())
+    );
+}
+
+#[test]
+fn the_agent_started_before_sozu_converges_once_sozu_is_up() {
+    let mut stack = Stack::new();
+    let (specs, _backends, fingerprints) = routes(&stack, 3);
+    stack.write_workspace(&stack.workspace_text(&specs));
+    stack.start_agent();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!stack.ready(), "ready without sozu");
+    stack.start_sozu();
+    stack.wait_ready(READY);
+    assert_serves(&stack, &fingerprints);
+}
+
+#[test]
+fn editing_the_workspace_adds_changes_and_removes_routes() {
+    let mut stack = Stack::new();
+    let (mut specs, backends, mut fingerprints) = routes(&stack, 4);
+    stack.write_workspace(&stack.workspace_text(&specs[..3]));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(READY);
+
+    // Add the fourth route, in place.
+    stack.write_workspace(&stack.workspace_text(&specs));
+    eventually(Duration::from_secs(10), "the added route", || {
+        https_get(stack.https, &host(3), "/")
+            .ok()
+            .filter(|s| s.body == "backend-3")
+    });
+
+    // Point route 0 at backend 2, by a ConfigMap-style `..data` swap of the directory.
+    specs[0].port = Some(backends[2].address.port());
+    let ws_dir = stack.dir.path().join("ws");
+    let data = ws_dir.join("..2026_11_30_00_00_00.1");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("workspace.ncl"), stack.workspace_text(&specs)).unwrap();
+    std::fs::remove_file(stack.workspace_path()).unwrap();
+    std::os::unix::fs::symlink(&data, ws_dir.join("..data_tmp")).unwrap();
+    std::fs::rename(ws_dir.join("..data_tmp"), ws_dir.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/workspace.ncl", stack.workspace_path()).unwrap();
+    eventually(Duration::from_secs(10), "route 0 on backend 2", || {
+        https_get(stack.https, &host(0), "/")
+            .ok()
+            .filter(|s| s.body == "backend-2")
+    });
+
+    // Remove route 1: its host then gets sozu's default answer, not backend 1.
+    specs.remove(1);
+    fingerprints.remove(&host(1));
+    let next = ws_dir.join("..2026_11_30_00_00_01.2");
+    std::fs::create_dir_all(&next).unwrap();
+    std::fs::write(next.join("workspace.ncl"), stack.workspace_text(&specs)).unwrap();
+    std::os::unix::fs::symlink(&next, ws_dir.join("..data_tmp")).unwrap();
+    std::fs::rename(ws_dir.join("..data_tmp"), ws_dir.join("..data")).unwrap();
+    std::fs::remove_dir_all(&data).unwrap();
+    eventually(Duration::from_secs(10), "route 1 gone", || match https_get(
+        stack.https,
+        &host(1),
+        "/",
+    ) {
+        Ok(seen) if seen.body == "backend-1" => None,
+        _ => Some(()),
+    });
+    assert!(https_get(stack.https, &host(3), "/").is_ok_and(|s| s.body == "backend-3"));
+}
+
+#[test]
+fn a_broken_edit_keeps_the_last_good_state_serving() {
+    let mut stack = Stack::new();
+    let (specs, _backends, fingerprints) = routes(&stack, 2);
+    stack.write_workspace(&stack.workspace_text(&specs));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(READY);
+
+    stack.write_workspace("{ zone = \"in.example.org\", routes = [ { host = \"oops\" } ] ");
+    let error = eventually(
+        Duration::from_secs(10),
+        "the rejected edit in /v1/state",
+        || {
+            stack
+                .state()
+                .and_then(|s| s["workspace"]["last_error"].as_str().map(str::to_owned))
+        },
+    );
+    assert!(error.contains("workspace.ncl"), "{error}");
+    assert_serves(&stack, &fingerprints);
+    let metrics = ureq::get(&format!("http://{}/metrics", stack.admin))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    assert!(
+        metrics.contains("private_ingress_workspace_valid 0"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn a_restarted_sozu_gets_the_full_state_back_within_a_second() {
+    let mut stack = Stack::new();
+    let (specs, _backends, fingerprints) = routes(&stack, 10);
+    stack.write_workspace(&stack.workspace_text(&specs));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(READY);
+
+    stack.kill_sozu();
+    stack.start_sozu();
+    // start_sozu returns once the socket accepts connections.
+    let socket_up = Instant::now();
+    eventually(Duration::from_secs(1), "every route served again", || {
+        fingerprints
+            .iter()
+            .all(|(h, f)| https_get(stack.https, h, "/").is_ok_and(|s| &s.fingerprint == f))
+            .then_some(())
+    });
+    eprintln!(
+        "state back {:?} after the socket reappeared",
+        socket_up.elapsed()
+    );
+    assert_serves(&stack, &fingerprints);
+}
+
+#[test]
+fn a_restarted_agent_adopts_the_running_state_without_a_request_failing() {
+    let mut stack = Stack::new();
+    let (specs, _backends, fingerprints) = routes(&stack, 5);
+    stack.write_workspace(&stack.workspace_text(&specs));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(READY);
+    assert!(
+        stack.stop_agent(),
+        "the agent did not stop cleanly on SIGTERM"
+    );
+
+    let https = stack.https;
+    let (host0, fp0) = fingerprints
+        .iter()
+        .next()
+        .map(|(h, f)| (h.clone(), f.clone()))
+        .unwrap();
+    let load = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let mut failures = Vec::new();
+        let mut count = 0;
+        while Instant::now() < deadline {
+            match https_get(https, &host0, "/") {
+                Ok(seen) if seen.status == 200 && seen.fingerprint == fp0 => {}
+                other => failures.push(format!("{other:?}")),
+            }
+            count += 1;
+        }
+        (count, failures)
+    });
+    stack.start_agent();
+    stack.wait_ready(READY);
+    let (count, failures) = load.join().unwrap();
+    assert!(count > 10, "only {count} requests");
+    assert!(
+        failures.is_empty(),
+        "{} of {count} failed: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(3)]
+    );
+
+    // Nothing was re-sent: sozu already held the whole state, and no duplicate was made.
+    let state = stack.state().unwrap();
+    assert_eq!(state["counters"]["sozu_requests"], 0, "{state}");
+    for route in state["routes"].as_array().unwrap() {
+        assert_eq!(
+            route["certificate"]["served_fingerprints"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1,
+            "{route}"
+        );
+    }
+    assert_serves(&stack, &fingerprints);
+}
