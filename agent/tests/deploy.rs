@@ -282,6 +282,7 @@ fn reloader_mode_has_a_certificate_and_a_secret_volume_per_host() {
         [
             "examples--modular--routes.ncl",
             "examples--modular--workspace.ncl",
+            "private-ingress-workspace.ncl",
             "private_ingress.ncl",
             "sozu.toml",
         ]
@@ -290,11 +291,48 @@ fn reloader_mode_has_a_certificate_and_a_secret_volume_per_host() {
         config["private_ingress.ncl"],
         std::fs::read_to_string(repo().join("schema/private_ingress.ncl")).unwrap()
     );
-    let args = container(&docs, "initContainers", "agent")["args"].clone();
-    assert_eq!(
-        args[2],
-        "/etc/private-ingress/workspace/examples/modular/workspace.ncl"
-    );
+}
+
+/// The ConfigMap, laid out the way the kubelet mounts it, is a workspace the agent can load: the
+/// file it is given checks, with every route.
+#[test]
+fn the_mounted_configmap_is_the_same_workspace() {
+    for (workspace, summary) in [
+        (reference(), "3 routes in zone in.librecloud.online"),
+        (
+            repo().join("schema/examples/modular/workspace.ncl"),
+            "4 routes in zone in.example.org, tls_rotation reloader",
+        ),
+    ] {
+        let docs = documents(&render(&workspace, "k8s"));
+        let data = &find(&docs, "ConfigMap")[0]["data"];
+        let volume = pod_spec(&docs)["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "workspace")
+            .unwrap()
+            .clone();
+        let mount = tempfile::tempdir().unwrap();
+        for item in volume["configMap"]["items"].as_array().unwrap() {
+            let path = mount.path().join(item["path"].as_str().unwrap());
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, data[item["key"].as_str().unwrap()].as_str().unwrap()).unwrap();
+        }
+        let args = container(&docs, "initContainers", "agent")["args"].clone();
+        assert_eq!(args[1], "--workspace");
+        let entry = args[2].as_str().unwrap();
+        let relative = entry
+            .strip_prefix("/etc/private-ingress/workspace/")
+            .unwrap();
+        assert!(
+            !relative.contains('/'),
+            "the entry sits at the volume's root: {entry}"
+        );
+        let (code, out, err) = run(bin().arg("check").arg(mount.path().join(relative)));
+        assert_eq!(code, 0, "{}: {err}", workspace.display());
+        assert!(out.contains(summary), "{out}");
+    }
 }
 
 #[test]
