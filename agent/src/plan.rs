@@ -243,6 +243,93 @@ fn plan_certificates(actual: &Actual, desired: &Desired, address: SocketAddr, op
     }
 }
 
+/// What became of one planned request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Applied,
+    /// sozu said no; the connection is fine.
+    Refused(String),
+    /// Not sent: it depends on a request that was refused.
+    Skipped,
+    /// Not sent: the connection broke on this or an earlier request.
+    NotSent(String),
+}
+
+/// Why sending a request failed.
+pub enum SendError {
+    /// sozu refused this request; later ones may still go.
+    Refused(String),
+    /// The connection is gone; nothing more can be sent.
+    Broken(String),
+}
+
+/// Sends `ops` in order through `send`. A refusal holds back only the requests that depend on the
+/// refused one (a route's frontends on its certificate and its cluster), so one bad certificate
+/// does not keep every other route from being served; a broken connection stops everything.
+pub fn send_in_order(
+    ops: &[Op],
+    mut send: impl FnMut(&Op) -> Result<(), SendError>,
+) -> Vec<Outcome> {
+    let mut outcomes = Vec::with_capacity(ops.len());
+    let mut refused: Vec<&Op> = Vec::new();
+    let mut broken: Option<String> = None;
+    for op in ops {
+        if let Some(reason) = &broken {
+            outcomes.push(Outcome::NotSent(reason.clone()));
+            continue;
+        }
+        if refused.iter().any(|failed| depends_on(op, failed)) {
+            outcomes.push(Outcome::Skipped);
+            continue;
+        }
+        match send(op) {
+            Ok(()) => outcomes.push(Outcome::Applied),
+            Err(SendError::Refused(reason)) => {
+                refused.push(op);
+                outcomes.push(Outcome::Refused(reason));
+            }
+            Err(SendError::Broken(reason)) => {
+                broken = Some(reason.clone());
+                outcomes.push(Outcome::NotSent(reason));
+            }
+        }
+    }
+    outcomes
+}
+
+/// True when `later` must not be sent once `failed` was refused: a frontend needs its cluster,
+/// and an HTTPS frontend needs its host's certificate.
+pub fn depends_on(later: &Op, failed: &Op) -> bool {
+    let Op::AddFrontend(frontend) = later else {
+        return false;
+    };
+    match failed {
+        Op::AddCluster { id } => frontend.cluster_id.as_ref() == Some(id),
+        Op::AddCertificate { certificate, .. } | Op::ReplaceCertificate { certificate, .. } => {
+            frontend.protocol == Protocol::Https && certificate.names.contains(&frontend.hostname)
+        }
+        Op::AddListener { address, .. } | Op::ActivateListener { address, .. } => {
+            frontend.address == *address
+        }
+        _ => false,
+    }
+}
+
+/// The hosts or cluster ids a request concerns, to attribute its failure to routes.
+pub fn concerns(op: &Op) -> Vec<String> {
+    match op {
+        Op::AddCluster { id } | Op::RemoveCluster { id } => vec![id.clone()],
+        Op::AddBackend { cluster_id, .. } | Op::RemoveBackend { cluster_id, .. } => {
+            vec![cluster_id.clone()]
+        }
+        Op::AddCertificate { certificate, .. } | Op::ReplaceCertificate { certificate, .. } => {
+            certificate.names.iter().cloned().collect()
+        }
+        Op::AddFrontend(f) | Op::RemoveFrontend(f) => vec![f.hostname.clone()],
+        _ => vec![],
+    }
+}
+
 /// Applies `ops` to `actual` as sozu would, for the in-memory proxy used in tests and for keeping
 /// a shadow of what was applied.
 pub fn apply(actual: &mut Actual, op: &Op) {
@@ -569,6 +656,46 @@ mod tests {
             .frontends
             .iter()
             .all(|f| f.hostname == "a.in.example.org" && f.tags.contains_key(OWNER_TAG.0)));
+    }
+
+    #[test]
+    fn a_refused_certificate_holds_back_only_its_own_host() {
+        let ws = workspace(&[
+            ("a.in.example.org", "/", "10.0.0.1:80"),
+            ("b.in.example.org", "/", "10.0.0.2:80"),
+        ]);
+        let bad = cert("b.in.example.org", 2);
+        let ops = plan(
+            &Actual::default(),
+            &desired(&ws, &[cert("a.in.example.org", 1), bad.clone()]),
+        );
+        let mut sent = Actual::default();
+        let outcomes = send_in_order(&ops, |op| match op {
+            Op::AddCertificate { certificate, .. } if *certificate == bad => {
+                Err(SendError::Refused("KeyMismatch".into()))
+            }
+            op => {
+                apply(&mut sent, op);
+                Ok(())
+            }
+        });
+        let hosts: BTreeSet<_> = sent
+            .frontends
+            .iter()
+            .map(|f| (f.hostname.clone(), f.protocol))
+            .collect();
+        assert!(hosts.contains(&("a.in.example.org".to_owned(), Protocol::Https)));
+        assert!(
+            !hosts.contains(&("b.in.example.org".to_owned(), Protocol::Https)),
+            "{hosts:?}"
+        );
+        assert_eq!(
+            outcomes.iter().filter(|o| **o == Outcome::Skipped).count(),
+            1
+        );
+        // A broken connection stops everything after it.
+        let outcomes = send_in_order(&ops, |_| Err(SendError::Broken("EPIPE".into())));
+        assert!(outcomes.iter().all(|o| matches!(o, Outcome::NotSent(_))));
     }
 
     #[test]

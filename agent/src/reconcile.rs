@@ -29,9 +29,8 @@ pub trait Proxy: Send {
     /// connection, new worker processes), and then the state must be read again.
     fn generation(&mut self) -> impl Future<Output = Result<String, String>> + Send;
     fn read_state(&mut self) -> impl Future<Output = Result<Actual, String>> + Send;
-    /// Applies `ops` in order and stops at the first failure, returning how many succeeded and
-    /// the error, if any.
-    fn apply(&mut self, ops: Vec<Op>) -> impl Future<Output = (usize, Option<String>)> + Send;
+    /// Sends `ops` in order (see [`plan::send_in_order`]) and says what became of each.
+    fn apply(&mut self, ops: Vec<Op>) -> impl Future<Output = Vec<plan::Outcome>> + Send;
 }
 
 /// Name resolution for DNS upstreams.
@@ -157,6 +156,8 @@ pub struct Agent<P, R, L> {
     dns_errors: BTreeMap<String, String>,
     shadow: Option<Actual>,
     generation: Option<String>,
+    /// Refusals of the last pass, by host or cluster id.
+    route_errors: BTreeMap<String, String>,
     counters: Counters,
 }
 
@@ -173,6 +174,7 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
             dns_errors: BTreeMap::new(),
             shadow: None,
             generation: None,
+            route_errors: BTreeMap::new(),
             counters: Counters::default(),
         }
     }
@@ -373,22 +375,43 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
             return Ok(());
         }
         tracing::info!(requests = ops.len(), summary = ?plan::summary(&ops), "applying changes to sozu");
-        let (done, error) = self.proxy.apply(ops.clone()).await;
-        self.counters.sozu_requests += done as u64 + u64::from(error.is_some());
-        for op in &ops[..done] {
-            plan::apply(&mut shadow, op);
+        let outcomes = self.proxy.apply(ops.clone()).await;
+        let mut failures = Vec::new();
+        let mut broken = false;
+        self.route_errors.clear();
+        for (op, outcome) in ops.iter().zip(&outcomes) {
+            match outcome {
+                plan::Outcome::Applied => {
+                    self.counters.sozu_requests += 1;
+                    plan::apply(&mut shadow, op);
+                }
+                plan::Outcome::Refused(reason) => {
+                    self.counters.sozu_requests += 1;
+                    let message = format!("{}: {reason}", op.describe());
+                    for key in plan::concerns(op) {
+                        self.route_errors.insert(key, message.clone());
+                    }
+                    failures.push(message);
+                }
+                plan::Outcome::Skipped => {}
+                plan::Outcome::NotSent(reason) => {
+                    if !broken {
+                        failures.push(format!("{}: {reason}", op.describe()));
+                    }
+                    broken = true;
+                }
+            }
         }
-        match error {
-            None => {
-                self.shadow = Some(shadow);
-                Ok(())
-            }
-            Some(e) => {
-                // sozu may have half-applied the failed request: read it again next time.
-                self.generation = None;
-                let failed = ops.get(done).map(Op::describe).unwrap_or_default();
-                Err(format!("{failed}: {e}"))
-            }
+        if broken {
+            // The connection broke: whoever answers next may be a new sozu; read it again.
+            self.generation = None;
+        } else {
+            self.shadow = Some(shadow);
+        }
+        match failures.first() {
+            None => Ok(()),
+            Some(first) if failures.len() == 1 => Err(first.clone()),
+            Some(first) => Err(format!("{first} (and {} more)", failures.len() - 1)),
         }
     }
 
@@ -455,13 +478,17 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
                     _ => None,
                 };
                 let cert_error = cert_errors.get(&route.host).cloned();
-                let last_error = cert_error
-                    .clone()
-                    .or(dns_error)
-                    .or_else(|| sozu_error.clone());
+                let refused = self
+                    .route_errors
+                    .get(&route.host)
+                    .or_else(|| self.route_errors.get(&route.id))
+                    .cloned();
+                let last_error = cert_error.clone().or(refused).or(dns_error);
                 let state = if held.contains_key(&route.id) || backends_desired.is_empty() {
                     "pending"
-                } else if last_error.is_some() || !ready && sozu_error.is_some() {
+                } else if last_error.is_some()
+                    || (self.route_errors.is_empty() && sozu_error.is_some())
+                {
                     "error"
                 } else {
                     "ok"
@@ -517,16 +544,16 @@ mod tests {
         async fn read_state(&mut self) -> Result<Actual, String> {
             Ok(self.0.lock().unwrap().actual.clone())
         }
-        async fn apply(&mut self, ops: Vec<Op>) -> (usize, Option<String>) {
+        async fn apply(&mut self, ops: Vec<Op>) -> Vec<plan::Outcome> {
             let mut s = self.0.lock().unwrap();
-            for (i, op) in ops.iter().enumerate() {
+            plan::send_in_order(&ops, |op| {
                 if s.failures_left > 0 {
                     s.failures_left -= 1;
-                    return (i, Some("refused".into()));
+                    return Err(plan::SendError::Refused("refused".into()));
                 }
                 plan::apply(&mut s.actual, op);
-            }
-            (ops.len(), None)
+                Ok(())
+            })
         }
     }
 

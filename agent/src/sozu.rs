@@ -514,17 +514,19 @@ impl crate::reconcile::Proxy for SozuProxy {
             .map_err(|e| e.to_string())
     }
 
-    async fn apply(&mut self, ops: Vec<Op>) -> (usize, Option<String>) {
+    async fn apply(&mut self, ops: Vec<Op>) -> Vec<crate::plan::Outcome> {
+        let count = ops.len();
         let result = self
             .with_client(move |c| {
-                for (done, op) in ops.iter().enumerate() {
-                    if let Err(e) = c.apply(op) {
-                        return (done, Some(e.to_string()));
+                crate::plan::send_in_order(&ops, |op| match c.apply(op) {
+                    Ok(()) => Ok(()),
+                    Err(SozuError::Refused { message, .. }) => {
+                        Err(crate::plan::SendError::Refused(message))
                     }
-                }
-                (ops.len(), None)
+                    Err(e) => Err(crate::plan::SendError::Broken(e.to_string())),
+                })
             })
             .await;
-        result.unwrap_or_else(|e| (0, Some(e)))
+        result.unwrap_or_else(|e| vec![crate::plan::Outcome::NotSent(e); count])
     }
 }

@@ -401,6 +401,11 @@ impl Stack {
     }
 
     pub fn start_agent(&mut self) {
+        self.start_agent_with(&[], &[("RUST_LOG", "info")]);
+    }
+
+    /// Starts the agent with extra arguments and environment variables.
+    pub fn start_agent_with(&mut self, args: &[&str], env: &[(&str, &str)]) {
         self.agent_runs += 1;
         let log = self
             .dir
@@ -414,7 +419,8 @@ impl Stack {
             .arg(self.socket())
             .arg("--admin-address")
             .arg(self.admin.to_string())
-            .env("RUST_LOG", "info");
+            .args(args)
+            .envs(env.iter().copied());
         self.agent = Some(Process::spawn(&mut cmd, &log));
     }
 
@@ -448,6 +454,16 @@ impl Stack {
         eventually(timeout, "the agent's /readyz", || {
             self.ready().then_some(())
         })
+    }
+
+    /// Everything every agent run of this stack logged.
+    pub fn agent_logs(&self) -> String {
+        (1..=self.agent_runs)
+            .map(|i| {
+                std::fs::read_to_string(self.dir.path().join(format!("agent.{i}.log")))
+                    .unwrap_or_default()
+            })
+            .collect()
     }
 
     /// Both processes' logs, for failure messages.

@@ -263,3 +263,127 @@ fn a_restarted_agent_adopts_the_running_state_without_a_request_failing() {
     }
     assert_serves(&stack, &fingerprints);
 }
+
+#[test]
+fn a_killed_sozu_worker_is_replaced_and_routes_keep_serving() {
+    let mut stack = Stack::new();
+    let (specs, _backends, fingerprints) = routes(&stack, 3);
+    stack.write_workspace(&stack.workspace_text(&specs));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(READY);
+
+    let pid_text = std::fs::read_to_string(stack.dir.path().join("run/sozu.pid")).unwrap();
+    let main_pid = pid_text.trim();
+    let children = std::process::Command::new("pgrep")
+        .args(["-P", main_pid])
+        .output()
+        .unwrap();
+    let worker = String::from_utf8_lossy(&children.stdout)
+        .lines()
+        .next()
+        .expect("sozu has a worker")
+        .to_owned();
+    std::process::Command::new("kill")
+        .args(["-KILL", &worker])
+        .status()
+        .unwrap();
+
+    eventually(
+        Duration::from_secs(5),
+        "every route served by the new worker",
+        || {
+            fingerprints
+                .iter()
+                .all(|(h, f)| https_get(stack.https, h, "/").is_ok_and(|s| &s.fingerprint == f))
+                .then_some(())
+        },
+    );
+    // The agent sees a new worker generation and reads sozu again, which already holds it all.
+    stack.wait_ready(READY);
+}
+
+/// Private key bytes never reach a log line, /v1/state, /metrics or `status`, even with debug
+/// logs in JSON and a failing certificate in the mix.
+#[test]
+fn private_keys_appear_nowhere_the_agent_writes() {
+    let mut stack = Stack::new();
+    let (mut specs, _backends, _) = routes(&stack, 3);
+    // A host whose key does not match its certificate: sozu refuses it, the agent reports it.
+    let bad = "bad.in.example.org";
+    certificate(&stack.tls_dir(), bad);
+    let other = rcgen::generate_simple_self_signed(vec![bad.to_owned()]).unwrap();
+    std::fs::write(
+        stack.tls_dir().join(bad).join("tls.key"),
+        other.signing_key.serialize_pem(),
+    )
+    .unwrap();
+    specs.push(RouteSpec {
+        host: bad.into(),
+        upstream: "127.0.0.1".into(),
+        port: Some(9),
+    });
+    stack.write_workspace(&stack.workspace_text(&specs));
+    stack.start_sozu();
+    stack.start_agent_with(&["--log-format", "json"], &[("RUST_LOG", "debug")]);
+    // The refused certificate holds back its own host only.
+    eventually(READY, "the good routes served", || {
+        (0..3)
+            .all(|i| https_get(stack.https, &host(i), "/").is_ok_and(|s| s.status == 200))
+            .then_some(())
+    });
+    let bad_error = eventually(READY, "the refusal reported on the bad route", || {
+        stack.state().and_then(|s| {
+            s["routes"]
+                .as_array()?
+                .iter()
+                .find(|r| r["host"] == bad)
+                .and_then(|r| r["last_error"].as_str().map(str::to_owned))
+        })
+    });
+    assert!(bad_error.contains("certificate"), "{bad_error}");
+    assert!(!stack.ready());
+
+    let mut written = String::new();
+    written.push_str(&serde_json::to_string(&stack.state().unwrap()).unwrap());
+    for path in ["/metrics", "/readyz", "/healthz"] {
+        if let Ok(mut r) = ureq::get(&format!("http://{}{path}", stack.admin))
+            .config()
+            .http_status_as_error(false)
+            .build()
+            .call()
+        {
+            written.push_str(&r.body_mut().read_to_string().unwrap_or_default());
+        }
+    }
+    let status = std::process::Command::new(private_ingress_tests::agent_bin())
+        .args(["status", "--admin-address", &stack.admin.to_string()])
+        .output()
+        .unwrap();
+    written.push_str(&String::from_utf8_lossy(&status.stdout));
+    written.push_str(&stack.agent_logs());
+    assert!(
+        written.len() > 1000,
+        "too little output to mean anything: {written}"
+    );
+
+    let mut keys = 0;
+    for entry in std::fs::read_dir(stack.tls_dir()).unwrap() {
+        let key = std::fs::read_to_string(entry.unwrap().path().join("tls.key")).unwrap();
+        for line in key
+            .lines()
+            .filter(|l| !l.starts_with("-----") && l.len() >= 16)
+        {
+            assert!(
+                !written.contains(line),
+                "key material found in the agent's output"
+            );
+            keys += 1;
+        }
+    }
+    assert!(keys >= 4);
+    assert!(
+        !written.contains("PRIVATE KEY"),
+        "a PEM key header in the agent's output"
+    );
+}
