@@ -30,6 +30,9 @@ pub fn watch(
     let routes: Vec<(PathBuf, Trigger)> = dirs.clone();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         match event {
+            // Reads are not changes, and the agent's own reads of the workspace would otherwise
+            // trigger the reload that reads it again, forever.
+            Ok(event) if matches!(event.kind, notify::EventKind::Access(_)) => {}
             Ok(event) => {
                 for (dir, trigger) in &routes {
                     if event

@@ -404,6 +404,19 @@ impl Stack {
         self.start_agent_with(&[], &[("RUST_LOG", "info")]);
     }
 
+    /// The agent's process id, while it runs.
+    pub fn agent_pid(&self) -> Option<u32> {
+        self.agent.as_ref().map(Process::pid)
+    }
+
+    /// Starts sozu with another configuration file (for baselines that load state from a file).
+    pub fn start_sozu_with_config(&mut self, config: &Path) {
+        let log = self.dir.path().join("sozu.log");
+        let mut cmd = Command::new(sozu_bin());
+        cmd.arg("start").arg("-c").arg(config);
+        self.sozu = Some(Process::spawn(&mut cmd, &log));
+    }
+
     /// Starts the agent with extra arguments and environment variables.
     pub fn start_agent_with(&mut self, args: &[&str], env: &[(&str, &str)]) {
         self.agent_runs += 1;
