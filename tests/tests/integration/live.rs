@@ -387,3 +387,23 @@ fn private_keys_appear_nowhere_the_agent_writes() {
         "a PEM key header in the agent's output"
     );
 }
+
+/// Regression: the agent's own reads of the workspace used to fire the directory watch, and each
+/// reload read it again. Idle, nothing but the timers may wake the loop.
+#[test]
+fn an_idle_agent_stays_idle() {
+    let mut stack = Stack::new();
+    let (specs, _backends, _) = routes(&stack, 2);
+    stack.write_workspace(&stack.workspace_text(&specs));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(READY);
+    let passes = |stack: &Stack| {
+        stack.state().unwrap()["counters"]["reconciles"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = passes(&stack);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(passes(&stack), before, "the loop ran while nothing changed");
+}
