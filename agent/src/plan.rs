@@ -178,6 +178,9 @@ pub fn plan(actual: &Actual, desired: &Desired) -> Vec<Op> {
             ops.push(Op::RemoveCluster { id: id.clone() });
         }
     }
+    // Group by phase (stable, so the order above holds within each): every operation of a
+    // phase can then be sent concurrently, see `send_in_phases`.
+    ops.sort_by_key(phase);
     ops
 }
 
@@ -295,6 +298,99 @@ pub fn send_in_order(
         }
     }
     outcomes
+}
+
+/// Which step of the plan's order an operation belongs to. Operations of one phase are
+/// independent of each other and may be sent concurrently; phases go strictly in order.
+pub fn phase(op: &Op) -> u8 {
+    match op {
+        Op::AddListener { .. } => 0,
+        Op::ActivateListener { .. } => 1,
+        Op::AddCluster { .. } => 2,
+        Op::AddBackend { .. } => 3,
+        Op::AddCertificate { .. } | Op::ReplaceCertificate { .. } => 4,
+        Op::RemoveCertificate { .. } => 5,
+        Op::RemoveFrontend(_) => 6,
+        Op::AddFrontend(_) => 7,
+        Op::RemoveBackend { .. } => 8,
+        Op::RemoveCluster { .. } => 9,
+    }
+}
+
+/// Like [`send_in_order`], but the operations of one phase are spread over `lanes` connections
+/// (lane `i` of `send`), which sozu serves concurrently: a cold start of a thousand routes is
+/// bound by round trips, not by work. Phases still run strictly one after the other.
+pub fn send_in_phases(
+    ops: &[Op],
+    lanes: usize,
+    send: impl Fn(usize, &Op) -> Result<(), SendError> + Sync,
+) -> Vec<Outcome> {
+    let lanes = lanes.max(1);
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; ops.len()];
+    let mut refused: Vec<usize> = Vec::new();
+    let mut broken: Option<String> = None;
+    let mut start = 0;
+    while start < ops.len() {
+        let current = phase(&ops[start]);
+        let end = ops[start..]
+            .iter()
+            .position(|op| phase(op) != current)
+            .map_or(ops.len(), |n| start + n);
+        let mut todo = Vec::new();
+        for i in start..end {
+            if let Some(reason) = &broken {
+                outcomes[i] = Some(Outcome::NotSent(reason.clone()));
+            } else if refused.iter().any(|&r| depends_on(&ops[i], &ops[r])) {
+                outcomes[i] = Some(Outcome::Skipped);
+            } else {
+                todo.push(i);
+            }
+        }
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let results: Vec<(usize, Outcome)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..lanes.min(todo.len().max(1)))
+                .map(|lane| {
+                    let (todo, send, stop, lanes) = (&todo, &send, &stop, lanes);
+                    scope.spawn(move || {
+                        let mut done = Vec::new();
+                        for &i in todo.iter().skip(lane).step_by(lanes) {
+                            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                                done.push((i, Outcome::NotSent("connection lost".into())));
+                                continue;
+                            }
+                            let outcome = match send(lane, &ops[i]) {
+                                Ok(()) => Outcome::Applied,
+                                Err(SendError::Refused(reason)) => Outcome::Refused(reason),
+                                Err(SendError::Broken(reason)) => {
+                                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                                    Outcome::NotSent(reason)
+                                }
+                            };
+                            done.push((i, outcome));
+                        }
+                        done
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_default())
+                .collect()
+        });
+        for (i, outcome) in results {
+            match &outcome {
+                Outcome::Refused(_) => refused.push(i),
+                Outcome::NotSent(reason) if broken.is_none() => broken = Some(reason.clone()),
+                _ => {}
+            }
+            outcomes[i] = Some(outcome);
+        }
+        start = end;
+    }
+    outcomes
+        .into_iter()
+        .map(|o| o.unwrap_or(Outcome::NotSent("not attempted".into())))
+        .collect()
 }
 
 /// True when `later` must not be sent once `failed` was refused: a frontend needs its cluster,
@@ -696,6 +792,47 @@ mod tests {
         // A broken connection stops everything after it.
         let outcomes = send_in_order(&ops, |_| Err(SendError::Broken("EPIPE".into())));
         assert!(outcomes.iter().all(|o| matches!(o, Outcome::NotSent(_))));
+    }
+
+    #[test]
+    fn phases_sent_over_several_lanes_converge_like_one_lane() {
+        let routes: Vec<(String, String)> = (0..40)
+            .map(|i| {
+                (
+                    format!("h{i}.in.example.org"),
+                    format!("10.0.0.{}:80", i + 1),
+                )
+            })
+            .collect();
+        let spec: Vec<(&str, &str, &str)> = routes
+            .iter()
+            .map(|(h, u)| (h.as_str(), "/", u.as_str()))
+            .collect();
+        let certs: Vec<_> = routes
+            .iter()
+            .enumerate()
+            .map(|(i, (h, _))| cert(h, i as u8))
+            .collect();
+        let ws = workspace(&spec);
+        let want = desired(&ws, &certs);
+        let ops = plan(&Actual::default(), &want);
+        // Phases are contiguous in a plan.
+        let phases: Vec<u8> = ops.iter().map(phase).collect();
+        assert!(phases.windows(2).all(|w| w[0] <= w[1]), "{phases:?}");
+        let sent = std::sync::Mutex::new(Actual::default());
+        let seen_phase = std::sync::Mutex::new(0u8);
+        let outcomes = send_in_phases(&ops, 4, |_, op| {
+            let mut last = seen_phase.lock().unwrap();
+            assert!(
+                phase(op) >= *last,
+                "a phase started before the previous one ended"
+            );
+            *last = phase(op);
+            apply(&mut sent.lock().unwrap(), op);
+            Ok(())
+        });
+        assert!(outcomes.iter().all(|o| *o == Outcome::Applied));
+        assert_eq!(plan(&sent.into_inner().unwrap(), &want), []);
     }
 
     #[test]

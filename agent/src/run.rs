@@ -86,10 +86,12 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         path: args.workspace.clone(),
         limits: args.eval.limits(),
     };
-    let proxy = SozuProxy::new(SozuClient::new(
-        &args.sozu_socket,
-        Duration::from_millis(args.sozu_timeout_ms),
-    ));
+    let timeout = Duration::from_millis(args.sozu_timeout_ms);
+    let proxy = SozuProxy::new(
+        (0..args.sozu_connections)
+            .map(|_| SozuClient::new(&args.sozu_socket, timeout))
+            .collect(),
+    );
     let settings = Settings {
         tls_dir: args.tls_dir.clone(),
         resync: (args.resync_interval > 0).then(|| Duration::from_secs(args.resync_interval)),

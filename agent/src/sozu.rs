@@ -464,17 +464,21 @@ pub fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(ms.min(2_000))
 }
 
-/// [`crate::reconcile::Proxy`] over a real sozu: the blocking client runs on tokio's blocking
-/// pool, one plan per hop.
+/// [`crate::reconcile::Proxy`] over a real sozu: blocking clients on tokio's blocking pool. Queries
+/// go through the first connection; a plan's independent requests are spread over all of them.
 pub struct SozuProxy {
-    client: std::sync::Arc<std::sync::Mutex<SozuClient>>,
+    clients: Vec<std::sync::Arc<std::sync::Mutex<SozuClient>>>,
     epoch: u64,
 }
 
 impl SozuProxy {
-    pub fn new(client: SozuClient) -> SozuProxy {
+    /// `clients` are connections to the same socket (at least one).
+    pub fn new(clients: Vec<SozuClient>) -> SozuProxy {
         SozuProxy {
-            client: std::sync::Arc::new(std::sync::Mutex::new(client)),
+            clients: clients
+                .into_iter()
+                .map(|c| std::sync::Arc::new(std::sync::Mutex::new(c)))
+                .collect(),
             epoch: 0,
         }
     }
@@ -483,7 +487,11 @@ impl SozuProxy {
         &self,
         f: impl FnOnce(&mut SozuClient) -> T + Send + 'static,
     ) -> Result<T, String> {
-        let client = self.client.clone();
+        let client = self
+            .clients
+            .first()
+            .cloned()
+            .ok_or_else(|| "no sozu connection configured".to_owned())?;
         tokio::task::spawn_blocking(move || {
             let mut guard = client.lock().unwrap_or_else(|p| p.into_inner());
             f(&mut guard)
@@ -504,6 +512,13 @@ impl crate::reconcile::Proxy for SozuProxy {
             .map_err(|e| e.to_string())?;
         if new_connection {
             self.epoch += 1;
+            // The other lanes may still talk to the previous sozu: reconnect them too.
+            for client in &self.clients[1..] {
+                client
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .disconnect();
+            }
         }
         Ok(format!("connection {} workers {:?}", self.epoch, pids))
     }
@@ -516,17 +531,20 @@ impl crate::reconcile::Proxy for SozuProxy {
 
     async fn apply(&mut self, ops: Vec<Op>) -> Vec<crate::plan::Outcome> {
         let count = ops.len();
-        let result = self
-            .with_client(move |c| {
-                crate::plan::send_in_order(&ops, |op| match c.apply(op) {
+        let clients = self.clients.clone();
+        let result = tokio::task::spawn_blocking(move || {
+            crate::plan::send_in_phases(&ops, clients.len(), |lane, op| {
+                let mut client = clients[lane].lock().unwrap_or_else(|p| p.into_inner());
+                match client.apply(op) {
                     Ok(()) => Ok(()),
                     Err(SozuError::Refused { message, .. }) => {
                         Err(crate::plan::SendError::Refused(message))
                     }
                     Err(e) => Err(crate::plan::SendError::Broken(e.to_string())),
-                })
+                }
             })
-            .await;
-        result.unwrap_or_else(|e| vec![crate::plan::Outcome::NotSent(e); count])
+        })
+        .await;
+        result.unwrap_or_else(|e| vec![crate::plan::Outcome::NotSent(e.to_string()); count])
     }
 }
