@@ -26,18 +26,109 @@ pub enum CertError {
     NoCertificate { path: PathBuf },
     #[error("{}: the leaf certificate does not parse: {reason}", path.display())]
     BadLeaf { path: PathBuf, reason: String },
+    #[error("{}: the leaf is a CA certificate", path.display())]
+    CaAsLeaf { path: PathBuf },
+    #[error("{}: the chain is out of order (certificate {index} did not issue the one before it)", path.display())]
+    ChainOrder { path: PathBuf, index: usize },
     #[error("{}: no private key found", path.display())]
     NoKey { path: PathBuf },
+    #[error("{}: the private key is encrypted; sozu needs it in the clear", path.display())]
+    EncryptedKey { path: PathBuf },
+    #[error("{}: unsupported private key: {reason}", path.display())]
+    UnsupportedKey { path: PathBuf, reason: String },
+    #[error("{}: the private key does not match the leaf certificate", path.display())]
+    KeyMismatch { path: PathBuf },
+    #[error("{}: not valid yet (valid from {not_before})", path.display())]
+    NotYetValid { path: PathBuf, not_before: String },
+    #[error("{}: expired (valid until {not_after})", path.display())]
+    Expired { path: PathBuf, not_after: String },
+    #[error("{}: does not cover {host} (it names {names})", path.display())]
+    WrongName {
+        path: PathBuf,
+        host: String,
+        names: String,
+    },
+    #[error("{}: the certificate files kept changing while being read", dir.display())]
+    Unstable { dir: PathBuf },
 }
 
-/// Reads and parses the pair of `host` under `tls_dir`.
-pub fn load(tls_dir: &Path, host: &str) -> Result<Certificate, CertError> {
+impl CertError {
+    /// A short, stable name of the failure, for metrics labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            CertError::Unreadable { .. } => "unreadable",
+            CertError::NoCertificate { .. } => "no_certificate",
+            CertError::BadLeaf { .. } => "bad_leaf",
+            CertError::CaAsLeaf { .. } => "ca_as_leaf",
+            CertError::ChainOrder { .. } => "chain_order",
+            CertError::NoKey { .. } => "no_key",
+            CertError::EncryptedKey { .. } => "encrypted_key",
+            CertError::UnsupportedKey { .. } => "unsupported_key",
+            CertError::KeyMismatch { .. } => "key_mismatch",
+            CertError::NotYetValid { .. } => "not_yet_valid",
+            CertError::Expired { .. } => "expired",
+            CertError::WrongName { .. } => "wrong_name",
+            CertError::Unstable { .. } => "unstable",
+        }
+    }
+}
+
+/// How many times a read is retried when the volume's `..data` link moves under it.
+const READ_ATTEMPTS: usize = 5;
+
+/// Reads, parses and validates the pair of `host` under `tls_dir`, as of `now` (Unix seconds).
+///
+/// A Kubernetes volume (cert-manager's CSI driver, a Secret) swaps a `..data` symlink to a new
+/// timestamped directory and removes the old one at once. Reading `tls.crt` and then `tls.key`
+/// through the visible links could straddle a swap and pair one renewal's certificate with
+/// another's key; so `..data` is resolved once, both files are read from the directory it
+/// names, and the link is checked again afterwards (a moved link or a vanished file means a swap
+/// was under way: read again).
+pub fn load(tls_dir: &Path, host: &str, now: i64) -> Result<Certificate, CertError> {
     let dir = tls_dir.join(host);
-    let crt_path = dir.join("tls.crt");
-    let key_path = dir.join("tls.key");
-    let crt = read_bounded(&crt_path)?;
-    let key = read_bounded(&key_path)?;
-    parse(&crt, &crt_path, &key, &key_path)
+    let (crt, crt_path, key, key_path) = read_pair(&dir)?;
+    parse(&crt, &crt_path, &key, &key_path, host, now)
+}
+
+fn read_pair(dir: &Path) -> Result<(Vec<u8>, PathBuf, Vec<u8>, PathBuf), CertError> {
+    let data = dir.join("..data");
+    for _ in 0..READ_ATTEMPTS {
+        let target = std::fs::read_link(&data).ok();
+        let base = match &target {
+            Some(target) => dir.join(target),
+            None => dir.to_owned(),
+        };
+        let (crt_path, key_path) = (base.join("tls.crt"), base.join("tls.key"));
+        let pair = read_bounded(&crt_path).and_then(|crt| Ok((crt, read_bounded(&key_path)?)));
+        let moved = target.is_some() && std::fs::read_link(&data).ok() != target;
+        match pair {
+            Ok(_) if moved => continue,
+            Ok((crt, key)) => {
+                // Errors name the visible paths, which are what an operator looks at.
+                return Ok((crt, dir.join("tls.crt"), key, dir.join("tls.key")));
+            }
+            Err(CertError::Unreadable { ref reason, .. })
+                if target.is_some() && (moved || reason == "no such file") =>
+            {
+                continue
+            }
+            Err(e) => return Err(visible(e, dir)),
+        }
+    }
+    Err(CertError::Unstable {
+        dir: dir.to_owned(),
+    })
+}
+
+/// Names the visible file (`<dir>/tls.crt`) rather than the timestamped directory behind it.
+fn visible(err: CertError, dir: &Path) -> CertError {
+    match err {
+        CertError::Unreadable { path, reason } => CertError::Unreadable {
+            path: dir.join(path.file_name().unwrap_or_default()),
+            reason,
+        },
+        other => other,
+    }
 }
 
 fn read_bounded(path: &Path) -> Result<Vec<u8>, CertError> {
@@ -64,12 +155,15 @@ fn io_reason(err: &std::io::Error) -> String {
     }
 }
 
-/// Parses a chain and a key already in memory; the paths only name them in errors.
+/// Parses and validates a chain and a key already in memory, for `host` as of `now` (Unix
+/// seconds); the paths only name them in errors.
 pub fn parse(
     crt: &[u8],
     crt_path: &Path,
     key: &[u8],
     key_path: &Path,
+    host: &str,
+    now: i64,
 ) -> Result<Certificate, CertError> {
     let ders: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(crt)
         .collect::<Result<_, _>>()
@@ -79,14 +173,75 @@ pub fn parse(
     let leaf_der = ders.first().ok_or_else(|| CertError::NoCertificate {
         path: crt_path.to_owned(),
     })?;
-    let (_, leaf) =
-        X509Certificate::from_der(leaf_der.as_ref()).map_err(|e| CertError::BadLeaf {
+    let parsed: Vec<X509Certificate<'_>> = ders
+        .iter()
+        .map(|der| X509Certificate::from_der(der.as_ref()).map(|(_, c)| c))
+        .collect::<Result<_, _>>()
+        .map_err(|e| CertError::BadLeaf {
             path: crt_path.to_owned(),
             reason: e.to_string(),
         })?;
+    let leaf = &parsed[0];
+    if leaf.is_ca() {
+        return Err(CertError::CaAsLeaf {
+            path: crt_path.to_owned(),
+        });
+    }
+    for (index, pair) in parsed.windows(2).enumerate() {
+        if pair[0].issuer() != pair[1].subject() {
+            return Err(CertError::ChainOrder {
+                path: crt_path.to_owned(),
+                index: index + 1,
+            });
+        }
+    }
+
+    if std::str::from_utf8(key).is_ok_and(|k| k.contains("ENCRYPTED")) {
+        return Err(CertError::EncryptedKey {
+            path: key_path.to_owned(),
+        });
+    }
     let key_der = PrivateKeyDer::from_pem_slice(key).map_err(|_| CertError::NoKey {
         path: key_path.to_owned(),
     })?;
+    // The same key loader sozu's TLS stack uses: what it refuses here, sozu would refuse.
+    let signing = rustls::crypto::ring::sign::any_supported_type(&key_der).map_err(|e| {
+        CertError::UnsupportedKey {
+            path: key_path.to_owned(),
+            reason: e.to_string(),
+        }
+    })?;
+    let matches = signing
+        .public_key()
+        .is_some_and(|spki| spki.as_ref() == leaf.public_key().raw);
+    if !matches {
+        return Err(CertError::KeyMismatch {
+            path: key_path.to_owned(),
+        });
+    }
+
+    let validity = leaf.validity();
+    if now < validity.not_before.timestamp() {
+        return Err(CertError::NotYetValid {
+            path: crt_path.to_owned(),
+            not_before: validity.not_before.to_string(),
+        });
+    }
+    if now > validity.not_after.timestamp() {
+        return Err(CertError::Expired {
+            path: crt_path.to_owned(),
+            not_after: validity.not_after.to_string(),
+        });
+    }
+    let names = names(leaf);
+    if !names.iter().any(|n| covers(n, host)) {
+        return Err(CertError::WrongName {
+            path: crt_path.to_owned(),
+            host: host.to_owned(),
+            names: names.iter().cloned().collect::<Vec<_>>().join(", "),
+        });
+    }
+
     // Re-encode from the DER that parsed, so what sozu receives is exactly what was checked.
     let chain = ders
         .iter()
@@ -101,9 +256,20 @@ pub fn parse(
         fingerprint: fingerprint(leaf_der.as_ref()),
         chain,
         key: KeyPem::new(pem(key_label, key_der.secret_der())),
-        not_after: leaf.validity().not_after.timestamp(),
-        names: names(&leaf),
+        not_after: validity.not_after.timestamp(),
+        names,
     })
+}
+
+/// Whether certificate name `name` covers `host`: equal, or a `*.` wildcard for exactly one
+/// leading label (RFC 6125).
+pub fn covers(name: &str, host: &str) -> bool {
+    match name.strip_prefix("*.") {
+        Some(suffix) => host
+            .split_once('.')
+            .is_some_and(|(label, rest)| !label.is_empty() && rest == suffix),
+        None => name == host,
+    }
 }
 
 /// SHA-256 of the DER, lowercase hex: sozu's certificate fingerprint.
@@ -163,28 +329,67 @@ fn pem(label: &str, der: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 
-    fn pair(host: &str) -> (String, String) {
-        let c = rcgen::generate_simple_self_signed(vec![host.to_owned()]).unwrap();
-        (c.cert.pem(), c.signing_key.serialize_pem())
+    /// 2026-06-01: inside the validity of the test certificates below.
+    const NOW: i64 = 1_780_272_000;
+    const HOST: &str = "a.in.example.org";
+
+    /// A throwaway P-521 key made for this test: sozu's TLS stack (rustls with ring) cannot sign
+    /// with P-521, and ring cannot generate one at test time.
+    const P521_KEY: &str = "-----BEGIN PRIVATE KEY-----\nMIHuAgEAMBAGByqGSM49AgEGBSuBBAAjBIHWMIHTAgEBBEIBN78qdztdbobk9dTy\nFcmmLLpFkSh3eqer/FvRUVVCW/RxoiRjn1aPulcajvFylGsTS+FW8pe4DM41U757\n9saNkeihgYkDgYYABAFw9jSkSuT7VucLrl0G6XosNRwyfw8X/sVEGz7KE0YizPk3\n0QGRMWYJZ0XeyLGPl3c+gAt8YBlANssHy1Tr3Cv/1QAkMSVrZ8lk4yl86bw2W8UQ\njUvlIRjiKH7FwAMnFZjb5Wl49VMAucY79unvigEx8qihI3+qDjkzg/NAswMDBy4/\n6Q==\n-----END PRIVATE KEY-----\n";
+
+    struct Made {
+        crt: String,
+        key: String,
+    }
+
+    fn make(names: &[&str], from: (i32, u8, u8), to: (i32, u8, u8), ca: bool) -> Made {
+        let key = KeyPair::generate().unwrap();
+        let mut params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        params.not_before = rcgen::date_time_ymd(from.0, from.1, from.2);
+        params.not_after = rcgen::date_time_ymd(to.0, to.1, to.2);
+        if ca {
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        }
+        Made {
+            crt: params.self_signed(&key).unwrap().pem(),
+            key: key.serialize_pem(),
+        }
+    }
+
+    fn good(names: &[&str]) -> Made {
+        make(names, (2026, 1, 1), (2027, 1, 1), false)
+    }
+
+    fn check(crt: &str, key: &str) -> Result<Certificate, CertError> {
+        parse(
+            crt.as_bytes(),
+            Path::new("/t/tls.crt"),
+            key.as_bytes(),
+            Path::new("/t/tls.key"),
+            HOST,
+            NOW,
+        )
+    }
+
+    fn reason(crt: &str, key: &str) -> &'static str {
+        match check(crt, key) {
+            Ok(_) => "ok",
+            Err(e) => e.reason(),
+        }
     }
 
     #[test]
-    fn a_pair_parses_with_fingerprint_names_and_expiry() {
-        let (crt, key) = pair("a.in.example.org");
-        let cert = parse(
-            crt.as_bytes(),
-            Path::new("tls.crt"),
-            key.as_bytes(),
-            Path::new("tls.key"),
-        )
-        .unwrap();
-        assert_eq!(cert.names, BTreeSet::from(["a.in.example.org".to_owned()]));
-        let der = CertificateDer::from_pem_slice(crt.as_bytes()).unwrap();
+    fn a_valid_pair_parses_with_fingerprint_names_and_expiry() {
+        let m = good(&[HOST]);
+        let cert = check(&m.crt, &m.key).unwrap();
+        assert_eq!(cert.names, BTreeSet::from([HOST.to_owned()]));
+        let der = CertificateDer::from_pem_slice(m.crt.as_bytes()).unwrap();
         assert_eq!(cert.fingerprint, fingerprint(der.as_ref()));
-        assert_eq!(cert.fingerprint.len(), 64);
-        assert!(cert.not_after > 0);
-        assert_eq!(cert.chain.len(), 1);
+        assert_eq!(cert.not_after, 1_798_761_600);
         assert_eq!(
             CertificateDer::from_pem_slice(cert.chain[0].as_bytes()).unwrap(),
             der
@@ -192,28 +397,121 @@ mod tests {
     }
 
     #[test]
+    fn a_chain_signed_by_an_intermediate_parses_in_order_and_not_reversed() {
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "test intermediate");
+        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca_params, ca_key);
+        let leaf_key = KeyPair::generate().unwrap();
+        let mut leaf_params = CertificateParams::new(vec![HOST.to_owned()]).unwrap();
+        leaf_params.not_before = rcgen::date_time_ymd(2026, 1, 1);
+        leaf_params.not_after = rcgen::date_time_ymd(2027, 1, 1);
+        let leaf = leaf_params.signed_by(&leaf_key, &issuer).unwrap();
+        let key = leaf_key.serialize_pem();
+        let in_order = format!("{}{}", leaf.pem(), ca_cert.pem());
+        assert_eq!(check(&in_order, &key).unwrap().chain.len(), 2);
+        let reversed = format!("{}{}", ca_cert.pem(), leaf.pem());
+        assert_eq!(reason(&reversed, &key), "ca_as_leaf");
+        let other = good(&["other.in.example.org"]);
+        let unrelated = format!("{}{}", leaf.pem(), other.crt);
+        assert_eq!(reason(&unrelated, &key), "chain_order");
+    }
+
+    #[test]
+    fn each_kind_of_bad_pair_is_refused_with_its_reason() {
+        let m = good(&[HOST]);
+        let other = good(&[HOST]);
+        let own = |made: Made| (made.crt, made.key);
+        let cases: Vec<(&str, (String, String), &str)> = vec![
+            ("mismatched key", (m.crt.clone(), other.key.clone()), "key_mismatch"),
+            ("expired", own(make(&[HOST], (2024, 1, 1), (2025, 1, 1), false)), "expired"),
+            ("not yet valid", own(make(&[HOST], (2027, 1, 1), (2028, 1, 1), false)), "not_yet_valid"),
+            ("wrong SAN", own(good(&["b.in.example.org"])), "wrong_name"),
+            ("wildcard one level too deep", own(good(&["*.example.org"])), "wrong_name"),
+            ("CA as leaf", own(make(&[HOST], (2026, 1, 1), (2027, 1, 1), true)), "ca_as_leaf"),
+            ("truncated PEM", (m.crt[..m.crt.len() / 2].to_owned(), m.key.clone()), "no_certificate"),
+            ("empty certificate", (String::new(), m.key.clone()), "no_certificate"),
+            ("binary garbage", ("\u{0}\u{1}\u{2}\u{fffd}garbage".into(), m.key.clone()), "no_certificate"),
+            ("key in place of the certificate", (m.key.clone(), m.key.clone()), "no_certificate"),
+            ("certificate in place of the key", (m.crt.clone(), m.crt.clone()), "no_key"),
+            ("empty key", (m.crt.clone(), String::new()), "no_key"),
+            (
+                "encrypted key",
+                (m.crt.clone(), "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIB\n-----END ENCRYPTED PRIVATE KEY-----\n".into()),
+                "encrypted_key",
+            ),
+            ("unsupported key type", (m.crt.clone(), P521_KEY.into()), "unsupported_key"),
+        ];
+        for (what, (crt, key), expected) in cases {
+            assert_eq!(reason(&crt, &key), expected, "{what}");
+        }
+        assert_eq!(reason(&m.crt, &m.key), "ok");
+    }
+
+    #[test]
+    fn wildcards_cover_one_label() {
+        assert!(covers("*.in.example.org", "a.in.example.org"));
+        assert!(!covers("*.in.example.org", "a.b.in.example.org"));
+        assert!(!covers("*.in.example.org", "in.example.org"));
+        assert!(covers("a.in.example.org", "a.in.example.org"));
+    }
+
+    #[test]
     fn errors_name_the_file_and_never_the_key() {
-        let (crt, key) = pair("a.in.example.org");
-        let err = parse(
-            b"garbage",
-            Path::new("/t/tls.crt"),
-            key.as_bytes(),
-            Path::new("/t/tls.key"),
-        )
-        .unwrap_err();
+        let m = good(&[HOST]);
+        let err = check("garbage", &m.key).unwrap_err();
         assert_eq!(err.to_string(), "/t/tls.crt: no PEM certificate found");
-        let err = parse(
-            crt.as_bytes(),
-            Path::new("/t/tls.crt"),
-            crt.as_bytes(),
-            Path::new("/t/tls.key"),
-        )
-        .unwrap_err();
-        assert_eq!(err.to_string(), "/t/tls.key: no private key found");
-        let err = format!(
-            "{:?}",
-            parse(crt.as_bytes(), Path::new("c"), b"", Path::new("k"))
+        let other = good(&[HOST]);
+        let err = check(&m.crt, &other.key).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "/t/tls.key: the private key does not match the leaf certificate"
         );
-        assert!(!err.contains("PRIVATE KEY"));
+        let body: String = other.key.lines().nth(1).unwrap().into();
+        assert!(!format!("{err:?}").contains(&body));
+    }
+
+    /// The layout cert-manager's CSI driver and the kubelet write: `..data` → a timestamped
+    /// directory, visible links through `..data`.
+    #[test]
+    fn a_kubernetes_volume_is_read_through_its_data_link() {
+        let tls = tempfile::tempdir().unwrap();
+        let dir = tls.path().join(HOST);
+        let stamp = dir.join("..2026_06_01_00_00_00.1");
+        std::fs::create_dir_all(&stamp).unwrap();
+        let m = good(&[HOST]);
+        std::fs::write(stamp.join("tls.crt"), &m.crt).unwrap();
+        std::fs::write(stamp.join("tls.key"), &m.key).unwrap();
+        std::os::unix::fs::symlink("..2026_06_01_00_00_00.1", dir.join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/tls.crt", dir.join("tls.crt")).unwrap();
+        std::os::unix::fs::symlink("..data/tls.key", dir.join("tls.key")).unwrap();
+        let cert = load(tls.path(), HOST, NOW).unwrap();
+        let der = CertificateDer::from_pem_slice(m.crt.as_bytes()).unwrap();
+        assert_eq!(cert.fingerprint, fingerprint(der.as_ref()));
+        // The timestamped directory gone (a swap half done): a clear error naming the visible file.
+        std::fs::remove_dir_all(&stamp).unwrap();
+        let err = load(tls.path(), HOST, NOW).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                CertError::Unstable { .. } | CertError::Unreadable { .. }
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn oversized_files_are_refused_unread() {
+        let tls = tempfile::tempdir().unwrap();
+        let dir = tls.path().join(HOST);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("tls.crt"), vec![b'A'; 10 << 20]).unwrap();
+        std::fs::write(dir.join("tls.key"), "k").unwrap();
+        let err = load(tls.path(), HOST, NOW).unwrap_err();
+        assert!(err.to_string().contains("more than the"), "{err}");
     }
 }

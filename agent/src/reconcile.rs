@@ -263,8 +263,11 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
         let mut certificates = BTreeMap::new();
         let mut cert_errors = BTreeMap::new();
         let hosts: BTreeSet<&str> = workspace.routes.iter().map(|r| r.host.as_str()).collect();
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
         for host in hosts {
-            match crate::certs::load(&tls_dir, host) {
+            match crate::certs::load(&tls_dir, host, now) {
                 Ok(c) => {
                     certificates.insert(host.to_owned(), c);
                 }
