@@ -158,6 +158,14 @@ pub struct Agent<P, R, L> {
     generation: Option<String>,
     /// Refusals of the last pass, by host or cluster id.
     route_errors: BTreeMap<String, String>,
+    /// The last pair of each host that loaded and validated: it keeps serving while the files on
+    /// disk are missing, half-written or invalid.
+    last_good: BTreeMap<String, Certificate>,
+    /// Where to announce the effective tls dir, so its host directories get watched.
+    tls_dir_updates: Option<(
+        tokio::sync::mpsc::UnboundedSender<std::path::PathBuf>,
+        Option<std::path::PathBuf>,
+    )>,
     counters: Counters,
 }
 
@@ -175,8 +183,20 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
             shadow: None,
             generation: None,
             route_errors: BTreeMap::new(),
+            last_good: BTreeMap::new(),
+            tls_dir_updates: None,
             counters: Counters::default(),
         }
+    }
+
+    /// Announces the effective tls dir (the flag's, else the workspace's) on `updates` whenever it
+    /// changes.
+    pub fn announce_tls_dir(
+        mut self,
+        updates: tokio::sync::mpsc::UnboundedSender<std::path::PathBuf>,
+    ) -> Self {
+        self.tls_dir_updates = Some((updates, None));
+        self
     }
 
     /// Runs until `triggers` closes. Returns the proxy so that the caller can reuse it.
@@ -260,22 +280,36 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
             .tls_dir
             .clone()
             .unwrap_or_else(|| workspace.tls_dir.clone());
+        if let Some((updates, last)) = &mut self.tls_dir_updates {
+            if last.as_ref() != Some(&tls_dir) {
+                let absolute = std::path::absolute(&tls_dir).unwrap_or_else(|_| tls_dir.clone());
+                let _ = updates.send(absolute);
+                *last = Some(tls_dir.clone());
+            }
+        }
         let mut certificates = BTreeMap::new();
         let mut cert_errors = BTreeMap::new();
         let hosts: BTreeSet<&str> = workspace.routes.iter().map(|r| r.host.as_str()).collect();
         let now = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
-        for host in hosts {
+        for &host in &hosts {
             match crate::certs::load(&tls_dir, host, now) {
                 Ok(c) => {
+                    self.last_good.insert(host.to_owned(), c.clone());
                     certificates.insert(host.to_owned(), c);
                 }
                 Err(e) => {
+                    // The last good pair keeps serving; the error is reported until fixed.
+                    if let Some(c) = self.last_good.get(host) {
+                        certificates.insert(host.to_owned(), c.clone());
+                    }
                     cert_errors.insert(host.to_owned(), e.to_string());
                 }
             }
         }
+        self.last_good
+            .retain(|host, _| hosts.contains(host.as_str()));
         self.counters.certificate_errors += cert_errors.len() as u64;
         let (want, held) = desired::build(&workspace, &self.resolved, &certificates);
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::cli::{LogFormat, RunArgs};
-use crate::reconcile::{Agent, Settings, SharedStatus, Trigger};
+use crate::reconcile::{Agent, Settings, SharedStatus};
 use crate::resolve::SystemResolver;
 use crate::sandbox::SandboxLoader;
 use crate::sozu::{SozuClient, SozuProxy};
@@ -52,15 +52,13 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let status = SharedStatus::default();
     let (tx, rx) = mpsc::unbounded_channel();
 
-    // Watch the workspace's directory (ConfigMap `..data` swaps) and the socket's (a restarted
-    // sozu re-creates its socket).
-    let workspace_dir = watch::parent_dir(&args.workspace);
-    let socket_dir = watch::parent_dir(&args.sozu_socket);
-    let mut dirs = vec![(workspace_dir.clone(), Trigger::Workspace)];
-    if socket_dir != workspace_dir {
-        dirs.push((socket_dir, Trigger::Resync));
-    }
-    let _watches = watch::watch(dirs, tx.clone())?;
+    // Watch the workspace's directory (ConfigMap `..data` swaps), the socket's (a restarted sozu
+    // re-creates its socket) and, once known, the tls dir and its host directories.
+    let dirs = watch::Dirs {
+        workspace: watch::parent_dir(&args.workspace),
+        socket: watch::parent_dir(&args.sozu_socket),
+    };
+    let (tls_dir_updates, watches) = watch::spawn(dirs, tx.clone())?;
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let listener = tokio::net::TcpListener::bind(args.admin_address)
@@ -98,14 +96,15 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         dns_interval: Duration::from_secs(args.dns_interval),
         ..Settings::default()
     };
-    let agent = Agent::new(proxy, SystemResolver, loader, settings, status.clone());
+    let agent = Agent::new(proxy, SystemResolver, loader, settings, status.clone())
+        .announce_tls_dir(tls_dir_updates);
     let agent_task = tokio::spawn(agent.run(rx));
 
     wait_for_signal().await.map_err(RunError::Signals)?;
     tracing::info!("stopping");
     // Closing every sender ends the loop after the reconcile in flight, if any.
     drop(tx);
-    drop(_watches);
+    watches.abort();
     let _ = agent_task.await;
     let _ = stop_tx.send(true);
     let _ = admin.await;

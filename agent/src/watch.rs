@@ -1,12 +1,21 @@
-//! Turns file-system events into loop triggers. Directories are watched, never files: a
-//! ConfigMap or Secret volume swaps a `..data` symlink by rename, which a watch on the file itself
-//! never sees. Every event in a watched directory is a trigger; the loop coalesces them and reads
-//! the latest state, so a burst of events costs one reconcile.
+//! Turns file-system events into loop triggers.
+//!
+//! Directories are watched, never files, and never recursively: a ConfigMap, a Secret or
+//! cert-manager's CSI driver swaps a `..data` symlink to a new timestamped directory by rename and
+//! removes the old one at once, which a watch on `tls.crt` itself never sees again. Watched:
+//! - the workspace's directory → [`Trigger::Workspace`];
+//! - sozu's socket directory (a restarted sozu re-creates its socket) → [`Trigger::Resync`];
+//! - the tls dir, so a host directory that appears later is picked up, and every host directory
+//!   in it → [`Trigger::Certificates`].
+//!
+//! Each event is only a hint: the loop coalesces them and reads the latest state, so a burst of
+//! events (one AtomicWriter swap is half a dozen) costs one pass.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use notify::{RecursiveMode, Watcher};
-use tokio::sync::mpsc::UnboundedSender;
+use notify::{EventKind, RecursiveMode, Watcher};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::reconcile::Trigger;
 
@@ -17,44 +26,29 @@ pub struct WatchError {
     source: notify::Error,
 }
 
-/// Keeps the watches alive; dropping it stops them.
-pub struct Watches {
-    _watcher: notify::RecommendedWatcher,
+/// What to watch.
+#[derive(Debug, Clone)]
+pub struct Dirs {
+    pub workspace: PathBuf,
+    pub socket: PathBuf,
 }
 
-/// Watches each directory, non-recursively, and sends its trigger on any event in it.
-pub fn watch(
-    dirs: Vec<(PathBuf, Trigger)>,
+/// Starts watching. The returned sender sets (or changes) the tls dir whose host directories are
+/// watched, as soon as it is known (it may come from the workspace). The watches live as long as
+/// the returned task; abort it to stop them (it holds a sender of `triggers`).
+pub fn spawn(
+    dirs: Dirs,
     triggers: UnboundedSender<Trigger>,
-) -> Result<Watches, WatchError> {
-    let routes: Vec<(PathBuf, Trigger)> = dirs.clone();
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        match event {
-            // Reads are not changes, and the agent's own reads of the workspace would otherwise
-            // trigger the reload that reads it again, forever.
-            Ok(event) if matches!(event.kind, notify::EventKind::Access(_)) => {}
-            Ok(event) => {
-                for (dir, trigger) in &routes {
-                    if event
-                        .paths
-                        .iter()
-                        .any(|p| p.parent() == Some(dir.as_path()) || p == dir)
-                    {
-                        let _ = triggers.send(*trigger);
-                    }
-                }
-            }
-            // A queue overflow or a watch error: recompute everything.
-            Err(_) => {
-                let _ = triggers.send(Trigger::Resync);
-            }
-        }
+) -> Result<(UnboundedSender<PathBuf>, tokio::task::JoinHandle<()>), WatchError> {
+    let (raw_tx, raw_rx) = unbounded_channel();
+    let mut watcher = notify::recommended_watcher(move |event| {
+        let _ = raw_tx.send(event);
     })
     .map_err(|source| WatchError {
         path: PathBuf::new(),
         source,
     })?;
-    for (dir, _) in &dirs {
+    for dir in [&dirs.workspace, &dirs.socket] {
         watcher
             .watch(dir, RecursiveMode::NonRecursive)
             .map_err(|source| WatchError {
@@ -62,7 +56,118 @@ pub fn watch(
                 source,
             })?;
     }
-    Ok(Watches { _watcher: watcher })
+    let (tls_tx, tls_rx) = unbounded_channel();
+    let task = tokio::spawn(route(watcher, dirs, raw_rx, tls_rx, triggers));
+    Ok((tls_tx, task))
+}
+
+async fn route(
+    mut watcher: notify::RecommendedWatcher,
+    dirs: Dirs,
+    mut raw: UnboundedReceiver<notify::Result<notify::Event>>,
+    mut tls_updates: UnboundedReceiver<PathBuf>,
+    triggers: UnboundedSender<Trigger>,
+) {
+    let mut tls_dir: Option<PathBuf> = None;
+    let mut hosts: BTreeSet<PathBuf> = BTreeSet::new();
+    loop {
+        tokio::select! {
+            Some(dir) = tls_updates.recv() => {
+                if tls_dir.as_ref() == Some(&dir) {
+                    continue;
+                }
+                if let Some(old) = tls_dir.take() {
+                    let _ = watcher.unwatch(&old);
+                }
+                for host in std::mem::take(&mut hosts) {
+                    let _ = watcher.unwatch(&host);
+                }
+                match watcher.watch(&dir, RecursiveMode::NonRecursive) {
+                    Ok(()) => tracing::debug!(dir = %dir.display(), "watching the tls dir"),
+                    Err(e) => tracing::warn!(dir = %dir.display(), error = %e,
+                        "cannot watch the tls dir; certificates are re-read on every resync"),
+                }
+                tls_dir = Some(dir);
+                sync_hosts(&mut watcher, tls_dir.as_deref(), &mut hosts);
+            }
+            event = raw.recv() => {
+                let Some(event) = event else { return };
+                let event = match event {
+                    Ok(event) => event,
+                    // A queue overflow or a watch error: recompute everything.
+                    Err(e) => {
+                        tracing::warn!(error = %e, "file watch error; resyncing");
+                        if triggers.send(Trigger::Resync).is_err() { return }
+                        continue;
+                    }
+                };
+                // Reads are not changes, and the agent's own reads of the workspace would
+                // otherwise trigger the reload that reads it again, forever.
+                if matches!(event.kind, EventKind::Access(_)) {
+                    continue;
+                }
+                if event.need_rescan() {
+                    sync_hosts(&mut watcher, tls_dir.as_deref(), &mut hosts);
+                    if triggers.send(Trigger::Resync).is_err() { return }
+                    continue;
+                }
+                let mut fired = BTreeSet::new();
+                for path in &event.paths {
+                    let parent = path.parent();
+                    if parent == Some(dirs.workspace.as_path()) {
+                        fired.insert(Trigger::Workspace);
+                    }
+                    if parent == Some(dirs.socket.as_path()) {
+                        fired.insert(Trigger::Resync);
+                    }
+                    if let Some(tls) = tls_dir.as_deref() {
+                        if parent == Some(tls) {
+                            // A host directory came or went.
+                            sync_hosts(&mut watcher, Some(tls), &mut hosts);
+                            fired.insert(Trigger::Certificates);
+                        } else if parent.is_some_and(|p| hosts.contains(p)) {
+                            fired.insert(Trigger::Certificates);
+                        }
+                    }
+                }
+                for trigger in fired {
+                    if triggers.send(trigger).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Watches every directory directly under `tls_dir`, and stops watching those that are gone.
+fn sync_hosts(
+    watcher: &mut notify::RecommendedWatcher,
+    tls_dir: Option<&Path>,
+    hosts: &mut BTreeSet<PathBuf>,
+) {
+    let present: BTreeSet<PathBuf> = tls_dir
+        .and_then(|d| std::fs::read_dir(d).ok())
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect();
+    for gone in hosts.difference(&present).cloned().collect::<Vec<_>>() {
+        let _ = watcher.unwatch(&gone);
+        hosts.remove(&gone);
+    }
+    for new in present.difference(&hosts.clone()) {
+        match watcher.watch(new, RecursiveMode::NonRecursive) {
+            Ok(()) => {
+                hosts.insert(new.clone());
+            }
+            Err(e) => {
+                tracing::warn!(dir = %new.display(), error = %e, "cannot watch a host directory")
+            }
+        }
+    }
 }
 
 /// The directory holding `path`, absolute.

@@ -215,12 +215,15 @@ fn tls_config() -> Arc<rustls::ClientConfig> {
     CONFIG
         .get_or_init(|| {
             let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let config = rustls::ClientConfig::builder_with_provider(provider)
+            let mut config = rustls::ClientConfig::builder_with_provider(provider)
                 .with_safe_default_protocol_versions()
                 .expect("protocol versions")
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(AcceptAny))
                 .with_no_client_auth();
+            // A resumed session reports the certificate of the session it resumes, not the one
+            // the server would present now: every probe must be a full handshake.
+            config.resumption = rustls::client::Resumption::disabled();
             Arc::new(config)
         })
         .clone()

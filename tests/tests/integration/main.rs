@@ -5,3 +5,6 @@ mod render_sozu;
 
 /// `private-ingress run` against a real sozu: what HTTPS clients see through it.
 mod live;
+
+/// Certificate rotation: every way a certificate can land on disk switches what clients see.
+mod rotation;

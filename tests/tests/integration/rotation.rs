@@ -1,0 +1,188 @@
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use private_ingress_tests::live::{certificate, eventually, https_get, Backend, RouteSpec, Stack};
+
+const HOST: &str = "app.in.example.org";
+
+fn fingerprint_of_pem(pem: &str) -> String {
+    use rustls::pki_types::pem::PemObject;
+    use sha2::Digest;
+    let der = rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
+    sha2::Sha256::digest(der.as_ref())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+struct Rotating {
+    stack: Stack,
+    _backend: Backend,
+    first: String,
+}
+
+/// sozu and the agent serving one route whose certificate directory is `layout`-shaped.
+fn serving(atomic_writer: bool) -> Rotating {
+    let mut stack = Stack::new();
+    let backend = Backend::start("app");
+    let dir = stack.tls_dir().join(HOST);
+    let first = if atomic_writer {
+        let pair = rcgen::generate_simple_self_signed(vec![HOST.to_owned()]).unwrap();
+        atomic_write(&dir, &pair.cert.pem(), &pair.signing_key.serialize_pem(), 0);
+        fingerprint_of_pem(&pair.cert.pem())
+    } else {
+        certificate(&stack.tls_dir(), HOST)
+    };
+    stack.write_workspace(&stack.workspace_text(&[RouteSpec {
+        host: HOST.into(),
+        upstream: backend.address.ip().to_string(),
+        port: Some(backend.address.port()),
+    }]));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(Duration::from_secs(20));
+    assert_eq!(
+        https_get(stack.https, HOST, "/").unwrap().fingerprint,
+        first
+    );
+    Rotating {
+        stack,
+        _backend: backend,
+        first,
+    }
+}
+
+/// What Kubernetes' AtomicWriter does (cert-manager's CSI driver, kubelet Secret volumes): a new
+/// timestamped directory, files in it, a `..data_tmp` link renamed over `..data`, visible links,
+/// the old directory removed at once.
+fn atomic_write(dir: &Path, crt: &str, key: &str, generation: u32) {
+    std::fs::create_dir_all(dir).unwrap();
+    let stamp = format!("..2026_11_30_00_00_{generation:02}.{generation}");
+    let new = dir.join(&stamp);
+    std::fs::create_dir(&new).unwrap();
+    // Undefined order in the real writer: key first here.
+    std::fs::write(new.join("tls.key"), key).unwrap();
+    std::fs::write(new.join("tls.crt"), crt).unwrap();
+    let old = std::fs::read_link(dir.join("..data")).ok();
+    std::os::unix::fs::symlink(&stamp, dir.join("..data_tmp")).unwrap();
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    for name in ["tls.crt", "tls.key"] {
+        if std::fs::symlink_metadata(dir.join(name)).is_err() {
+            std::os::unix::fs::symlink(format!("..data/{name}"), dir.join(name)).unwrap();
+        }
+    }
+    if let Some(old) = old {
+        std::fs::remove_dir_all(dir.join(old)).unwrap();
+    }
+}
+
+/// Probes handshakes until the new certificate is served; every handshake saw the old or the new
+/// one, and none saw the old one after the first saw the new one.
+fn switches_to(stack: &Stack, old: &str, new: &str) -> Duration {
+    let start = Instant::now();
+    let mut switched = false;
+    loop {
+        let seen = https_get(stack.https, HOST, "/")
+            .unwrap_or_else(|e| panic!("request failed during rotation: {e}"));
+        assert!(
+            seen.fingerprint == old || seen.fingerprint == new,
+            "served a third certificate"
+        );
+        if seen.fingerprint == new {
+            switched = true;
+        } else {
+            assert!(!switched, "the old certificate came back after the switch");
+        }
+        if switched && start.elapsed() > Duration::from_millis(300) {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "never switched to the new certificate; the agent's state: {:?}",
+            stack.state()
+        );
+    }
+}
+
+#[test]
+fn an_atomic_writer_swap_switches_the_served_certificate() {
+    let r = serving(true);
+    let mut old = r.first.clone();
+    for generation in 1..=3 {
+        let pair = rcgen::generate_simple_self_signed(vec![HOST.to_owned()]).unwrap();
+        let new = fingerprint_of_pem(&pair.cert.pem());
+        atomic_write(
+            &r.stack.tls_dir().join(HOST),
+            &pair.cert.pem(),
+            &pair.signing_key.serialize_pem(),
+            generation,
+        );
+        switches_to(&r.stack, &old, &new);
+        old = new;
+    }
+    let state = r.stack.state().unwrap();
+    let served = state["routes"][0]["certificate"]["served_fingerprints"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        served,
+        [serde_json::Value::from(old)],
+        "exactly one certificate for the host"
+    );
+}
+
+#[test]
+fn files_renamed_into_place_one_after_the_other_switch_once_both_are_there() {
+    for cert_first in [true, false] {
+        let r = serving(false);
+        let dir = r.stack.tls_dir().join(HOST);
+        let pair = rcgen::generate_simple_self_signed(vec![HOST.to_owned()]).unwrap();
+        let new = fingerprint_of_pem(&pair.cert.pem());
+        std::fs::write(dir.join(".tls.crt.tmp"), pair.cert.pem()).unwrap();
+        std::fs::write(dir.join(".tls.key.tmp"), pair.signing_key.serialize_pem()).unwrap();
+        let (first, second) = if cert_first {
+            ("tls.crt", "tls.key")
+        } else {
+            ("tls.key", "tls.crt")
+        };
+        std::fs::rename(dir.join(format!(".{first}.tmp")), dir.join(first)).unwrap();
+        // Half a pair on disk for 300 ms: the old certificate keeps serving.
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            https_get(r.stack.https, HOST, "/").unwrap().fingerprint,
+            r.first
+        );
+        std::fs::rename(dir.join(format!(".{second}.tmp")), dir.join(second)).unwrap();
+        switches_to(&r.stack, &r.first, &new);
+    }
+}
+
+#[test]
+fn files_rewritten_in_place_switch_the_served_certificate() {
+    let r = serving(false);
+    let dir = r.stack.tls_dir().join(HOST);
+    let pair = rcgen::generate_simple_self_signed(vec![HOST.to_owned()]).unwrap();
+    let new = fingerprint_of_pem(&pair.cert.pem());
+    std::fs::write(dir.join("tls.crt"), pair.cert.pem()).unwrap();
+    std::fs::write(dir.join("tls.key"), pair.signing_key.serialize_pem()).unwrap();
+    switches_to(&r.stack, &r.first, &new);
+}
+
+#[test]
+fn a_host_directory_deleted_and_recreated_is_picked_up() {
+    let r = serving(false);
+    let dir = r.stack.tls_dir().join(HOST);
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    // Missing files: the last good certificate keeps serving.
+    assert_eq!(
+        https_get(r.stack.https, HOST, "/").unwrap().fingerprint,
+        r.first
+    );
+    let new = certificate(&r.stack.tls_dir(), HOST);
+    switches_to(&r.stack, &r.first, &new);
+    eventually(Duration::from_secs(5), "the route back to ok", || {
+        r.stack.state().filter(|s| s["routes"][0]["state"] == "ok")
+    });
+}
