@@ -533,32 +533,21 @@ pub fn summary(ops: &[Op]) -> BTreeMap<&'static str, usize> {
 mod tests {
     use super::*;
     use crate::state::{CertificateSummary, KeyPem, OWNER_TAG};
-    use crate::workspace::{Listeners, Route, TlsRotation, Upstream, Workspace};
+    use crate::workspace::{Route, Upstream, Workspace};
 
     fn workspace(routes: &[(&str, &str, &str)]) -> Workspace {
-        Workspace {
-            zone: "in.example.org".into(),
-            listeners: Listeners {
-                https: "127.0.0.1:8443".parse().unwrap(),
-                http: "127.0.0.1:8080".parse().unwrap(),
-            },
-            tls_rotation: TlsRotation::CsiDriver,
-            cluster_issuer: "ca".into(),
-            tls_dir: "/tls".into(),
-            routes: routes
-                .iter()
-                .map(|(host, path, upstream)| Route {
-                    id: crate::workspace::route_id(host, path),
-                    host: (*host).into(),
-                    path_prefix: (*path).into(),
-                    upstream: Upstream::Ip {
-                        address: upstream.parse().unwrap(),
-                    },
-                })
-                .collect(),
-            lb_ip: None,
-            deploy: Default::default(),
-        }
+        let routes = routes
+            .iter()
+            .map(|(host, path, upstream)| Route {
+                id: crate::workspace::route_id(host, path),
+                host: (*host).into(),
+                path_prefix: (*path).into(),
+                upstream: Upstream::Ip {
+                    address: upstream.parse().unwrap(),
+                },
+            })
+            .collect();
+        crate::workspace::test_workspace(std::path::Path::new("/tls"), routes)
     }
 
     fn cert(host: &str, serial: u8) -> Certificate {

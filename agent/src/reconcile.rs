@@ -556,7 +556,7 @@ mod tests {
     use super::*;
     use std::sync::Mutex;
 
-    use crate::workspace::{Listeners, Route, TlsRotation};
+    use crate::workspace::Route;
 
     /// An in-memory sozu: applies operations as sozu would, can fail, and can "restart".
     #[derive(Default)]
@@ -618,30 +618,19 @@ mod tests {
     }
 
     fn workspace(tls_dir: &std::path::Path, routes: &[(&str, &str)]) -> Workspace {
-        Workspace {
-            zone: "in.example.org".into(),
-            listeners: Listeners {
-                https: "127.0.0.1:8443".parse().unwrap(),
-                http: "127.0.0.1:8080".parse().unwrap(),
-            },
-            tls_rotation: TlsRotation::CsiDriver,
-            cluster_issuer: "ca".into(),
-            tls_dir: tls_dir.to_owned(),
-            routes: routes
-                .iter()
-                .map(|(host, name)| Route {
-                    id: crate::workspace::route_id(host, "/"),
-                    host: (*host).into(),
-                    path_prefix: "/".into(),
-                    upstream: Upstream::Dns {
-                        name: (*name).into(),
-                        port: 80,
-                    },
-                })
-                .collect(),
-            lb_ip: None,
-            deploy: Default::default(),
-        }
+        let routes = routes
+            .iter()
+            .map(|(host, name)| Route {
+                id: crate::workspace::route_id(host, "/"),
+                host: (*host).into(),
+                path_prefix: "/".into(),
+                upstream: Upstream::Dns {
+                    name: (*name).into(),
+                    port: 80,
+                },
+            })
+            .collect();
+        crate::workspace::test_workspace(tls_dir, routes)
     }
 
     fn write_cert(tls_dir: &std::path::Path, host: &str) {

@@ -242,22 +242,10 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), RenderError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workspace::{Listeners, Route, TlsRotation};
+    use crate::workspace::Route;
 
     fn workspace(routes: Vec<Route>) -> Workspace {
-        Workspace {
-            zone: "in.example.org".into(),
-            listeners: Listeners {
-                https: "127.0.0.1:8443".parse().unwrap(),
-                http: "127.0.0.1:8080".parse().unwrap(),
-            },
-            tls_rotation: TlsRotation::CsiDriver,
-            cluster_issuer: "ca".into(),
-            tls_dir: "/tls".into(),
-            routes,
-            lb_ip: None,
-            deploy: Default::default(),
-        }
+        crate::workspace::test_workspace(Path::new("/tls"), routes)
     }
 
     fn route(host: &str, path: &str, upstream: Upstream) -> Route {

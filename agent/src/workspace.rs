@@ -331,6 +331,25 @@ pub fn route_id(host: &str, path_prefix: &str) -> String {
     }
 }
 
+/// A workspace for unit tests elsewhere in the crate: zone `in.example.org`, loopback listeners
+/// 8443/8080, the given tls dir and routes.
+#[cfg(test)]
+pub(crate) fn test_workspace(tls_dir: &std::path::Path, routes: Vec<Route>) -> Workspace {
+    Workspace {
+        zone: "in.example.org".into(),
+        listeners: Listeners {
+            https: SocketAddr::from(([127, 0, 0, 1], 8443)),
+            http: SocketAddr::from(([127, 0, 0, 1], 8080)),
+        },
+        tls_rotation: TlsRotation::CsiDriver,
+        cluster_issuer: "ca".into(),
+        tls_dir: tls_dir.to_owned(),
+        routes,
+        lb_ip: None,
+        deploy: Default::default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
