@@ -10,11 +10,7 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 
 use crate::reconcile::{SharedStatus, Status};
 
@@ -61,7 +57,7 @@ async fn metrics(State(status): State<SharedStatus>) -> impl IntoResponse {
             StatusCode::OK,
             [(
                 header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                "text/plain; version=0.0.4; charset=utf-8",
             )],
             text,
         )
@@ -70,105 +66,154 @@ async fn metrics(State(status): State<SharedStatus>) -> impl IntoResponse {
     }
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RouteLabels {
-    route: String,
-    host: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct HostLabels {
-    host: String,
-}
-
-/// Prometheus text for a status snapshot. Pure.
-pub fn render_metrics(status: &Status) -> Result<String, std::fmt::Error> {
-    let mut registry = Registry::with_prefix("private_ingress");
-    let gauge = |registry: &mut Registry, name: &str, help: &str, value: i64| {
-        let g = Gauge::<i64>::default();
+/// Prometheus text exposition (what `promtool check metrics` reads) for a status snapshot. Pure.
+pub fn render_metrics(status: &Status) -> Result<String, prometheus::Error> {
+    let registry = Registry::new();
+    let gauge = |name: &str, help: &str, value: i64| -> Result<(), prometheus::Error> {
+        let g = IntGauge::with_opts(Opts::new(name, help))?;
         g.set(value);
-        registry.register(name, help, g);
+        registry.register(Box::new(g))
+    };
+    let counter = |name: &str, help: &str, value: u64| -> Result<(), prometheus::Error> {
+        let c = IntCounter::with_opts(Opts::new(name, help))?;
+        c.inc_by(value);
+        registry.register(Box::new(c))
     };
     gauge(
-        &mut registry,
-        "ready",
+        "private_ingress_ready",
         "1 when sozu holds the whole desired state, certificates included",
         i64::from(status.ready),
-    );
+    )?;
     gauge(
-        &mut registry,
-        "workspace_valid",
+        "private_ingress_workspace_valid",
         "1 when the latest workspace edit was accepted (else the last good one serves)",
         i64::from(status.workspace.loaded && status.workspace.last_error.is_none()),
-    );
+    )?;
     gauge(
-        &mut registry,
-        "routes",
+        "private_ingress_routes",
         "Routes in the live workspace",
         status.routes.len() as i64,
-    );
-    let counters = &status.counters;
+    )?;
+    let c = &status.counters;
     for (name, help, value) in [
-        ("reconciles", "Reconcile passes", counters.reconciles),
         (
-            "reconcile_errors",
+            "private_ingress_reconciles_total",
+            "Reconcile passes",
+            c.reconciles,
+        ),
+        (
+            "private_ingress_reconcile_errors_total",
             "Reconcile passes that failed and were retried",
-            counters.reconcile_errors,
+            c.reconcile_errors,
         ),
         (
-            "sozu_requests",
+            "private_ingress_sozu_requests_total",
             "Requests sent to sozu's command socket",
-            counters.sozu_requests,
+            c.sozu_requests,
         ),
         (
-            "sozu_reconnects",
+            "private_ingress_sozu_reconnects_total",
             "Times sozu changed (restart, new workers, reconnect) and its state was read again",
-            counters.sozu_reconnects,
+            c.sozu_reconnects,
         ),
         (
-            "workspace_errors",
+            "private_ingress_workspace_errors_total",
             "Workspace edits rejected (syntax, contract, evaluation)",
-            counters.workspace_errors,
+            c.workspace_errors,
         ),
         (
-            "dns_failures",
+            "private_ingress_dns_failures_total",
             "Failed upstream name lookups",
-            counters.dns_failures,
+            c.dns_failures,
         ),
         (
-            "certificate_errors",
-            "Certificate pairs that could not be loaded, per reconcile and host",
-            counters.certificate_errors,
+            "private_ingress_certificate_errors_total",
+            "Distinct certificate pairs refused before reaching sozu",
+            c.certificate_errors,
         ),
     ] {
-        let c = Counter::<u64>::default();
-        c.inc_by(value);
-        registry.register(name, help, c);
+        counter(name, help, value)?;
     }
-    let route_ok = Family::<RouteLabels, Gauge>::default();
-    let not_after = Family::<HostLabels, Gauge>::default();
+
+    let failures = IntCounterVec::new(
+        Opts::new(
+            "private_ingress_certificate_failures_total",
+            "Distinct certificate pairs refused before reaching sozu, by reason",
+        ),
+        &["reason"],
+    )?;
+    for (reason, count) in &c.certificate_errors_by_reason {
+        failures
+            .with_label_values(&[reason.as_str()])
+            .inc_by(*count);
+    }
+    registry.register(Box::new(failures))?;
+
+    let route_ok = IntGaugeVec::new(
+        Opts::new(
+            "private_ingress_route_ok",
+            "1 when the route is fully served",
+        ),
+        &["route", "host"],
+    )?;
+    let not_after = IntGaugeVec::new(
+        Opts::new(
+            "private_ingress_certificate_not_after_seconds",
+            "Expiry of the host's certificate on disk, Unix seconds",
+        ),
+        &["host"],
+    )?;
+    let rotations = IntCounterVec::new(
+        Opts::new(
+            "private_ingress_certificate_rotations_total",
+            "Certificates replaced in sozu, per host",
+        ),
+        &["host"],
+    )?;
+    let last_rotation = IntGaugeVec::new(
+        Opts::new(
+            "private_ingress_certificate_last_rotation_timestamp_seconds",
+            "When the host's certificate was last replaced, Unix seconds",
+        ),
+        &["host"],
+    )?;
+    let served = IntGaugeVec::new(
+        Opts::new(
+            "private_ingress_certificate_served_info",
+            "The certificate sozu serves for the host, by fingerprint (SHA-256 of the leaf)",
+        ),
+        &["host", "fingerprint"],
+    )?;
+    let mut hosts = std::collections::BTreeSet::new();
     for route in &status.routes {
         route_ok
-            .get_or_create(&RouteLabels {
-                route: route.id.clone(),
-                host: route.host.clone(),
-            })
+            .with_label_values(&[route.id.as_str(), route.host.as_str()])
             .set(i64::from(route.state == "ok"));
+        // Several routes can share a host: its certificate series once.
+        if !hosts.insert(route.host.as_str()) {
+            continue;
+        }
+        let host = route.host.as_str();
         if let Some(t) = route.certificate.disk_not_after {
-            not_after
-                .get_or_create(&HostLabels {
-                    host: route.host.clone(),
-                })
-                .set(t);
+            not_after.with_label_values(&[host]).set(t);
+        }
+        rotations
+            .with_label_values(&[host])
+            .inc_by(route.certificate.rotations);
+        if let Some(t) = route.certificate.last_rotation {
+            last_rotation
+                .with_label_values(&[host])
+                .set(i64::try_from(t).unwrap_or(i64::MAX));
+        }
+        for fingerprint in &route.certificate.served_fingerprints {
+            served
+                .with_label_values(&[host, fingerprint.as_str()])
+                .set(1);
         }
     }
-    registry.register("route_ok", "1 when the route is fully served", route_ok);
-    registry.register(
-        "certificate_not_after_seconds",
-        "Expiry of the host's certificate on disk, Unix seconds",
-        not_after,
-    );
-    let mut out = String::new();
-    prometheus_client::encoding::text::encode(&mut out, &registry)?;
-    Ok(out)
+    for family in [route_ok, not_after, last_rotation, served] {
+        registry.register(Box::new(family))?;
+    }
+    registry.register(Box::new(rotations))?;
+    TextEncoder::new().encode_to_string(&registry.gather())
 }

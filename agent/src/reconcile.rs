@@ -129,6 +129,12 @@ pub struct CertificateStatus {
     pub disk_not_after: Option<i64>,
     pub served_fingerprints: Vec<String>,
     pub error: Option<String>,
+    /// Why the pair on disk was refused, as a stable name (see `CertError::reason`).
+    pub error_reason: Option<String>,
+    /// Certificates replaced in sozu for this host since the agent started.
+    pub rotations: u64,
+    /// Unix seconds of the last replacement.
+    pub last_rotation: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
@@ -139,7 +145,10 @@ pub struct Counters {
     pub sozu_reconnects: u64,
     pub workspace_errors: u64,
     pub dns_failures: u64,
+    /// Distinct refused pairs (a pair failing again the same way is not counted again).
     pub certificate_errors: u64,
+    /// The same, by reason.
+    pub certificate_errors_by_reason: BTreeMap<String, u64>,
 }
 
 pub type SharedStatus = Arc<RwLock<Status>>;
@@ -158,6 +167,10 @@ pub struct Agent<P, R, L> {
     generation: Option<String>,
     /// Refusals of the last pass, by host or cluster id.
     route_errors: BTreeMap<String, String>,
+    /// The current failure of each host's pair on disk, so each is logged and counted once.
+    cert_failures: BTreeMap<String, String>,
+    /// Replacements per host: (count, Unix seconds of the last).
+    rotations: BTreeMap<String, (u64, u64)>,
     /// The last pair of each host that loaded and validated: it keeps serving while the files on
     /// disk are missing, half-written or invalid.
     last_good: BTreeMap<String, Certificate>,
@@ -184,6 +197,8 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
             generation: None,
             route_errors: BTreeMap::new(),
             last_good: BTreeMap::new(),
+            cert_failures: BTreeMap::new(),
+            rotations: BTreeMap::new(),
             tls_dir_updates: None,
             counters: Counters::default(),
         }
@@ -296,21 +311,39 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
         for &host in &hosts {
             match crate::certs::load(&tls_dir, host, now) {
                 Ok(c) => {
+                    if self.cert_failures.remove(host).is_some() {
+                        tracing::info!(host, "certificate pair valid again");
+                    }
                     self.last_good.insert(host.to_owned(), c.clone());
                     certificates.insert(host.to_owned(), c);
                 }
                 Err(e) => {
-                    // The last good pair keeps serving; the error is reported until fixed.
+                    // The last good pair keeps serving; the error is reported until fixed, and
+                    // logged and counted once per distinct failure, not once per pass.
+                    let message = e.to_string();
+                    if self.cert_failures.get(host) != Some(&message) {
+                        tracing::warn!(host, reason = e.reason(), error = %message,
+                            kept_serving = self.last_good.contains_key(host),
+                            "certificate pair refused");
+                        self.counters.certificate_errors += 1;
+                        *self
+                            .counters
+                            .certificate_errors_by_reason
+                            .entry(e.reason().to_owned())
+                            .or_default() += 1;
+                        self.cert_failures.insert(host.to_owned(), message.clone());
+                    }
                     if let Some(c) = self.last_good.get(host) {
                         certificates.insert(host.to_owned(), c.clone());
                     }
-                    cert_errors.insert(host.to_owned(), e.to_string());
+                    cert_errors.insert(host.to_owned(), (message, e.reason()));
                 }
             }
         }
         self.last_good
             .retain(|host, _| hosts.contains(host.as_str()));
-        self.counters.certificate_errors += cert_errors.len() as u64;
+        self.cert_failures
+            .retain(|host, _| hosts.contains(host.as_str()));
         let (want, held) = desired::build(&workspace, &self.resolved, &certificates);
 
         let converged = match self.sync(&want).await {
@@ -421,6 +454,17 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
                 plan::Outcome::Applied => {
                     self.counters.sozu_requests += 1;
                     plan::apply(&mut shadow, op);
+                    if let Op::ReplaceCertificate { certificate, .. } = op {
+                        let now = SystemTime::now()
+                            .duration_since(SystemTime::UNIX_EPOCH)
+                            .map_or(0, |d| d.as_secs());
+                        for name in &certificate.names {
+                            let entry = self.rotations.entry(name.clone()).or_default();
+                            entry.0 += 1;
+                            entry.1 = now;
+                        }
+                        tracing::info!(fingerprint = %certificate.fingerprint, names = ?certificate.names, "certificate replaced");
+                    }
                 }
                 plan::Outcome::Refused(reason) => {
                     self.counters.sozu_requests += 1;
@@ -456,7 +500,7 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
         &self,
         workspace: Option<&Workspace>,
         certificates: &BTreeMap<String, Certificate>,
-        cert_errors: &BTreeMap<String, String>,
+        cert_errors: &BTreeMap<String, (String, &'static str)>,
         held: &BTreeMap<String, Held>,
         ready: bool,
     ) {
@@ -514,7 +558,8 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
                         .map(|e| format!("resolving {name}: {e}")),
                     _ => None,
                 };
-                let cert_error = cert_errors.get(&route.host).cloned();
+                let cert_error = cert_errors.get(&route.host).map(|(m, _)| m.clone());
+                let rotation = self.rotations.get(&route.host);
                 let refused = self
                     .route_errors
                     .get(&route.host)
@@ -542,6 +587,9 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
                         disk_not_after: disk.map(|c| c.not_after),
                         served_fingerprints,
                         error: cert_error,
+                        error_reason: cert_errors.get(&route.host).map(|(_, r)| (*r).to_owned()),
+                        rotations: rotation.map_or(0, |r| r.0),
+                        last_rotation: rotation.map(|r| r.1),
                     },
                     state: state.into(),
                     last_error,

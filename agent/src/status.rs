@@ -166,7 +166,7 @@ mod tests {
                     disk_fingerprint: Some("aa".repeat(32)),
                     disk_not_after: Some(1_900_000_000),
                     served_fingerprints: vec!["bb".repeat(32)],
-                    error: None,
+                    ..CertificateStatus::default()
                 },
                 state: "error".into(),
                 last_error: Some("boom".into()),

@@ -80,6 +80,55 @@ fn cold_start_serves_every_route_with_its_certificate() {
     );
 }
 
+/// `/metrics` is valid Prometheus exposition (`promtool check metrics`, which scripts/test
+/// installs) and says what a dashboard needs: ready, routes, each host's certificate.
+#[test]
+fn metrics_pass_promtool_and_describe_every_route() {
+    let mut stack = Stack::new();
+    let (specs, _backends, fingerprints) = routes(&stack, 3);
+    stack.write_workspace(&stack.workspace_text(&specs));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(READY);
+    let metrics = ureq::get(&format!("http://{}/metrics", stack.admin))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    let mut promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (scripts/test installs Debian's prometheus package)");
+    use std::io::Write as _;
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(metrics.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool: {}{}\n{metrics}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(metrics.contains("private_ingress_ready 1"), "{metrics}");
+    assert!(metrics.contains("private_ingress_routes 3"), "{metrics}");
+    for (host, fingerprint) in &fingerprints {
+        assert!(
+            metrics.contains(&format!(
+                "private_ingress_certificate_served_info{{fingerprint=\"{fingerprint}\",host=\"{host}\"}} 1"
+            )),
+            "{host}: {metrics}"
+        );
+    }
+}
+
 #[test]
 fn the_agent_started_before_sozu_converges_once_sozu_is_up() {
     let mut stack = Stack::new();
