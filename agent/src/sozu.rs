@@ -328,14 +328,9 @@ fn cert_names(cert: &CertificateAndKey) -> BTreeSet<String> {
     crate::certs::names_of_pem(cert.certificate.as_bytes()).unwrap_or_default()
 }
 
+/// The request's kind only (sozu's own short name): its fields may hold key material.
 fn request_name(request: &RequestType) -> String {
-    let debug = format!("{request:?}");
-    // The variant name only: a request's fields may hold key material.
-    debug
-        .split(['(', ' ', '{'])
-        .next()
-        .unwrap_or("request")
-        .to_owned()
+    sozu_command_lib::proto::display::format_request_type(request).to_owned()
 }
 
 fn frontend_request(f: &Frontend) -> RequestHttpFrontend {
