@@ -186,3 +186,71 @@ fn a_host_directory_deleted_and_recreated_is_picked_up() {
         r.stack.state().filter(|s| s["routes"][0]["state"] == "ok")
     });
 }
+
+/// 50 rotations under HTTPS load (a new connection per request): no request fails, and after
+/// each switch the previous certificate is never served again.
+#[test]
+fn fifty_rotations_under_load_fail_no_request() {
+    let r = serving(true);
+    let https = r.stack.https;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop_load = stop.clone();
+    let load = std::thread::spawn(move || {
+        let (mut ok, mut failed) = (0u64, Vec::new());
+        while !stop_load.load(std::sync::atomic::Ordering::Relaxed) {
+            match https_get(https, HOST, "/") {
+                Ok(seen) if seen.status == 200 && seen.body == "app" => ok += 1,
+                other => failed.push(format!("{other:?}")),
+            }
+        }
+        (ok, failed)
+    });
+    let mut old = r.first.clone();
+    for generation in 1..=50 {
+        let pair = rcgen::generate_simple_self_signed(vec![HOST.to_owned()]).unwrap();
+        let new = fingerprint_of_pem(&pair.cert.pem());
+        atomic_write(
+            &r.stack.tls_dir().join(HOST),
+            &pair.cert.pem(),
+            &pair.signing_key.serialize_pem(),
+            generation,
+        );
+        eventually(
+            Duration::from_secs(10),
+            "the new certificate served",
+            || {
+                https_get(r.stack.https, HOST, "/")
+                    .ok()
+                    .filter(|s| s.fingerprint == new)
+            },
+        );
+        // After the switch, the previous certificate never comes back.
+        for _ in 0..5 {
+            let seen = https_get(r.stack.https, HOST, "/").unwrap();
+            assert_ne!(
+                seen.fingerprint, old,
+                "rotation {generation}: the old certificate came back"
+            );
+        }
+        old = new;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (ok, failed) = load.join().unwrap();
+    assert!(ok > 50, "only {ok} requests under load");
+    assert!(
+        failed.is_empty(),
+        "{} of {} requests failed during rotations: {:?}",
+        failed.len(),
+        ok + failed.len() as u64,
+        &failed[..failed.len().min(3)]
+    );
+    let state = r.stack.state().unwrap();
+    assert_eq!(
+        state["routes"][0]["certificate"]["rotations"], 50,
+        "{state}"
+    );
+    assert_eq!(
+        state["routes"][0]["certificate"]["served_fingerprints"],
+        serde_json::json!([old])
+    );
+}
