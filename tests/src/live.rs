@@ -460,6 +460,14 @@ impl Stack {
         serde_json::from_str(&body).ok()
     }
 
+    /// The agent's `/metrics` text.
+    pub fn metrics(&self) -> String {
+        ureq::get(&format!("http://{}/metrics", self.admin))
+            .call()
+            .and_then(|mut r| r.body_mut().read_to_string())
+            .expect("GET /metrics")
+    }
+
     pub fn ready(&self) -> bool {
         ureq::get(&format!("http://{}/readyz", self.admin))
             .call()

@@ -29,6 +29,24 @@ fn routes(stack: &Stack, n: usize) -> (Vec<RouteSpec>, Vec<Backend>, BTreeMap<St
     (specs, backends, fingerprints)
 }
 
+/// sozu and the agent serving `n` routes, ready.
+fn running(
+    n: usize,
+) -> (
+    Stack,
+    Vec<RouteSpec>,
+    Vec<Backend>,
+    BTreeMap<String, String>,
+) {
+    let mut stack = Stack::new();
+    let (specs, backends, fingerprints) = routes(&stack, n);
+    stack.write_workspace(&stack.workspace_text(&specs));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(READY);
+    (stack, specs, backends, fingerprints)
+}
+
 /// Each host's handshake presents its own certificate and its request reaches its own backend.
 fn assert_serves(stack: &Stack, fingerprints: &BTreeMap<String, String>) {
     for (i, (host, fingerprint)) in fingerprints.iter().enumerate() {
@@ -53,12 +71,7 @@ fn assert_serves(stack: &Stack, fingerprints: &BTreeMap<String, String>) {
 
 #[test]
 fn cold_start_serves_every_route_with_its_certificate() {
-    let mut stack = Stack::new();
-    let (specs, _backends, fingerprints) = routes(&stack, 25);
-    stack.write_workspace(&stack.workspace_text(&specs));
-    stack.start_sozu();
-    stack.start_agent();
-    stack.wait_ready(READY);
+    let (stack, _specs, _backends, fingerprints) = running(25);
     assert_serves(&stack, &fingerprints);
 
     // HTTP redirects to HTTPS.
@@ -84,18 +97,8 @@ fn cold_start_serves_every_route_with_its_certificate() {
 /// installs) and says what a dashboard needs: ready, routes, each host's certificate.
 #[test]
 fn metrics_pass_promtool_and_describe_every_route() {
-    let mut stack = Stack::new();
-    let (specs, _backends, fingerprints) = routes(&stack, 3);
-    stack.write_workspace(&stack.workspace_text(&specs));
-    stack.start_sozu();
-    stack.start_agent();
-    stack.wait_ready(READY);
-    let metrics = ureq::get(&format!("http://{}/metrics", stack.admin))
-        .call()
-        .unwrap()
-        .body_mut()
-        .read_to_string()
-        .unwrap();
+    let (stack, _specs, _backends, fingerprints) = running(3);
+    let metrics = stack.metrics();
     let mut promtool = std::process::Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(std::process::Stdio::piped())
@@ -197,12 +200,7 @@ fn editing_the_workspace_adds_changes_and_removes_routes() {
 
 #[test]
 fn a_broken_edit_keeps_the_last_good_state_serving() {
-    let mut stack = Stack::new();
-    let (specs, _backends, fingerprints) = routes(&stack, 2);
-    stack.write_workspace(&stack.workspace_text(&specs));
-    stack.start_sozu();
-    stack.start_agent();
-    stack.wait_ready(READY);
+    let (stack, _specs, _backends, fingerprints) = running(2);
 
     stack.write_workspace("{ zone = \"in.example.org\", routes = [ { host = \"oops\" } ] ");
     let error = eventually(
@@ -216,12 +214,7 @@ fn a_broken_edit_keeps_the_last_good_state_serving() {
     );
     assert!(error.contains("workspace.ncl"), "{error}");
     assert_serves(&stack, &fingerprints);
-    let metrics = ureq::get(&format!("http://{}/metrics", stack.admin))
-        .call()
-        .unwrap()
-        .body_mut()
-        .read_to_string()
-        .unwrap();
+    let metrics = stack.metrics();
     assert!(
         metrics.contains("private_ingress_workspace_valid 0"),
         "{metrics}"
@@ -230,12 +223,7 @@ fn a_broken_edit_keeps_the_last_good_state_serving() {
 
 #[test]
 fn a_restarted_sozu_gets_the_full_state_back_within_a_second() {
-    let mut stack = Stack::new();
-    let (specs, _backends, fingerprints) = routes(&stack, 10);
-    stack.write_workspace(&stack.workspace_text(&specs));
-    stack.start_sozu();
-    stack.start_agent();
-    stack.wait_ready(READY);
+    let (mut stack, _specs, _backends, fingerprints) = running(10);
 
     stack.kill_sozu();
     stack.start_sozu();
@@ -256,12 +244,7 @@ fn a_restarted_sozu_gets_the_full_state_back_within_a_second() {
 
 #[test]
 fn a_restarted_agent_adopts_the_running_state_without_a_request_failing() {
-    let mut stack = Stack::new();
-    let (specs, _backends, fingerprints) = routes(&stack, 5);
-    stack.write_workspace(&stack.workspace_text(&specs));
-    stack.start_sozu();
-    stack.start_agent();
-    stack.wait_ready(READY);
+    let (mut stack, _specs, _backends, fingerprints) = running(5);
     assert!(
         stack.stop_agent(),
         "the agent did not stop cleanly on SIGTERM"
@@ -315,12 +298,7 @@ fn a_restarted_agent_adopts_the_running_state_without_a_request_failing() {
 
 #[test]
 fn a_killed_sozu_worker_is_replaced_and_routes_keep_serving() {
-    let mut stack = Stack::new();
-    let (specs, _backends, fingerprints) = routes(&stack, 3);
-    stack.write_workspace(&stack.workspace_text(&specs));
-    stack.start_sozu();
-    stack.start_agent();
-    stack.wait_ready(READY);
+    let (stack, _specs, _backends, fingerprints) = running(3);
 
     let pid_text = std::fs::read_to_string(stack.dir.path().join("run/sozu.pid")).unwrap();
     let main_pid = pid_text.trim();
@@ -441,12 +419,7 @@ fn private_keys_appear_nowhere_the_agent_writes() {
 /// reload read it again. Idle, nothing but the timers may wake the loop.
 #[test]
 fn an_idle_agent_stays_idle() {
-    let mut stack = Stack::new();
-    let (specs, _backends, _) = routes(&stack, 2);
-    stack.write_workspace(&stack.workspace_text(&specs));
-    stack.start_sozu();
-    stack.start_agent();
-    stack.wait_ready(READY);
+    let (stack, _specs, _backends, _) = running(2);
     let passes = |stack: &Stack| {
         stack.state().unwrap()["counters"]["reconciles"]
             .as_u64()
