@@ -271,6 +271,68 @@ pub fn https_get(address: SocketAddr, host: &str, path: &str) -> Result<Seen, St
     })
 }
 
+/// One TLS connection kept open for many HTTP/1.1 requests (keep-alive).
+pub struct KeepAlive {
+    tls: rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
+    host: String,
+    buffer: Vec<u8>,
+}
+
+impl KeepAlive {
+    pub fn connect(address: SocketAddr, host: &str) -> Result<KeepAlive, String> {
+        let server_name =
+            rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
+        let conn =
+            rustls::ClientConnection::new(tls_config(), server_name).map_err(|e| e.to_string())?;
+        let sock = TcpStream::connect_timeout(&address, Duration::from_secs(2))
+            .map_err(|e| format!("connect: {e}"))?;
+        sock.set_read_timeout(Some(Duration::from_secs(5))).ok();
+        Ok(KeepAlive {
+            tls: rustls::StreamOwned::new(conn, sock),
+            host: host.to_owned(),
+            buffer: Vec::new(),
+        })
+    }
+
+    /// One GET on the open connection: (status, body).
+    pub fn get(&mut self, path: &str) -> Result<(u16, String), String> {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {}\r\n\r\n", self.host);
+        self.tls
+            .write_all(request.as_bytes())
+            .map_err(|e| format!("write: {e}"))?;
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some(end) = self.buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&self.buffer[..end]).into_owned();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| {
+                        let (name, value) = l.split_once(':')?;
+                        name.eq_ignore_ascii_case("content-length")
+                            .then(|| value.trim().parse().ok())?
+                    })
+                    .ok_or_else(|| format!("no Content-Length in {head}"))?;
+                if self.buffer.len() >= end + 4 + length {
+                    let body = String::from_utf8_lossy(&self.buffer[end + 4..end + 4 + length])
+                        .into_owned();
+                    self.buffer.drain(..end + 4 + length);
+                    let status = head
+                        .split_whitespace()
+                        .nth(1)
+                        .and_then(|s| s.parse().ok())
+                        .ok_or_else(|| format!("not HTTP: {head}"))?;
+                    return Ok((status, body));
+                }
+            }
+            match self.tls.read(&mut chunk) {
+                Ok(0) => return Err("connection closed".into()),
+                Ok(n) => self.buffer.extend_from_slice(&chunk[..n]),
+                Err(e) => return Err(format!("read: {e}")),
+            }
+        }
+    }
+}
+
 /// A certificate written under the tls dir, and its fingerprint.
 pub fn certificate(tls_dir: &Path, host: &str) -> String {
     let pem = crate::write_certificate(tls_dir, host);

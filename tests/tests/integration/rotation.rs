@@ -1,7 +1,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use private_ingress_tests::live::{certificate, eventually, https_get, Backend, RouteSpec, Stack};
+use private_ingress_tests::live::{
+    certificate, eventually, https_get, Backend, KeepAlive, RouteSpec, Stack,
+};
 
 const HOST: &str = "app.in.example.org";
 
@@ -187,8 +189,8 @@ fn a_host_directory_deleted_and_recreated_is_picked_up() {
     });
 }
 
-/// 50 rotations under HTTPS load (a new connection per request): no request fails, and after
-/// each switch the previous certificate is never served again.
+/// 50 rotations under HTTPS load, a new connection per request and one kept-alive connection:
+/// no request fails, and after each switch the previous certificate is never served again.
 #[test]
 fn fifty_rotations_under_load_fail_no_request() {
     let r = serving(true);
@@ -200,6 +202,19 @@ fn fifty_rotations_under_load_fail_no_request() {
         while !stop_load.load(std::sync::atomic::Ordering::Relaxed) {
             match https_get(https, HOST, "/") {
                 Ok(seen) if seen.status == 200 && seen.body == "app" => ok += 1,
+                other => failed.push(format!("{other:?}")),
+            }
+        }
+        (ok, failed)
+    });
+    // And one connection kept alive through every rotation.
+    let stop_keep = stop.clone();
+    let keep_alive = std::thread::spawn(move || {
+        let mut conn = KeepAlive::connect(https, HOST).expect("keep-alive connection");
+        let (mut ok, mut failed) = (0u64, Vec::new());
+        while !stop_keep.load(std::sync::atomic::Ordering::Relaxed) {
+            match conn.get("/") {
+                Ok((200, body)) if body == "app" => ok += 1,
                 other => failed.push(format!("{other:?}")),
             }
         }
@@ -235,6 +250,14 @@ fn fifty_rotations_under_load_fail_no_request() {
         old = new;
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (kept_ok, kept_failed) = keep_alive.join().unwrap();
+    assert!(kept_ok > 50, "only {kept_ok} keep-alive requests");
+    assert!(
+        kept_failed.is_empty(),
+        "{} keep-alive requests failed: {:?}",
+        kept_failed.len(),
+        &kept_failed[..kept_failed.len().min(3)]
+    );
     let (ok, failed) = load.join().unwrap();
     assert!(ok > 50, "only {ok} requests under load");
     assert!(
