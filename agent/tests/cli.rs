@@ -1,27 +1,12 @@
 //! The `private-ingress` binary as a user runs it: exit codes, messages, limits and output files.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_private-ingress"))
-}
+use common::{assert_golden, bin, run};
+use std::path::{Path, PathBuf};
 
 fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../schema/examples")
-}
-
-fn run(cmd: &mut Command) -> (i32, String, String) {
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = cmd.output().expect("run private-ingress");
-    (
-        status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&stdout).into_owned(),
-        String::from_utf8_lossy(&stderr).into_owned(),
-    )
 }
 
 #[test]
@@ -183,18 +168,7 @@ fn the_reference_example_renders_to_its_golden_files() {
             .arg(examples().join("librecloud.ncl"))
             .args(["--format", format]));
         assert_eq!(code, 0, "{err}");
-        let path = examples().join("rendered").join(golden);
-        if std::env::var_os("UPDATE_GOLDEN").is_some() {
-            std::fs::write(&path, &out).unwrap();
-        }
-        let expected = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", path.display()));
-        assert_eq!(
-            out,
-            expected,
-            "{format} output drifted from {}",
-            path.display()
-        );
+        assert_golden(&examples().join("rendered").join(golden), &out, format);
     }
 }
 

@@ -5,16 +5,16 @@
 //! The external checkers (`kubernetes-validate`, dnspython, `just`) are installed by
 //! `scripts/test`; a test that cannot find one fails and says how to install it.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
+
+use common::{assert_golden, bin, run};
 
 use serde::Deserialize;
 use serde_json::Value;
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_private-ingress"))
-}
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -23,21 +23,6 @@ fn repo() -> PathBuf {
 /// The reference workspace as deployed: `schema/examples/librecloud.ncl` plus `lb_ip`.
 fn reference() -> PathBuf {
     repo().join("deploy/librecloud.ncl")
-}
-
-fn run(cmd: &mut Command) -> (i32, String, String) {
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = cmd
-        .output()
-        .unwrap_or_else(|err| panic!("cannot run {cmd:?}: {err} (scripts/test installs it)"));
-    (
-        status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&stdout).into_owned(),
-        String::from_utf8_lossy(&stderr).into_owned(),
-    )
 }
 
 fn render(workspace: &Path, format: &str) -> String {
@@ -95,17 +80,10 @@ const ALERTMANAGER: &str = r#"{ host = "alertmanager.in.librecloud.online", upst
 fn the_reference_workspace_renders_to_its_golden_files() {
     for (format, golden) in [("k8s", "librecloud.k8s.yaml"), ("dns", "librecloud.zone")] {
         let out = render(&reference(), format);
-        let path = repo().join("schema/examples/rendered").join(golden);
-        if std::env::var_os("UPDATE_GOLDEN").is_some() {
-            std::fs::write(&path, &out).unwrap();
-        }
-        let expected = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", path.display()));
-        assert_eq!(
-            out,
-            expected,
-            "{format} output drifted from {}",
-            path.display()
+        assert_golden(
+            &repo().join("schema/examples/rendered").join(golden),
+            &out,
+            format,
         );
     }
 }
