@@ -23,15 +23,13 @@ struct Rotating {
     first: String,
 }
 
-/// sozu and the agent serving one route whose certificate directory is `layout`-shaped.
+/// sozu and the agent serving one route; its certificate directory is written the AtomicWriter
+/// way when `atomic_writer`, as plain files otherwise.
 fn serving(atomic_writer: bool) -> Rotating {
     let mut stack = Stack::new();
     let backend = Backend::start("app");
-    let dir = stack.tls_dir().join(HOST);
     let first = if atomic_writer {
-        let pair = rcgen::generate_simple_self_signed(vec![HOST.to_owned()]).unwrap();
-        atomic_write(&dir, &pair.cert.pem(), &pair.signing_key.serialize_pem(), 0);
-        fingerprint_of_pem(&pair.cert.pem())
+        renew(&stack, 0)
     } else {
         certificate(&stack.tls_dir(), HOST)
     };
@@ -52,6 +50,36 @@ fn serving(atomic_writer: bool) -> Rotating {
         _backend: backend,
         first,
     }
+}
+
+/// Renews the host's pair the AtomicWriter way (generation `generation`); returns the new leaf's
+/// fingerprint.
+fn renew(stack: &Stack, generation: u32) -> String {
+    let pair = rcgen::generate_simple_self_signed(vec![HOST.to_owned()]).unwrap();
+    atomic_write(
+        &stack.tls_dir().join(HOST),
+        &pair.cert.pem(),
+        &pair.signing_key.serialize_pem(),
+        generation,
+    );
+    fingerprint_of_pem(&pair.cert.pem())
+}
+
+/// Sends requests with `request` until `stop`, counting successes and keeping the failures.
+fn load_until(
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    mut request: impl FnMut() -> Result<(), String> + Send + 'static,
+) -> std::thread::JoinHandle<(u64, Vec<String>)> {
+    std::thread::spawn(move || {
+        let (mut ok, mut failed) = (0u64, Vec::new());
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            match request() {
+                Ok(()) => ok += 1,
+                Err(e) => failed.push(e),
+            }
+        }
+        (ok, failed)
+    })
 }
 
 /// What Kubernetes' AtomicWriter does (cert-manager's CSI driver, kubelet Secret volumes): a new
@@ -111,14 +139,7 @@ fn an_atomic_writer_swap_switches_the_served_certificate() {
     let r = serving(true);
     let mut old = r.first.clone();
     for generation in 1..=3 {
-        let pair = rcgen::generate_simple_self_signed(vec![HOST.to_owned()]).unwrap();
-        let new = fingerprint_of_pem(&pair.cert.pem());
-        atomic_write(
-            &r.stack.tls_dir().join(HOST),
-            &pair.cert.pem(),
-            &pair.signing_key.serialize_pem(),
-            generation,
-        );
+        let new = renew(&r.stack, generation);
         switches_to(&r.stack, &old, &new);
         old = new;
     }
@@ -196,40 +217,19 @@ fn fifty_rotations_under_load_fail_no_request() {
     let r = serving(true);
     let https = r.stack.https;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let stop_load = stop.clone();
-    let load = std::thread::spawn(move || {
-        let (mut ok, mut failed) = (0u64, Vec::new());
-        while !stop_load.load(std::sync::atomic::Ordering::Relaxed) {
-            match https_get(https, HOST, "/") {
-                Ok(seen) if seen.status == 200 && seen.body == "app" => ok += 1,
-                other => failed.push(format!("{other:?}")),
-            }
-        }
-        (ok, failed)
+    let load = load_until(stop.clone(), move || match https_get(https, HOST, "/") {
+        Ok(seen) if seen.status == 200 && seen.body == "app" => Ok(()),
+        other => Err(format!("{other:?}")),
     });
     // And one connection kept alive through every rotation.
-    let stop_keep = stop.clone();
-    let keep_alive = std::thread::spawn(move || {
-        let mut conn = KeepAlive::connect(https, HOST).expect("keep-alive connection");
-        let (mut ok, mut failed) = (0u64, Vec::new());
-        while !stop_keep.load(std::sync::atomic::Ordering::Relaxed) {
-            match conn.get("/") {
-                Ok((200, body)) if body == "app" => ok += 1,
-                other => failed.push(format!("{other:?}")),
-            }
-        }
-        (ok, failed)
+    let mut conn = KeepAlive::connect(https, HOST).expect("keep-alive connection");
+    let keep_alive = load_until(stop.clone(), move || match conn.get("/") {
+        Ok((200, body)) if body == "app" => Ok(()),
+        other => Err(format!("{other:?}")),
     });
     let mut old = r.first.clone();
     for generation in 1..=50 {
-        let pair = rcgen::generate_simple_self_signed(vec![HOST.to_owned()]).unwrap();
-        let new = fingerprint_of_pem(&pair.cert.pem());
-        atomic_write(
-            &r.stack.tls_dir().join(HOST),
-            &pair.cert.pem(),
-            &pair.signing_key.serialize_pem(),
-            generation,
-        );
+        let new = renew(&r.stack, generation);
         eventually(
             Duration::from_secs(10),
             "the new certificate served",
