@@ -266,40 +266,6 @@ pub enum SendError {
     Broken(String),
 }
 
-/// Sends `ops` in order through `send`. A refusal holds back only the requests that depend on the
-/// refused one (a route's frontends on its certificate and its cluster), so one bad certificate
-/// does not keep every other route from being served; a broken connection stops everything.
-pub fn send_in_order(
-    ops: &[Op],
-    mut send: impl FnMut(&Op) -> Result<(), SendError>,
-) -> Vec<Outcome> {
-    let mut outcomes = Vec::with_capacity(ops.len());
-    let mut refused: Vec<&Op> = Vec::new();
-    let mut broken: Option<String> = None;
-    for op in ops {
-        if let Some(reason) = &broken {
-            outcomes.push(Outcome::NotSent(reason.clone()));
-            continue;
-        }
-        if refused.iter().any(|failed| depends_on(op, failed)) {
-            outcomes.push(Outcome::Skipped);
-            continue;
-        }
-        match send(op) {
-            Ok(()) => outcomes.push(Outcome::Applied),
-            Err(SendError::Refused(reason)) => {
-                refused.push(op);
-                outcomes.push(Outcome::Refused(reason));
-            }
-            Err(SendError::Broken(reason)) => {
-                broken = Some(reason.clone());
-                outcomes.push(Outcome::NotSent(reason));
-            }
-        }
-    }
-    outcomes
-}
-
 /// Which step of the plan's order an operation belongs to. Operations of one phase are
 /// independent of each other and may be sent concurrently; phases go strictly in order.
 pub fn phase(op: &Op) -> u8 {
@@ -317,9 +283,13 @@ pub fn phase(op: &Op) -> u8 {
     }
 }
 
-/// Like [`send_in_order`], but the operations of one phase are spread over `lanes` connections
-/// (lane `i` of `send`), which sozu serves concurrently: a cold start of a thousand routes is
-/// bound by round trips, not by work. Phases still run strictly one after the other.
+/// Sends `ops` through `send`, phase after phase. The operations of one phase are independent and
+/// are spread over `lanes` connections (lane `i` of `send`), which sozu serves concurrently: a cold
+/// start of a thousand routes is bound by round trips, not by work.
+///
+/// A refusal holds back only the requests that depend on the refused one (a route's frontends on
+/// its certificate and its cluster, all in later phases), so one bad certificate does not keep
+/// every other route from being served; a broken connection stops everything.
 pub fn send_in_phases(
     ops: &[Op],
     lanes: usize,
@@ -754,17 +724,19 @@ mod tests {
             &Actual::default(),
             &desired(&ws, &[cert("a.in.example.org", 1), bad.clone()]),
         );
-        let mut sent = Actual::default();
-        let outcomes = send_in_order(&ops, |op| match op {
+        let sent = std::sync::Mutex::new(Actual::default());
+        let outcomes = send_in_phases(&ops, 1, |_, op| match op {
             Op::AddCertificate { certificate, .. } if *certificate == bad => {
                 Err(SendError::Refused("KeyMismatch".into()))
             }
             op => {
-                apply(&mut sent, op);
+                apply(&mut sent.lock().unwrap(), op);
                 Ok(())
             }
         });
         let hosts: BTreeSet<_> = sent
+            .into_inner()
+            .unwrap()
             .frontends
             .iter()
             .map(|f| (f.hostname.clone(), f.protocol))
@@ -779,7 +751,7 @@ mod tests {
             1
         );
         // A broken connection stops everything after it.
-        let outcomes = send_in_order(&ops, |_| Err(SendError::Broken("EPIPE".into())));
+        let outcomes = send_in_phases(&ops, 1, |_, _| Err(SendError::Broken("EPIPE".into())));
         assert!(outcomes.iter().all(|o| matches!(o, Outcome::NotSent(_))));
     }
 

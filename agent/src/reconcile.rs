@@ -29,7 +29,7 @@ pub trait Proxy: Send {
     /// connection, new worker processes), and then the state must be read again.
     fn generation(&mut self) -> impl Future<Output = Result<String, String>> + Send;
     fn read_state(&mut self) -> impl Future<Output = Result<Actual, String>> + Send;
-    /// Sends `ops` in order (see [`plan::send_in_order`]) and says what became of each.
+    /// Sends `ops` (see [`plan::send_in_phases`]) and says what became of each.
     fn apply(&mut self, ops: Vec<Op>) -> impl Future<Output = Vec<plan::Outcome>> + Send;
 }
 
@@ -630,8 +630,8 @@ mod tests {
             Ok(self.0.lock().unwrap().actual.clone())
         }
         async fn apply(&mut self, ops: Vec<Op>) -> Vec<plan::Outcome> {
-            let mut s = self.0.lock().unwrap();
-            plan::send_in_order(&ops, |op| {
+            plan::send_in_phases(&ops, 1, |_, op| {
+                let mut s = self.0.lock().unwrap();
                 if s.failures_left > 0 {
                     s.failures_left -= 1;
                     return Err(plan::SendError::Refused("refused".into()));
