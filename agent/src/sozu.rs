@@ -291,7 +291,7 @@ impl SozuClient {
 
     /// Sends one planned operation.
     pub fn apply(&mut self, op: &Op) -> Result<(), SozuError> {
-        self.request(to_request(op)).map(|_| ())
+        self.request(to_request(op)?).map(|_| ())
     }
 }
 
@@ -362,22 +362,26 @@ fn listener_type(protocol: Protocol) -> i32 {
     }
 }
 
-pub fn to_request(op: &Op) -> RequestType {
-    match op {
+/// The request for `op`. Only a listener can fail to build (sozu's own defaults refusing the
+/// address); that is reported like a refusal, never sent as a default listener.
+pub fn to_request(op: &Op) -> Result<RequestType, SozuError> {
+    let refused = |e: sozu_command_lib::config::ConfigError| SozuError::Refused {
+        request: op.describe(),
+        message: e.to_string(),
+    };
+    Ok(match op {
         Op::AddListener { protocol, address } => {
             let mut builder = match protocol {
                 Protocol::Http => ListenerBuilder::new_http((*address).into()),
                 Protocol::Https => ListenerBuilder::new_https((*address).into()),
             };
             match protocol {
-                Protocol::Http => match builder.to_http(None) {
-                    Ok(config) => RequestType::AddHttpListener(config),
-                    Err(_) => RequestType::AddHttpListener(Default::default()),
-                },
-                Protocol::Https => match builder.to_tls(None) {
-                    Ok(config) => RequestType::AddHttpsListener(config),
-                    Err(_) => RequestType::AddHttpsListener(Default::default()),
-                },
+                Protocol::Http => {
+                    RequestType::AddHttpListener(builder.to_http(None).map_err(refused)?)
+                }
+                Protocol::Https => {
+                    RequestType::AddHttpsListener(builder.to_tls(None).map_err(refused)?)
+                }
             }
         }
         Op::ActivateListener { protocol, address } => {
@@ -449,14 +453,7 @@ pub fn to_request(op: &Op) -> RequestType {
             address: (*address).into(),
             fingerprint: fingerprint.clone(),
         }),
-    }
-}
-
-/// Delay before reconnection attempt `attempt`: exponential from 50 ms, capped at 2 s, so an agent
-/// started before sozu connects within moments of the socket appearing.
-pub fn backoff(attempt: u32) -> Duration {
-    let ms = 50u64.saturating_mul(1 << attempt.min(6));
-    Duration::from_millis(ms.min(2_000))
+    })
 }
 
 /// [`crate::reconcile::Proxy`] over a real sozu: blocking clients on tokio's blocking pool. Queries
