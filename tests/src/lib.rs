@@ -104,4 +104,6 @@ pub fn run(cmd: &mut Command) -> (i32, String, String) {
     )
 }
 
+pub mod bench;
+pub mod corpus;
 pub mod live;

@@ -8,3 +8,6 @@ mod live;
 
 /// Certificate rotation: every way a certificate can land on disk switches what clients see.
 mod rotation;
+
+/// Bad certificate pairs: refused with their reason while the last good pair keeps serving.
+mod bad_input;

@@ -1,0 +1,2 @@
+//! The rotation benchmark: one workload (AtomicWriter swaps under HTTPS load) put through
+//! private-ingress + sozu and, side by side, through peer proxies.

@@ -1,0 +1,1 @@
+//! Bad certificate pairs, one per way a renewal can go wrong (see `Kind`).
