@@ -587,3 +587,38 @@ impl Drop for Stack {
         }
     }
 }
+
+/// What Kubernetes' AtomicWriter does (cert-manager's CSI driver, kubelet Secret volumes): a new
+/// timestamped directory, files in it, a `..data_tmp` link renamed over `..data`, visible links,
+/// the old directory removed at once.
+pub fn atomic_write(dir: &Path, crt: &str, key: &str, generation: u32) {
+    std::fs::create_dir_all(dir).unwrap();
+    let stamp = format!("..2026_11_30_00_00_{generation:02}.{generation}");
+    let new = dir.join(&stamp);
+    std::fs::create_dir(&new).unwrap();
+    // Undefined order in the real writer: key first here.
+    std::fs::write(new.join("tls.key"), key).unwrap();
+    std::fs::write(new.join("tls.crt"), crt).unwrap();
+    let old = std::fs::read_link(dir.join("..data")).ok();
+    std::os::unix::fs::symlink(&stamp, dir.join("..data_tmp")).unwrap();
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+    for name in ["tls.crt", "tls.key"] {
+        if std::fs::symlink_metadata(dir.join(name)).is_err() {
+            std::os::unix::fs::symlink(format!("..data/{name}"), dir.join(name)).unwrap();
+        }
+    }
+    if let Some(old) = old {
+        std::fs::remove_dir_all(dir.join(old)).unwrap();
+    }
+}
+
+/// The SHA-256 fingerprint (lower-case hex) of the first certificate in `pem`.
+pub fn fingerprint_of_pem(pem: &str) -> String {
+    use rustls::pki_types::pem::PemObject;
+    use sha2::Digest;
+    let der = rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
+    sha2::Sha256::digest(der.as_ref())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
