@@ -127,6 +127,16 @@ pub fn render_metrics(status: &Status) -> Result<String, prometheus::Error> {
             c.dns_failures,
         ),
         (
+            "private_ingress_resyncs_total",
+            "Full resyncs: every certificate pair and sozu's state read again",
+            c.resyncs,
+        ),
+        (
+            "private_ingress_watch_overflows_total",
+            "Times the file watcher's queue overflowed (each followed by a resync)",
+            c.watch_overflows,
+        ),
+        (
             "private_ingress_certificate_errors_total",
             "Distinct certificate pairs refused before reaching sozu",
             c.certificate_errors,
@@ -160,6 +170,20 @@ pub fn render_metrics(status: &Status) -> Result<String, prometheus::Error> {
         Opts::new(
             "private_ingress_certificate_not_after_seconds",
             "Expiry of the host's certificate on disk, Unix seconds",
+        ),
+        &["host"],
+    )?;
+    let not_before = IntGaugeVec::new(
+        Opts::new(
+            "private_ingress_certificate_not_before_seconds",
+            "Start of validity of the host's certificate on disk, Unix seconds",
+        ),
+        &["host"],
+    )?;
+    let expiring = IntGaugeVec::new(
+        Opts::new(
+            "private_ingress_certificate_expiring_soon",
+            "1 when the host's certificate expires within the expiry warning (renewal overdue)",
         ),
         &["host"],
     )?;
@@ -197,6 +221,14 @@ pub fn render_metrics(status: &Status) -> Result<String, prometheus::Error> {
         if let Some(t) = route.certificate.disk_not_after {
             not_after.with_label_values(&[host]).set(t);
         }
+        if let Some(t) = route.certificate.disk_not_before {
+            not_before.with_label_values(&[host]).set(t);
+        }
+        if route.certificate.disk_fingerprint.is_some() {
+            expiring
+                .with_label_values(&[host])
+                .set(i64::from(route.certificate.expiring_soon));
+        }
         rotations
             .with_label_values(&[host])
             .inc_by(route.certificate.rotations);
@@ -211,7 +243,14 @@ pub fn render_metrics(status: &Status) -> Result<String, prometheus::Error> {
                 .set(1);
         }
     }
-    for family in [route_ok, not_after, last_rotation, served] {
+    for family in [
+        route_ok,
+        not_after,
+        not_before,
+        expiring,
+        last_rotation,
+        served,
+    ] {
         registry.register(Box::new(family))?;
     }
     registry.register(Box::new(rotations))?;

@@ -256,6 +256,7 @@ pub fn parse(
         fingerprint: fingerprint(leaf_der.as_ref()),
         chain,
         key: KeyPem::new(pem(key_label, key_der.secret_der())),
+        not_before: validity.not_before.timestamp(),
         not_after: validity.not_after.timestamp(),
         names,
     })

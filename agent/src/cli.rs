@@ -94,6 +94,14 @@ pub struct RunArgs {
     /// Seconds between re-resolutions of upstream names.
     #[arg(long, env = "PRIVATE_INGRESS_DNS_INTERVAL", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     pub dns_interval: u64,
+    /// Days before expiry from which a served certificate is flagged (status, metric, a log line):
+    /// by then its renewal is overdue.
+    #[arg(
+        long,
+        env = "PRIVATE_INGRESS_EXPIRY_WARNING_DAYS",
+        default_value_t = 14
+    )]
+    pub expiry_warning_days: u64,
     /// Milliseconds sozu may take to answer one request.
     #[arg(long, env = "PRIVATE_INGRESS_SOZU_TIMEOUT_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
     pub sozu_timeout_ms: u64,

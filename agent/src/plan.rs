@@ -525,6 +525,7 @@ mod tests {
             fingerprint: format!("{serial:02x}{}", "ab".repeat(31)),
             chain: vec![format!("PEM {host} {serial}")],
             key: KeyPem::new("key".into()),
+            not_before: 1_700_000_000,
             not_after: 2_000_000_000,
             names: BTreeSet::from([host.to_owned()]),
         }

@@ -43,16 +43,21 @@ pub trait LoadWorkspace: Send + Sync {
     fn load(&self) -> impl Future<Output = Result<Workspace, String>> + Send;
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Trigger {
     /// The workspace file (or its directory) changed.
     Workspace,
-    /// A certificate file changed.
+    /// Every host's certificate may have changed (the tls dir was replaced, or nothing is known).
     Certificates,
+    /// Files in this host's certificate directory changed: only its pair is read again.
+    Host(String),
     /// Time to re-resolve upstream names.
     Dns,
-    /// Periodic full resync (re-read sozu's state and repair drift), or sozu's socket changed.
+    /// Periodic full resync (re-read sozu's state and every pair, and repair drift), or sozu's
+    /// socket changed.
     Resync,
+    /// The file watcher lost events (its queue overflowed): a resync, counted apart.
+    Overflow,
 }
 
 #[derive(Debug, Clone)]
@@ -66,6 +71,8 @@ pub struct Settings {
     /// Retry after a failed reconcile, doubling up to `retry_max`.
     pub retry_min: Duration,
     pub retry_max: Duration,
+    /// A served certificate with less than this left is flagged (status, metric, one log line).
+    pub expiry_warning: Duration,
 }
 
 impl Default for Settings {
@@ -76,6 +83,7 @@ impl Default for Settings {
             dns_interval: Duration::from_secs(30),
             retry_min: Duration::from_millis(100),
             retry_max: Duration::from_secs(5),
+            expiry_warning: Duration::from_secs(14 * 86_400),
         }
     }
 }
@@ -126,7 +134,11 @@ pub struct RouteStatus {
 #[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
 pub struct CertificateStatus {
     pub disk_fingerprint: Option<String>,
+    pub disk_not_before: Option<i64>,
     pub disk_not_after: Option<i64>,
+    /// The pair served expires within the expiry warning (`--expiry-warning-days`): its renewal
+    /// is overdue.
+    pub expiring_soon: bool,
     pub served_fingerprints: Vec<String>,
     pub error: Option<String>,
     /// Why the pair on disk was refused, as a stable name (see `CertError::reason`).
@@ -149,6 +161,11 @@ pub struct Counters {
     pub certificate_errors: u64,
     /// The same, by reason.
     pub certificate_errors_by_reason: BTreeMap<String, u64>,
+    /// Full resyncs: every pair and sozu's state read again (periodic, sozu restarted, or after
+    /// the watcher lost events).
+    pub resyncs: u64,
+    /// Times the file watcher's queue overflowed and events were lost.
+    pub watch_overflows: u64,
 }
 
 pub type SharedStatus = Arc<RwLock<Status>>;
@@ -167,8 +184,11 @@ pub struct Agent<P, R, L> {
     generation: Option<String>,
     /// Refusals of the last pass, by host or cluster id.
     route_errors: BTreeMap<String, String>,
-    /// The current failure of each host's pair on disk, so each is logged and counted once.
-    cert_failures: BTreeMap<String, String>,
+    /// The current failure of each host's pair on disk (message, reason), so each is logged and
+    /// counted once, and shown until fixed.
+    cert_failures: BTreeMap<String, (String, &'static str)>,
+    /// Fingerprints already warned about as close to expiry.
+    expiry_warned: BTreeSet<String>,
     /// Replacements per host: (count, Unix seconds of the last).
     rotations: BTreeMap<String, (u64, u64)>,
     /// The last pair of each host that loaded and validated: it keeps serving while the files on
@@ -198,6 +218,7 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
             route_errors: BTreeMap::new(),
             last_good: BTreeMap::new(),
             cert_failures: BTreeMap::new(),
+            expiry_warned: BTreeSet::new(),
             rotations: BTreeMap::new(),
             tls_dir_updates: None,
             counters: Counters::default(),
@@ -268,26 +289,32 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
 
     /// One pass: bring inputs up to date, then sozu. Returns true when sozu ended equal to the
     /// desired state (routes held back for a missing certificate do not count as failure).
+    ///
+    /// What is read again depends on why: a host's directory event re-reads that host's pair
+    /// only, and skips asking sozu whether it restarted (a restart is a socket event and a
+    /// [`Trigger::Resync`] of its own; a broken connection on the way is noticed anyway), so a
+    /// rotation costs one read, one validation and one request.
     pub async fn reconcile(&mut self, reasons: BTreeSet<Trigger>) -> bool {
         self.counters.reconciles += 1;
-        if reasons.contains(&Trigger::Workspace) || self.workspace.is_none() {
+        let overflow = reasons.contains(&Trigger::Overflow);
+        let resync = overflow || reasons.contains(&Trigger::Resync);
+        if overflow {
+            self.counters.watch_overflows += 1;
+        }
+        if resync {
+            self.counters.resyncs += 1;
+            self.shadow = None;
+        }
+        let workspace_changed = reasons.contains(&Trigger::Workspace) || self.workspace.is_none();
+        if workspace_changed {
             self.reload_workspace().await;
         }
         let Some(workspace) = self.workspace.clone() else {
-            self.publish(
-                None,
-                &BTreeMap::new(),
-                &BTreeMap::new(),
-                &BTreeMap::new(),
-                false,
-            );
+            self.publish(None, &BTreeMap::new(), false);
             return false;
         };
-        if reasons.contains(&Trigger::Dns) || reasons.contains(&Trigger::Workspace) {
+        if reasons.contains(&Trigger::Dns) || workspace_changed {
             self.resolve_upstreams(&workspace).await;
-        }
-        if reasons.contains(&Trigger::Resync) {
-            self.shadow = None;
         }
 
         let tls_dir = self
@@ -295,58 +322,41 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
             .tls_dir
             .clone()
             .unwrap_or_else(|| workspace.tls_dir.clone());
+        let mut tls_dir_changed = false;
         if let Some((updates, last)) = &mut self.tls_dir_updates {
             if last.as_ref() != Some(&tls_dir) {
                 let absolute = std::path::absolute(&tls_dir).unwrap_or_else(|_| tls_dir.clone());
                 let _ = updates.send(absolute);
                 *last = Some(tls_dir.clone());
+                tls_dir_changed = true;
             }
         }
-        let mut certificates = BTreeMap::new();
-        let mut cert_errors = BTreeMap::new();
         let hosts: BTreeSet<&str> = workspace.routes.iter().map(|r| r.host.as_str()).collect();
-        let now = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
-        for &host in &hosts {
-            match crate::certs::load(&tls_dir, host, now) {
-                Ok(c) => {
-                    if self.cert_failures.remove(host).is_some() {
-                        tracing::info!(host, "certificate pair valid again");
-                    }
-                    self.last_good.insert(host.to_owned(), c.clone());
-                    certificates.insert(host.to_owned(), c);
-                }
-                Err(e) => {
-                    // The last good pair keeps serving; the error is reported until fixed, and
-                    // logged and counted once per distinct failure, not once per pass.
-                    let message = e.to_string();
-                    if self.cert_failures.get(host) != Some(&message) {
-                        tracing::warn!(host, reason = e.reason(), error = %message,
-                            kept_serving = self.last_good.contains_key(host),
-                            "certificate pair refused");
-                        self.counters.certificate_errors += 1;
-                        *self
-                            .counters
-                            .certificate_errors_by_reason
-                            .entry(e.reason().to_owned())
-                            .or_default() += 1;
-                        self.cert_failures.insert(host.to_owned(), message.clone());
-                    }
-                    if let Some(c) = self.last_good.get(host) {
-                        certificates.insert(host.to_owned(), c.clone());
-                    }
-                    cert_errors.insert(host.to_owned(), (message, e.reason()));
-                }
-            }
-        }
+        let every_host = resync
+            || workspace_changed
+            || tls_dir_changed
+            || reasons.contains(&Trigger::Certificates);
+        let to_read: Vec<&str> = if every_host {
+            hosts.iter().copied().collect()
+        } else {
+            reasons
+                .iter()
+                .filter_map(|r| match r {
+                    Trigger::Host(host) => hosts.get(host.as_str()).copied(),
+                    _ => None,
+                })
+                .collect()
+        };
+        self.read_certificates(&tls_dir, &to_read);
         self.last_good
             .retain(|host, _| hosts.contains(host.as_str()));
         self.cert_failures
             .retain(|host, _| hosts.contains(host.as_str()));
-        let (want, held) = desired::build(&workspace, &self.resolved, &certificates);
+        self.warn_expiring();
+        let (want, held) = desired::build(&workspace, &self.resolved, &self.last_good);
 
-        let converged = match self.sync(&want).await {
+        let only_certificates = reasons.iter().all(|r| matches!(r, Trigger::Host(_)));
+        let converged = match self.sync(&want, !only_certificates).await {
             Ok(()) => true,
             Err(e) => {
                 self.counters.reconcile_errors += 1;
@@ -358,7 +368,7 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
             }
         };
         let ready = converged && held.is_empty() && self.dns_pending(&workspace).is_empty();
-        self.publish(Some(&workspace), &certificates, &cert_errors, &held, ready);
+        self.publish(Some(&workspace), &held, ready);
         if converged {
             let mut status = self.status.write().unwrap_or_else(|p| p.into_inner());
             status.sozu.last_error = None;
@@ -368,6 +378,61 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
                 .map(|d| d.as_secs());
         }
         converged
+    }
+
+    /// Reads and validates the pairs of `hosts`. A valid pair becomes the host's last good one; a
+    /// refused pair leaves the last good one serving and is reported until fixed, logged and
+    /// counted once per distinct failure rather than once per pass.
+    fn read_certificates(&mut self, tls_dir: &std::path::Path, hosts: &[&str]) {
+        let now = unix_now();
+        for &host in hosts {
+            match crate::certs::load(tls_dir, host, now) {
+                Ok(c) => {
+                    if self.cert_failures.remove(host).is_some() {
+                        tracing::info!(host, "certificate pair valid again");
+                    }
+                    self.last_good.insert(host.to_owned(), c);
+                }
+                Err(e) => {
+                    let message = e.to_string();
+                    if self.cert_failures.get(host).map(|(m, _)| m) != Some(&message) {
+                        tracing::warn!(host, reason = e.reason(), error = %message,
+                            kept_serving = self.last_good.contains_key(host),
+                            "certificate pair refused");
+                        self.counters.certificate_errors += 1;
+                        *self
+                            .counters
+                            .certificate_errors_by_reason
+                            .entry(e.reason().to_owned())
+                            .or_default() += 1;
+                    }
+                    self.cert_failures
+                        .insert(host.to_owned(), (message, e.reason()));
+                }
+            }
+        }
+    }
+
+    /// Logs once per certificate that it is served with less than the expiry warning left.
+    fn warn_expiring(&mut self) {
+        let now = unix_now();
+        let mut flagged = BTreeSet::new();
+        for (host, c) in &self.last_good {
+            if !self.expiring_soon(c, now) {
+                continue;
+            }
+            if !self.expiry_warned.contains(&c.fingerprint) {
+                tracing::warn!(host, fingerprint = %c.fingerprint, not_after = c.not_after,
+                    "the certificate served expires soon; its renewal is overdue");
+            }
+            flagged.insert(c.fingerprint.clone());
+        }
+        self.expiry_warned = flagged;
+    }
+
+    fn expiring_soon(&self, certificate: &Certificate, now: i64) -> bool {
+        let left = certificate.not_after.saturating_sub(now);
+        left < i64::try_from(self.settings.expiry_warning.as_secs()).unwrap_or(i64::MAX)
     }
 
     async fn reload_workspace(&mut self) {
@@ -421,19 +486,15 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
             .collect()
     }
 
-    /// Brings sozu to `want`: re-reads its state when it is new to us, plans, applies.
-    async fn sync(&mut self, want: &crate::state::Desired) -> Result<(), String> {
-        let generation = self.proxy.generation().await?;
-        if self.generation.as_ref() != Some(&generation) {
-            if self.generation.is_some() {
-                tracing::info!(%generation, "sozu changed; reading its state again");
-                self.counters.sozu_reconnects += 1;
-            }
-            self.shadow = None;
-            self.generation = Some(generation.clone());
-            let mut status = self.status.write().unwrap_or_else(|p| p.into_inner());
-            status.sozu.generation = Some(generation);
-            status.sozu.connected = true;
+    /// Brings sozu to `want`: re-reads its state when it is new to us, plans, applies. With
+    /// `check_generation` false, a shadow in hand is trusted without asking sozu first.
+    async fn sync(
+        &mut self,
+        want: &crate::state::Desired,
+        check_generation: bool,
+    ) -> Result<(), String> {
+        if check_generation || self.shadow.is_none() || self.generation.is_none() {
+            self.check_generation().await?;
         }
         let mut shadow = match self.shadow.take() {
             Some(s) => s,
@@ -496,14 +557,25 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
         }
     }
 
-    fn publish(
-        &self,
-        workspace: Option<&Workspace>,
-        certificates: &BTreeMap<String, Certificate>,
-        cert_errors: &BTreeMap<String, (String, &'static str)>,
-        held: &BTreeMap<String, Held>,
-        ready: bool,
-    ) {
+    /// Asks sozu who it is; a new generation drops the shadow, so its state is read again.
+    async fn check_generation(&mut self) -> Result<(), String> {
+        let generation = self.proxy.generation().await?;
+        if self.generation.as_ref() != Some(&generation) {
+            if self.generation.is_some() {
+                tracing::info!(%generation, "sozu changed; reading its state again");
+                self.counters.sozu_reconnects += 1;
+            }
+            self.shadow = None;
+            self.generation = Some(generation.clone());
+            let mut status = self.status.write().unwrap_or_else(|p| p.into_inner());
+            status.sozu.generation = Some(generation);
+            status.sozu.connected = true;
+        }
+        Ok(())
+    }
+
+    fn publish(&self, workspace: Option<&Workspace>, held: &BTreeMap<String, Held>, ready: bool) {
+        let now = unix_now();
         let mut status = self.status.write().unwrap_or_else(|p| p.into_inner());
         status.ready = ready;
         status.counters = self.counters.clone();
@@ -539,7 +611,7 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
                             .collect()
                     })
                     .unwrap_or_default();
-                let disk = certificates.get(&route.host);
+                let disk = self.last_good.get(&route.host);
                 let served_fingerprints = match (&self.shadow, https) {
                     (Some(shadow), Some(address)) => shadow
                         .certificates
@@ -558,14 +630,14 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
                         .map(|e| format!("resolving {name}: {e}")),
                     _ => None,
                 };
-                let cert_error = cert_errors.get(&route.host).map(|(m, _)| m.clone());
+                let cert_error = self.cert_failures.get(&route.host);
                 let rotation = self.rotations.get(&route.host);
                 let refused = self
                     .route_errors
                     .get(&route.host)
                     .or_else(|| self.route_errors.get(&route.id))
                     .cloned();
-                let last_error = cert_error.clone().or(refused).or(dns_error);
+                let last_error = cert_error.map(|(m, _)| m.clone()).or(refused).or(dns_error);
                 let state = if held.contains_key(&route.id) || backends_desired.is_empty() {
                     "pending"
                 } else if last_error.is_some()
@@ -584,10 +656,12 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
                     backends_actual,
                     certificate: CertificateStatus {
                         disk_fingerprint: disk.map(|c| c.fingerprint.clone()),
+                        disk_not_before: disk.map(|c| c.not_before),
                         disk_not_after: disk.map(|c| c.not_after),
+                        expiring_soon: disk.is_some_and(|c| self.expiring_soon(c, now)),
                         served_fingerprints,
-                        error: cert_error,
-                        error_reason: cert_errors.get(&route.host).map(|(_, r)| (*r).to_owned()),
+                        error: cert_error.map(|(m, _)| m.clone()),
+                        error_reason: cert_error.map(|(_, r)| (*r).to_owned()),
                         rotations: rotation.map_or(0, |r| r.0),
                         last_rotation: rotation.map(|r| r.1),
                     },
@@ -597,6 +671,12 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
             })
             .collect();
     }
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]
@@ -682,11 +762,38 @@ mod tests {
     }
 
     fn write_cert(tls_dir: &std::path::Path, host: &str) {
-        let c = rcgen::generate_simple_self_signed(vec![host.to_owned()]).unwrap();
+        write_cert_expiring_in(tls_dir, host, Duration::from_secs(365 * 86_400));
+    }
+
+    fn write_cert_expiring_in(tls_dir: &std::path::Path, host: &str, left: Duration) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec![host.to_owned()]).unwrap();
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap();
+        params.not_after = rcgen::date_time_ymd(1970, 1, 1) + now + left;
         let dir = tls_dir.join(host);
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("tls.crt"), c.cert.pem()).unwrap();
-        std::fs::write(dir.join("tls.key"), c.signing_key.serialize_pem()).unwrap();
+        std::fs::write(dir.join("tls.crt"), params.self_signed(&key).unwrap().pem()).unwrap();
+        std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
+    }
+
+    /// Fingerprints of the certificates the fake sozu holds for `host`.
+    fn served(h: &Harness, host: &str) -> Vec<String> {
+        let s = h.sozu.0.lock().unwrap();
+        s.actual
+            .certificates
+            .values()
+            .flatten()
+            .filter(|c| c.names.contains(host))
+            .map(|c| c.fingerprint.clone())
+            .collect()
+    }
+
+    fn on_disk(h: &Harness, host: &str) -> String {
+        crate::certs::load(&h.tls_dir, host, unix_now())
+            .unwrap()
+            .fingerprint
     }
 
     struct Harness {
@@ -898,5 +1005,48 @@ mod tests {
             served_hosts(&h),
             BTreeSet::from(["a.in.example.org".into()])
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_host_event_rotates_its_pair_and_a_lost_event_is_caught_by_the_resync() {
+        let (a, b) = ("a.in.example.org", "b.in.example.org");
+        let h = start(&[(a, "a.svc"), (b, "b.svc")]);
+        settle().await;
+        write_cert(&h.tls_dir, a);
+        h.triggers.send(Trigger::Host(a.into())).unwrap();
+        settle().await;
+        assert_eq!(served(&h, a), [on_disk(&h, a)], "exactly the new one");
+
+        // b's files change, but the watcher overflowed and its event was lost.
+        write_cert(&h.tls_dir, b);
+        h.triggers.send(Trigger::Overflow).unwrap();
+        settle().await;
+        assert_eq!(served(&h, b), [on_disk(&h, b)]);
+        let status = h.status.read().unwrap().clone();
+        assert_eq!(status.counters.watch_overflows, 1);
+        assert_eq!(status.counters.resyncs, 1);
+        let rotated: Vec<u64> = status
+            .routes
+            .iter()
+            .map(|r| r.certificate.rotations)
+            .collect();
+        assert_eq!(rotated, [1, 1]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pair_close_to_expiry_is_served_and_flagged() {
+        let (a, b) = ("a.in.example.org", "b.in.example.org");
+        let h = start(&[(a, "a.svc"), (b, "b.svc")]);
+        write_cert_expiring_in(&h.tls_dir, a, Duration::from_secs(3 * 86_400));
+        settle().await;
+        assert_eq!(served(&h, a), [on_disk(&h, a)]);
+        let status = h.status.read().unwrap().clone();
+        assert!(status.ready);
+        let flags: Vec<(String, bool)> = status
+            .routes
+            .iter()
+            .map(|r| (r.host.clone(), r.certificate.expiring_soon))
+            .collect();
+        assert_eq!(flags, [(a.into(), true), (b.into(), false)]);
     }
 }

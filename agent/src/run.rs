@@ -94,6 +94,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         tls_dir: args.tls_dir.clone(),
         resync: (args.resync_interval > 0).then(|| Duration::from_secs(args.resync_interval)),
         dns_interval: Duration::from_secs(args.dns_interval),
+        expiry_warning: Duration::from_secs(args.expiry_warning_days.saturating_mul(86_400)),
         ..Settings::default()
     };
     let agent = Agent::new(proxy, SystemResolver, loader, settings, status.clone())

@@ -87,7 +87,8 @@ pub struct Certificate {
     /// PEM blocks, leaf first.
     pub chain: Vec<String>,
     pub key: KeyPem,
-    /// Seconds since the epoch.
+    /// The validity window, seconds since the epoch.
+    pub not_before: i64,
     pub not_after: i64,
     /// The names it covers (SANs, or the CN when there is no SAN), as sozu indexes them.
     pub names: BTreeSet<String>,

@@ -99,10 +99,11 @@ pub fn table(status: &Status) -> String {
                     .map(short)
                     .unwrap_or("-")
                     .to_owned(),
-                r.certificate
-                    .disk_not_after
-                    .map(date)
-                    .unwrap_or_else(|| "-".into()),
+                match (r.certificate.disk_not_after, r.certificate.expiring_soon) {
+                    (Some(t), true) => format!("{} (expiring)", date(t)),
+                    (Some(t), false) => date(t),
+                    (None, _) => "-".into(),
+                },
                 r.state.clone(),
                 r.last_error.clone().unwrap_or_else(|| "-".into()),
             ]
@@ -165,6 +166,7 @@ mod tests {
                 certificate: CertificateStatus {
                     disk_fingerprint: Some("aa".repeat(32)),
                     disk_not_after: Some(1_900_000_000),
+                    expiring_soon: true,
                     served_fingerprints: vec!["bb".repeat(32)],
                     ..CertificateStatus::default()
                 },
@@ -181,7 +183,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            lines[2].contains("2030-03-17") && lines[2].ends_with("boom"),
+            lines[2].contains("2030-03-17 (expiring)") && lines[2].ends_with("boom"),
             "{text}"
         );
     }

@@ -6,10 +6,13 @@
 //! - the workspace's directory → [`Trigger::Workspace`];
 //! - sozu's socket directory (a restarted sozu re-creates its socket) → [`Trigger::Resync`];
 //! - the tls dir, so a host directory that appears later is picked up, and every host directory
-//!   in it → [`Trigger::Certificates`].
+//!   in it → [`Trigger::Host`] for that host.
 //!
-//! Each event is only a hint: the loop coalesces them and reads the latest state, so a burst of
-//! events (one AtomicWriter swap is half a dozen) costs one pass.
+//! Each event is only a hint: the loop coalesces them and reads the latest state. Within a host
+//! directory only the names a pair is read through count (`..data`, `tls.crt`, `tls.key`): an
+//! AtomicWriter swap first creates a timestamped directory and a `..data_tmp` link and last
+//! removes the old directory, and none of those change what a read returns, so one swap costs one
+//! pass, started by the rename itself and not by a fixed wait.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -107,8 +110,9 @@ async fn route(
                     continue;
                 }
                 if event.need_rescan() {
+                    tracing::warn!("the file watcher lost events; re-reading everything");
                     sync_hosts(&mut watcher, tls_dir.as_deref(), &mut hosts);
-                    if triggers.send(Trigger::Resync).is_err() { return }
+                    if triggers.send(Trigger::Overflow).is_err() { return }
                     continue;
                 }
                 let mut fired = BTreeSet::new();
@@ -124,9 +128,9 @@ async fn route(
                         if parent == Some(tls) {
                             // A host directory came or went.
                             sync_hosts(&mut watcher, Some(tls), &mut hosts);
-                            fired.insert(Trigger::Certificates);
-                        } else if parent.is_some_and(|p| hosts.contains(p)) {
-                            fired.insert(Trigger::Certificates);
+                            fired.extend(host_of(path));
+                        } else if parent.is_some_and(|p| hosts.contains(p)) && changes_pair(path) {
+                            fired.extend(parent.and_then(host_of));
                         }
                     }
                 }
@@ -168,6 +172,19 @@ fn sync_hosts(
             }
         }
     }
+}
+
+/// The host a directory under the tls dir serves: its name.
+fn host_of(dir: &Path) -> Option<Trigger> {
+    dir.file_name()
+        .and_then(|n| n.to_str())
+        .map(|n| Trigger::Host(n.to_owned()))
+}
+
+/// Whether a change to `path`, in a host directory, can change the pair read from it.
+fn changes_pair(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|n| n == "..data" || n == "tls.crt" || n == "tls.key")
 }
 
 /// The directory holding `path`, absolute.
