@@ -622,3 +622,10 @@ pub fn fingerprint_of_pem(pem: &str) -> String {
         .map(|b| format!("{b:02x}"))
         .collect()
 }
+
+/// The client configuration [`https_get`] uses: any server certificate accepted, session
+/// resumption disabled so every handshake presents the certificate served now. For probes that
+/// drive handshakes themselves (the rotation benchmark).
+pub fn client_config() -> Arc<rustls::ClientConfig> {
+    tls_config()
+}

@@ -1,0 +1,245 @@
+//! Certificate rotation: from the AtomicWriter's `..data` swap to the first handshake presenting
+//! the new certificate. Prints figures; asserts nothing.
+//!
+//! Without `--peers` (ours only): N rotations idle and N under HTTPS load, p50/p99/max; then the
+//! mass renewal of `--hosts` hosts (each its own certificate directory), until all are served.
+//!
+//! With `--peers`: the same workload under load through private-ingress + sozu, envoy, haproxy
+//! and nginx, one table with ratios to ours, written with a plot of the distributions to
+//! `--out` (default docs/) as rotation-peers.md and rotation-peers.svg. bench/run-peers installs
+//! the peers and runs this.
+//!
+//!     cargo bench -p private-ingress-tests --bench rotation [-- --rotations 100 --hosts 1000]
+//!     bench/run-peers [--rotations 100] [--out DIR]
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use private_ingress_tests::bench::report::{self, Row};
+use private_ingress_tests::bench::workload::{
+    self, percentile, wait_serving, Load, Outcome, Workload,
+};
+use private_ingress_tests::bench::{contenders, mass, Start, HOST, START_TIMEOUT};
+use private_ingress_tests::live::Backend;
+
+struct Args {
+    peers: bool,
+    rotations: usize,
+    hosts: usize,
+    after_switch: Duration,
+    out: PathBuf,
+}
+
+fn args() -> Args {
+    let mut args = Args {
+        peers: false,
+        rotations: 100,
+        hosts: 1_000,
+        after_switch: Duration::from_millis(300),
+        out: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs"),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| it.next().unwrap_or_else(|| panic!("{name} needs a value"));
+        match arg.as_str() {
+            "--peers" => args.peers = true,
+            "--rotations" => args.rotations = value("--rotations").parse().expect("--rotations N"),
+            "--hosts" => args.hosts = value("--hosts").parse().expect("--hosts N"),
+            "--after-switch-ms" => {
+                args.after_switch =
+                    Duration::from_millis(value("--after-switch-ms").parse().expect("--after-switch-ms N"))
+            }
+            "--out" => args.out = PathBuf::from(value("--out")),
+            // cargo bench passes --bench to every harness = false target.
+            "--bench" => {}
+            other => panic!(
+                "unknown argument {other}; use --peers, --rotations N, --hosts N, --after-switch-ms N, --out DIR"
+            ),
+        }
+    }
+    args
+}
+
+fn workload(args: &Args, load: bool) -> Workload {
+    Workload {
+        rotations: args.rotations,
+        after_switch: args.after_switch,
+        timeout: Duration::from_secs(10),
+        load: load.then_some(Load {
+            keep_alive: 2,
+            pause: Duration::from_millis(2),
+        }),
+    }
+}
+
+fn main() {
+    let args = args();
+    // Build (or find) the agent before any clock starts.
+    let _ = private_ingress_tests::agent_bin();
+    let started = Instant::now();
+    let pairs = workload::pairs(HOST, args.rotations + 1);
+    println!(
+        "{} certificates (ECDSA P-256) generated in {:.0?}",
+        pairs.len(),
+        started.elapsed()
+    );
+    if args.peers {
+        peers(&args, &pairs);
+    } else {
+        ours(&args, &pairs);
+    }
+}
+
+/// Starts a contender, waits for it to serve the first certificate, runs the workload.
+fn measure(
+    start: fn(&Start) -> Result<Box<dyn private_ingress_tests::bench::System>, String>,
+    pairs: &[workload::Pair],
+    workload: &Workload,
+) -> Result<Outcome, String> {
+    let backend = Backend::start("app");
+    let system = start(&Start {
+        backend: &backend,
+        first: &pairs[0],
+    })?;
+    wait_serving(system.https(), &pairs[0].fingerprint, START_TIMEOUT)
+        .map_err(|e| format!("{e}; logs: {}", system.logs()))?;
+    Ok(workload::run(system.as_ref(), pairs, workload))
+}
+
+fn ours(args: &Args, pairs: &[workload::Pair]) {
+    let contender = contenders().into_iter().next().expect("ours");
+    for load in [false, true] {
+        let label = if load { "under load" } else { "idle" };
+        let outcome = measure(contender.start, pairs, &workload(args, load))
+            .unwrap_or_else(|e| panic!("private-ingress did not start: {e}"));
+        let f = |p| {
+            percentile(&outcome.latencies, p)
+                .map_or("–".into(), |d| format!("{:.2} ms", d.as_secs_f64() * 1e3))
+        };
+        println!(
+            "rotation, {label}: {} rotations: p50 {}, p99 {}, max {}; old certificate after the switch {} of {} handshakes; {} timed out",
+            outcome.latencies.len(),
+            f(50.0),
+            f(99.0),
+            f(100.0),
+            outcome.old_after_switch,
+            outcome.after_handshakes,
+            outcome.timed_out
+        );
+        let us = |v: &[Duration]| percentile(v, 50.0).map_or(0.0, |d| d.as_secs_f64() * 1e6);
+        println!(
+            "  the swap itself (p50) {:.0} µs; a probe handshake (p50) {:.0} µs",
+            us(&outcome.swaps),
+            us(&outcome.probe)
+        );
+        if load {
+            println!(
+                "  load: new connection per request {} ok, {} failed; keep-alive {} ok, {} failed ({} reconnects)",
+                outcome.new_conn.ok,
+                outcome.new_conn.failed,
+                outcome.keep_alive.ok,
+                outcome.keep_alive.failed,
+                outcome.keep_alive.reconnects
+            );
+        }
+    }
+    if args.hosts == 0 {
+        return;
+    }
+    let n = args.hosts;
+    let generated = Instant::now();
+    let firsts: Vec<_> = (0..n)
+        .map(|i| workload::Pair::new(&mass::host(i)))
+        .collect();
+    let renewed: Vec<_> = (0..n)
+        .map(|i| workload::Pair::new(&mass::host(i)))
+        .collect();
+    println!(
+        "mass renewal: {} certificates generated in {:.1?}",
+        2 * n,
+        generated.elapsed()
+    );
+    let timeout = Duration::from_secs(60);
+    let m = mass::run(&firsts, &renewed, timeout).unwrap_or_else(|e| panic!("mass renewal: {e}"));
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "mass renewal of {} hosts: all served {:.0} ms after the first swap, {:.0} ms after the last \
+         (swaps written over {:.0} ms); per host p50 {:.0} ms, p99 {:.0} ms; {} not switched after {timeout:?}",
+        m.hosts,
+        ms(m.from_first),
+        ms(m.from_last),
+        ms(m.renew_span),
+        ms(m.per_host_p50),
+        ms(m.per_host_p99),
+        m.not_switched
+    );
+    println!(
+        "  one probe sweep over all {} hosts takes {:.0} ms (the method's resolution); {}",
+        m.hosts,
+        ms(m.sweep),
+        m.inotify
+    );
+}
+
+fn peers(args: &Args, pairs: &[workload::Pair]) {
+    let workload = workload(args, true);
+    let mut rows = Vec::new();
+    for contender in contenders() {
+        println!(
+            "{}: running {} rotations under load",
+            contender.name, args.rotations
+        );
+        let (version, result) = match (contender.version)() {
+            Ok(version) => (version, measure(contender.start, pairs, &workload)),
+            Err(why) => (String::from("–"), Err(why)),
+        };
+        if let Err(why) = &result {
+            println!("{}: skipped: {why}", contender.name);
+        }
+        rows.push(Row {
+            name: contender.name.to_owned(),
+            version,
+            result: result.map_err(|e| {
+                e.lines()
+                    .next()
+                    .unwrap_or_default()
+                    .chars()
+                    .take(300)
+                    .collect()
+            }),
+        });
+    }
+    let table = report::text(&rows);
+    println!("\n{table}");
+    let machine = report::machine();
+    let date = std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
+    let svg = report::svg(
+        &rows,
+        &format!(
+            "Certificate rotation, {} rotations under load",
+            args.rotations
+        ),
+    )
+    .unwrap_or_else(|e| panic!("plot: {e}"));
+    let markdown = format!(
+        "<!-- written by bench/run-peers (cargo bench -p private-ingress-tests --bench rotation -- --peers); do not edit -->\n\
+         Measured {date} on {machine}; {rotations} rotations per system, the same certificates \
+         (ECDSA P-256) and swaps for all; after each switch, {after} ms of probes; HTTPS load: one \
+         thread with a new connection per request and 2 kept-alive connections, each pausing 2 ms \
+         between requests.\n\n{table}\n![Rotation latency distributions](rotation-peers.svg)\n",
+        rotations = args.rotations,
+        after = args.after_switch.as_millis(),
+        table = report::markdown(&rows),
+    );
+    std::fs::create_dir_all(&args.out).expect("create the output directory");
+    let md_path = args.out.join("rotation-peers.md");
+    let svg_path = args.out.join("rotation-peers.svg");
+    std::fs::write(&md_path, markdown).expect("write the table");
+    std::fs::write(&svg_path, svg).expect("write the plot");
+    println!("machine: {machine}");
+    println!("wrote {} and {}", md_path.display(), svg_path.display());
+}

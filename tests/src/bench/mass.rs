@@ -1,0 +1,169 @@
+//! Mass renewal (ours only): a workspace of `n` routes, each with its own certificate directory;
+//! all `n` renewed the AtomicWriter way as fast as one thread can write them, while a probe
+//! thread sweeps the hosts already renewed (in renewal order) until each one's handshake presents
+//! its new certificate.
+//!
+//! A sweep costs one handshake per pending host, so the "all served" time is an upper bound,
+//! late by at most one sweep over the hosts still pending; [`MassOutcome::sweep`] (one sweep over
+//! all `n` hosts once everything is served) is the floor of what this method can show.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::workload::{handshake, percentile, Pair};
+use crate::live::{atomic_write, Backend};
+
+pub struct MassOutcome {
+    pub hosts: usize,
+    /// Writing all `n` swaps, first to last.
+    pub renew_span: Duration,
+    /// From the first swap until every host presented its new certificate.
+    pub from_first: Duration,
+    /// From the last swap until then.
+    pub from_last: Duration,
+    /// Per host, from its own swap to its first handshake with the new certificate.
+    pub per_host_p50: Duration,
+    pub per_host_p99: Duration,
+    /// One handshake with every host, once all are served: the method's floor.
+    pub sweep: Duration,
+    pub not_switched: usize,
+    /// inotify watches the agent holds, and the limits they count against.
+    pub inotify: String,
+}
+
+pub fn host(i: usize) -> String {
+    format!("svc{i}.in.example.org")
+}
+
+/// Renews `firsts.len()` hosts from `firsts[i]` to `renewed[i]`.
+pub fn run(firsts: &[Pair], renewed: &[Pair], timeout: Duration) -> Result<MassOutcome, String> {
+    let n = firsts.len();
+    let backend = Backend::start("app");
+    let hosts: Vec<(String, &Pair)> = firsts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (host(i), p))
+        .collect();
+    let stack = super::ours::serve(&hosts, backend.address)?;
+    let https = stack.https;
+    // Every host serves its first certificate before the clock starts.
+    for (host, pair) in &hosts {
+        match handshake(https, host) {
+            Ok((fp, _)) if fp == pair.fingerprint => {}
+            other => {
+                return Err(format!(
+                    "{host} does not serve its first certificate: {other:?}"
+                ))
+            }
+        }
+    }
+    let inotify = inotify_report(stack.agent_pid());
+
+    let renamed: Arc<Vec<OnceLock<Instant>>> = Arc::new((0..n).map(|_| OnceLock::new()).collect());
+    let written = Arc::new(AtomicUsize::new(0));
+    let wanted: Vec<String> = renewed.iter().map(|p| p.fingerprint.clone()).collect();
+    let prober = {
+        let (renamed, written) = (renamed.clone(), written.clone());
+        std::thread::spawn(move || probe_until_all(https, &wanted, &renamed, &written, timeout))
+    };
+    let tls_dir = stack.tls_dir();
+    for (i, pair) in renewed.iter().enumerate() {
+        let _ = renamed[i].set(Instant::now());
+        atomic_write(&tls_dir.join(host(i)), &pair.crt, &pair.key, 1);
+        written.store(i + 1, Ordering::Release);
+    }
+    let seen = prober.join().map_err(|_| "the probe thread panicked")?;
+    let first = *renamed[0].get().expect("set");
+    let last = *renamed[n - 1].get().expect("set");
+    let not_switched = seen.iter().filter(|s| s.is_none()).count();
+    let latest = seen.iter().flatten().max().copied().unwrap_or(first);
+    let per_host: Vec<Duration> = seen
+        .iter()
+        .zip(renamed.iter())
+        .filter_map(|(s, r)| Some(s.as_ref()?.duration_since(*r.get()?)))
+        .collect();
+    let sweep_start = Instant::now();
+    for i in 0..n {
+        let _ = handshake(https, &host(i));
+    }
+    let sweep = sweep_start.elapsed();
+    drop(stack);
+    Ok(MassOutcome {
+        hosts: n,
+        renew_span: last - first,
+        from_first: latest - first,
+        from_last: latest.saturating_duration_since(last),
+        per_host_p50: percentile(&per_host, 50.0).unwrap_or_default(),
+        per_host_p99: percentile(&per_host, 99.0).unwrap_or_default(),
+        sweep,
+        not_switched,
+        inotify,
+    })
+}
+
+/// Sweeps the hosts already renewed, in renewal order, until each has presented its new
+/// certificate once (or `timeout`); the completion time of that handshake, per host.
+fn probe_until_all(
+    https: SocketAddr,
+    wanted: &[String],
+    renamed: &[OnceLock<Instant>],
+    written: &AtomicUsize,
+    timeout: Duration,
+) -> Vec<Option<Instant>> {
+    let n = wanted.len();
+    let mut seen: Vec<Option<Instant>> = vec![None; n];
+    let mut pending = n;
+    let deadline = Instant::now() + timeout;
+    while pending > 0 && Instant::now() < deadline {
+        let upto = written.load(Ordering::Acquire);
+        if upto == 0 || seen[..upto].iter().all(Option::is_some) {
+            std::thread::yield_now();
+            continue;
+        }
+        for i in 0..upto {
+            if seen[i].is_some() || renamed[i].get().is_none() {
+                continue;
+            }
+            if let Ok((fp, done)) = handshake(https, &host(i)) {
+                if fp == wanted[i] {
+                    seen[i] = Some(done);
+                    pending -= 1;
+                }
+            }
+        }
+    }
+    seen
+}
+
+/// The agent's inotify watches (from /proc/<pid>/fdinfo) beside the kernel's per-user limits.
+fn inotify_report(pid: Option<u32>) -> String {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    let watches = pid.map_or(0, |pid| {
+        std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| {
+                        std::fs::read_to_string(e.path())
+                            .unwrap_or_default()
+                            .lines()
+                            .filter(|l| l.starts_with("inotify wd:"))
+                            .count()
+                    })
+                    .sum()
+            })
+            .unwrap_or(0)
+    });
+    format!(
+        "the agent holds {watches} inotify watches; limits: max_user_watches {}, max_user_instances {}, max_queued_events {}",
+        read("/proc/sys/fs/inotify/max_user_watches"),
+        read("/proc/sys/fs/inotify/max_user_instances"),
+        read("/proc/sys/fs/inotify/max_queued_events"),
+    )
+}
