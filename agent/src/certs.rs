@@ -107,11 +107,9 @@ fn read_pair(dir: &Path) -> Result<(Vec<u8>, PathBuf, Vec<u8>, PathBuf), CertErr
                 // Errors name the visible paths, which are what an operator looks at.
                 return Ok((crt, dir.join("tls.crt"), key, dir.join("tls.key")));
             }
-            Err(CertError::Unreadable { ref reason, .. })
-                if target.is_some() && (moved || reason == "no such file") =>
-            {
-                continue
-            }
+            // A file gone because the link moved is a swap under way: read again. A file missing
+            // behind a link that stayed put is simply missing.
+            Err(CertError::Unreadable { .. }) if moved => continue,
             Err(e) => return Err(visible(e, dir)),
         }
     }
@@ -131,20 +129,54 @@ fn visible(err: CertError, dir: &Path) -> CertError {
     }
 }
 
+/// Reads a regular file of at most [`MAX_FILE_BYTES`]. Anything else is refused without blocking:
+/// opening a named pipe with no writer would stall the loop, and `/dev/zero` never ends.
 fn read_bounded(path: &Path) -> Result<Vec<u8>, CertError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
     let unreadable = |reason: String| CertError::Unreadable {
         path: path.to_owned(),
         reason,
     };
-    let meta = std::fs::metadata(path).map_err(|e| unreadable(io_reason(&e)))?;
-    if meta.len() > MAX_FILE_BYTES {
-        return Err(unreadable(format!(
-            "{} bytes, more than the {} a certificate file may have",
-            meta.len(),
-            MAX_FILE_BYTES
-        )));
+    let too_big = |len: u64| {
+        unreadable(format!(
+            "{len} bytes or more, more than the {MAX_FILE_BYTES} a certificate file may have"
+        ))
+    };
+    // Non-blocking, so that even a pipe swapped in after a check cannot block the open; checked
+    // on the descriptor itself, so what is checked is what is read.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| unreadable(io_reason(&e)))?;
+    let meta = file.metadata().map_err(|e| unreadable(io_reason(&e)))?;
+    if !meta.is_file() {
+        return Err(unreadable("not a regular file".into()));
     }
-    std::fs::read(path).map_err(|e| unreadable(io_reason(&e)))
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(too_big(meta.len()));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| unreadable(io_reason(&e)))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(too_big(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
+/// The label of a PEM private key block the key loader does not know (`DSA PRIVATE KEY`, ...).
+fn other_key_label(pem: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(pem).ok()?;
+    text.lines().find_map(|line| {
+        let label = line
+            .trim()
+            .strip_prefix("-----BEGIN ")?
+            .strip_suffix("-----")?;
+        label.ends_with("PRIVATE KEY").then(|| label.to_owned())
+    })
 }
 
 fn io_reason(err: &std::io::Error) -> String {
@@ -201,8 +233,14 @@ pub fn parse(
             path: key_path.to_owned(),
         });
     }
-    let key_der = PrivateKeyDer::from_pem_slice(key).map_err(|_| CertError::NoKey {
-        path: key_path.to_owned(),
+    let key_der = PrivateKeyDer::from_pem_slice(key).map_err(|_| match other_key_label(key) {
+        Some(label) => CertError::UnsupportedKey {
+            path: key_path.to_owned(),
+            reason: format!("a {label} block, which sozu cannot load"),
+        },
+        None => CertError::NoKey {
+            path: key_path.to_owned(),
+        },
     })?;
     // The same key loader sozu's TLS stack uses: what it refuses here, sozu would refuse.
     let signing = rustls::crypto::ring::sign::any_supported_type(&key_der).map_err(|e| {

@@ -85,17 +85,19 @@ pub enum Kind {
     LeafNotDer,
     /// A good leaf followed by a CERTIFICATE block that is not DER (a corrupt intermediate).
     GarbageAfterLeaf,
-    /// A named pipe where `tls.crt` should be, with no writer. Not in [`Kind::ALL`]: today the
-    /// agent's pass blocks opening it, for good (see the ignored test in bad_input.rs).
+    /// A named pipe where `tls.crt` should be, with no writer: opening it for reading would block.
     FifoAsCert,
+    /// `tls.crt` a link to `/dev/zero`: reading it would never end.
+    EndlessDevice,
 }
 
 impl Kind {
-    /// Every kind but [`Kind::FifoAsCert`], in an order where no two neighbours share a possible
-    /// reason, so a test that writes them one after the other sees the reported reason change at
-    /// every step (and the agent counts each refusal once).
-    pub const ALL: [Kind; 28] = [
+    /// Every kind, in an order where no two neighbours share a reason, so a test that writes them
+    /// one after the other sees the reported reason change at every step (and the agent counts
+    /// each refusal once).
+    pub const ALL: [Kind; 30] = [
         Kind::MismatchedKey,
+        Kind::EndlessDevice,
         Kind::Expired,
         Kind::TruncatedPem,
         Kind::NotYetValid,
@@ -123,6 +125,7 @@ impl Kind {
         Kind::EncryptedRsaKey,
         Kind::DirectoryAsCert,
         Kind::DsaTraditionalKey,
+        Kind::FifoAsCert,
     ];
 
     /// A short human name, for messages.
@@ -157,6 +160,7 @@ impl Kind {
             Kind::LeafNotDer => "leaf not DER",
             Kind::GarbageAfterLeaf => "chain with garbage after the leaf",
             Kind::FifoAsCert => "named pipe in place of tls.crt",
+            Kind::EndlessDevice => "tls.crt a link to /dev/zero",
         }
     }
 
@@ -178,7 +182,8 @@ impl Kind {
             | Kind::SymlinkLoop
             | Kind::DataLinkLoop
             | Kind::DirectoryAsCert
-            | Kind::FifoAsCert => "unreadable",
+            | Kind::FifoAsCert
+            | Kind::EndlessDevice => "unreadable",
             Kind::EncryptedKey | Kind::EncryptedRsaKey => "encrypted_key",
             Kind::P521Key | Kind::DsaKey | Kind::DsaTraditionalKey | Kind::Rsa1024Key => {
                 "unsupported_key"
@@ -186,29 +191,6 @@ impl Kind {
             Kind::CertInKeyFile | Kind::EmptyKey => "no_key",
             Kind::LeafNotDer | Kind::GarbageAfterLeaf => "bad_leaf",
         }
-    }
-
-    /// KNOWN AGENT DEVIATION: the reason the agent gives today where it differs from
-    /// [`Kind::reason`]. Tests accept it (and say so) so the corpus runs green until the agent is
-    /// fixed; delete an entry when its fix lands.
-    pub fn known_wrong_reason(self) -> Option<&'static str> {
-        match self {
-            // certs.rs `read_pair` retries a "no such file" behind `..data` five times, even when
-            // the link never moved, then reports that the files "kept changing while being read"
-            // for a file that is simply not there.
-            Kind::KeyOnly | Kind::CertOnly => Some("unstable"),
-            // rustls-pki-types does not know the `DSA PRIVATE KEY` label, so the agent says "no
-            // private key found" about a file that holds one (of a type it cannot use).
-            Kind::DsaTraditionalKey => Some("no_key"),
-            _ => None,
-        }
-    }
-
-    /// Every reason the agent may report for this kind today.
-    pub fn accepted_reasons(self) -> Vec<&'static str> {
-        std::iter::once(self.reason())
-            .chain(self.known_wrong_reason())
-            .collect()
     }
 }
 
@@ -400,6 +382,16 @@ impl Volume {
                         .status()
                         .expect("run mkfifo");
                     assert!(status.success(), "mkfifo {}", fifo.display());
+                    write(&new.join("tls.key"), &good.key);
+                });
+                Written {
+                    fingerprint: None,
+                    keys: vec![good.key],
+                }
+            }
+            Kind::EndlessDevice => {
+                swap_by_hand(&dir, generation, |new| {
+                    symlink("/dev/zero", &new.join("tls.crt"));
                     write(&new.join("tls.key"), &good.key);
                 });
                 Written {
