@@ -347,7 +347,13 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
                 })
                 .collect()
         };
+        let started = std::time::Instant::now();
         self.read_certificates(&tls_dir, &to_read);
+        tracing::debug!(
+            hosts = to_read.len(),
+            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+            "certificate pairs read"
+        );
         self.last_good
             .retain(|host, _| hosts.contains(host.as_str()));
         self.cert_failures
@@ -498,7 +504,15 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
         }
         let mut shadow = match self.shadow.take() {
             Some(s) => s,
-            None => self.proxy.read_state().await?,
+            None => {
+                let started = std::time::Instant::now();
+                let state = self.proxy.read_state().await?;
+                tracing::debug!(
+                    elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+                    "sozu's state read"
+                );
+                state
+            }
         };
         let ops = plan::plan(&shadow, want);
         if ops.is_empty() {
@@ -506,7 +520,13 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
             return Ok(());
         }
         tracing::info!(requests = ops.len(), summary = ?plan::summary(&ops), "applying changes to sozu");
+        let started = std::time::Instant::now();
         let outcomes = self.proxy.apply(ops.clone()).await;
+        tracing::debug!(
+            requests = ops.len(),
+            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+            "changes sent"
+        );
         let mut failures = Vec::new();
         let mut broken = false;
         self.route_errors.clear();

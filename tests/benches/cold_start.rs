@@ -5,12 +5,17 @@
 //! Prints figures and ratios; asserts nothing.
 //!
 //!     cargo bench -p private-ingress-tests --bench cold_start [-- 10 1000]
+//!
+//! `COLD_START_LOGS=1` prints the agent's log after each start (with `AGENT_LOG=private_ingress=debug`,
+//! the time each step of the first pass took).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use private_ingress_tests::agent_bin;
-use private_ingress_tests::live::{certificate, eventually, https_get, Backend, RouteSpec, Stack};
+use private_ingress_tests::live::{
+    certificate, eventually, fingerprint_of_pem, https_get, Backend, RouteSpec, Stack,
+};
 
 fn main() {
     let sizes: Vec<usize> = std::env::args()
@@ -53,6 +58,9 @@ fn main() {
         stack.start_agent();
         stack.wait_ready(timeout);
         let agent = start.elapsed();
+        if std::env::var_os("COLD_START_LOGS").is_some() {
+            eprintln!("{}", stack.agent_logs());
+        }
         let pid = stack.agent_pid().unwrap_or(0);
         let rss = rss_mib(pid);
         let switches = || context_switches(pid);
@@ -98,14 +106,9 @@ fn main() {
 }
 
 fn fingerprint_of(stack: &Stack, host: &str) -> String {
-    use rustls::pki_types::pem::PemObject;
-    use sha2::Digest;
-    let pem = std::fs::read(stack.tls_dir().join(host).join("tls.crt")).expect("certificate");
-    let der = rustls::pki_types::CertificateDer::from_pem_slice(&pem).expect("PEM");
-    sha2::Sha256::digest(der.as_ref())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    let pem =
+        std::fs::read_to_string(stack.tls_dir().join(host).join("tls.crt")).expect("certificate");
+    fingerprint_of_pem(&pem)
 }
 
 fn rss_mib(pid: u32) -> f64 {

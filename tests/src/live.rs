@@ -465,8 +465,16 @@ impl Stack {
         }
     }
 
+    /// Starts the agent with the default flags; `AGENT_LOG` (a `RUST_LOG` filter, `info` when
+    /// unset) sets its log level.
     pub fn start_agent(&mut self) {
-        self.start_agent_with(&[], &[("RUST_LOG", "info")]);
+        self.start_agent_with(
+            &[],
+            &[(
+                "RUST_LOG",
+                &std::env::var("AGENT_LOG").unwrap_or_else(|_| "info".into()),
+            )],
+        );
     }
 
     /// The agent's process id, while it runs.
