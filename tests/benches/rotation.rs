@@ -19,7 +19,7 @@ use private_ingress_tests::bench::report::{self, Row};
 use private_ingress_tests::bench::workload::{
     self, percentile, wait_serving, Load, Outcome, Workload,
 };
-use private_ingress_tests::bench::{contenders, mass, Start, HOST, START_TIMEOUT};
+use private_ingress_tests::bench::{contenders, mass, ours, Start, System, HOST, START_TIMEOUT};
 use private_ingress_tests::live::Backend;
 
 struct Args {
@@ -107,11 +107,20 @@ fn measure(
 }
 
 fn ours(args: &Args, pairs: &[workload::Pair]) {
-    let contender = contenders().into_iter().next().expect("ours");
     for load in [false, true] {
         let label = if load { "under load" } else { "idle" };
-        let outcome = measure(contender.start, pairs, &workload(args, load))
+        let backend = Backend::start("app");
+        // The idle run also logs the agent's own timings (a few lines per rotation).
+        let log = if load {
+            "warn"
+        } else {
+            "warn,private_ingress=debug"
+        };
+        let system = ours::serve(&[(HOST.to_owned(), &pairs[0])], backend.address, log)
             .unwrap_or_else(|e| panic!("private-ingress did not start: {e}"));
+        wait_serving(system.https(), &pairs[0].fingerprint, START_TIMEOUT)
+            .unwrap_or_else(|e| panic!("{e}: {}", system.logs()));
+        let outcome = workload::run(&system, pairs, &workload(args, load));
         let f = |p| {
             percentile(&outcome.latencies, p)
                 .map_or("–".into(), |d| format!("{:.2} ms", d.as_secs_f64() * 1e3))
@@ -141,6 +150,10 @@ fn ours(args: &Args, pairs: &[workload::Pair]) {
                 outcome.keep_alive.failed,
                 outcome.keep_alive.reconnects
             );
+        } else {
+            for (step, p50, count) in ours::split(&system.stack.agent_logs()) {
+                println!("  the agent's log: {step}: p50 {p50:.3} ms ({count} times)");
+            }
         }
     }
     if args.hosts == 0 {
@@ -179,6 +192,15 @@ fn ours(args: &Args, pairs: &[workload::Pair]) {
         ms(m.sweep),
         m.inotify
     );
+    if let Some(last) = m.agent_last {
+        println!(
+            "  the agent's log: the last certificate replaced {:.0} ms after the first swap",
+            ms(last)
+        );
+    }
+    for (step, p50, count) in &m.passes {
+        println!("  the agent's log: {step}: p50 {p50:.3} ms ({count} times)");
+    }
 }
 
 fn peers(args: &Args, pairs: &[workload::Pair]) {

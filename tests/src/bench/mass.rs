@@ -29,6 +29,11 @@ pub struct MassOutcome {
     /// One handshake with every host, once all are served: the method's floor.
     pub sweep: Duration,
     pub not_switched: usize,
+    /// From the first swap to the agent logging the last certificate replaced (sozu's answer to
+    /// it), by the wall clock.
+    pub agent_last: Option<Duration>,
+    /// The agent's timed steps during the renewal (see [`super::ours::split`]).
+    pub passes: Vec<(String, f64, usize)>,
     /// inotify watches the agent holds, and the limits they count against.
     pub inotify: String,
 }
@@ -46,8 +51,8 @@ pub fn run(firsts: &[Pair], renewed: &[Pair], timeout: Duration) -> Result<MassO
         .enumerate()
         .map(|(i, p)| (host(i), p))
         .collect();
-    let stack = super::ours::serve(&hosts, backend.address)?;
-    let https = stack.https;
+    let ours = super::ours::serve(&hosts, backend.address, "warn,private_ingress=debug")?;
+    let https = ours.stack.https;
     // Every host serves its first certificate before the clock starts.
     for (host, pair) in &hosts {
         match handshake(https, host) {
@@ -59,7 +64,7 @@ pub fn run(firsts: &[Pair], renewed: &[Pair], timeout: Duration) -> Result<MassO
             }
         }
     }
-    let inotify = inotify_report(stack.agent_pid());
+    let inotify = inotify_report(ours.stack.agent_pid());
 
     let renamed: Arc<Vec<OnceLock<Instant>>> = Arc::new((0..n).map(|_| OnceLock::new()).collect());
     let written = Arc::new(AtomicUsize::new(0));
@@ -68,7 +73,8 @@ pub fn run(firsts: &[Pair], renewed: &[Pair], timeout: Duration) -> Result<MassO
         let (renamed, written) = (renamed.clone(), written.clone());
         std::thread::spawn(move || probe_until_all(https, &wanted, &renamed, &written, timeout))
     };
-    let tls_dir = stack.tls_dir();
+    let tls_dir = ours.certs.path().to_owned();
+    let first_wall = std::time::SystemTime::now();
     for (i, pair) in renewed.iter().enumerate() {
         let _ = renamed[i].set(Instant::now());
         atomic_write(&tls_dir.join(host(i)), &pair.crt, &pair.key, 1);
@@ -84,12 +90,20 @@ pub fn run(firsts: &[Pair], renewed: &[Pair], timeout: Duration) -> Result<MassO
         .zip(renamed.iter())
         .filter_map(|(s, r)| Some(s.as_ref()?.duration_since(*r.get()?)))
         .collect();
+    // The agent's view: its last "certificate replaced" (logged once sozu acknowledged it, which
+    // sozu does once its worker applied it), timed from the first swap by the wall clock.
+    let agent_last = super::ours::last_logged(&ours.stack.agent_logs(), "certificate replaced")
+        .map(|at| {
+            let since = (at - super::ours::seconds_of_day(first_wall)).rem_euclid(86_400.0);
+            Duration::from_secs_f64(since)
+        });
     let sweep_start = Instant::now();
     for i in 0..n {
         let _ = handshake(https, &host(i));
     }
     let sweep = sweep_start.elapsed();
-    drop(stack);
+    let passes = super::ours::split(&ours.stack.agent_logs());
+    drop(ours);
     Ok(MassOutcome {
         hosts: n,
         renew_span: last - first,
@@ -99,6 +113,8 @@ pub fn run(firsts: &[Pair], renewed: &[Pair], timeout: Duration) -> Result<MassO
         per_host_p99: percentile(&per_host, 99.0).unwrap_or_default(),
         sweep,
         not_switched,
+        agent_last,
+        passes,
         inotify,
     })
 }

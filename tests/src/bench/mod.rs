@@ -119,6 +119,19 @@ pub struct Peer {
     https: SocketAddr,
     cert_dir: PathBuf,
     dir: tempfile::TempDir,
+    _certs: tempfile::TempDir,
+}
+
+/// A fresh directory for certificate directories, on tmpfs (/dev/shm) where there is one: the
+/// CSI driver's volume is a tmpfs, and on a disk file system removing the old directory after a
+/// swap takes milliseconds (ext4 here), which no system reads but which would slow the writer.
+pub fn cert_root() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    let parent = if shm.is_dir() { shm } else { Path::new("/tmp") };
+    tempfile::Builder::new()
+        .prefix("pi-certs-")
+        .tempdir_in(parent)
+        .expect("create a certificate directory")
 }
 
 impl Peer {
@@ -126,13 +139,15 @@ impl Peer {
     /// a free loopback port for the HTTPS listener; no process yet.
     pub fn prepare(start: &Start) -> Peer {
         let dir = crate::short_tempdir();
-        let cert_dir = dir.path().join("tls").join(HOST);
+        let certs = cert_root();
+        let cert_dir = certs.path().join(HOST);
         atomic_write(&cert_dir, &start.first.crt, &start.first.key, 0);
         Peer {
             groups: Vec::new(),
             https: SocketAddr::from(([127, 0, 0, 1], free_port())),
             cert_dir,
             dir,
+            _certs: certs,
         }
     }
 

@@ -4,14 +4,19 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use super::process::version_line;
-use super::{Start, System, START_TIMEOUT};
+use super::workload::Pair;
+use super::{cert_root, Start, System, START_TIMEOUT};
 use crate::live::{atomic_write, RouteSpec, Stack};
 use crate::{agent_bin, sozu_bin};
 
+/// The agent and sozu; the certificate directories sit on tmpfs ([`cert_root`]), outside the
+/// stack's own directory.
 pub struct Ours {
-    stack: Stack,
+    pub stack: Stack,
+    pub certs: tempfile::TempDir,
 }
 
 pub fn version() -> Result<String, String> {
@@ -19,8 +24,8 @@ pub fn version() -> Result<String, String> {
         Command::new(agent_bin()).arg("--version"),
         "private-ingress",
     )?;
-    let sozu = version_line(Command::new(sozu_bin()).arg("--version"), "sozu")?;
     // "sozu 2.3.3 ()"
+    let sozu = version_line(Command::new(sozu_bin()).arg("--version"), "sozu")?;
     Ok(format!(
         "{agent}, {}",
         sozu.trim_end_matches("()").trim_end()
@@ -28,24 +33,25 @@ pub fn version() -> Result<String, String> {
 }
 
 pub fn start(start: &Start) -> Result<Box<dyn System>, String> {
-    let stack = serve(
+    let ours = serve(
         &[(super::HOST.to_owned(), start.first)],
         start.backend.address,
+        "warn",
     )?;
-    Ok(Box::new(Ours { stack }))
+    Ok(Box::new(ours))
 }
 
 /// sozu and the agent serving one route per host, each host's directory written the AtomicWriter
-/// way with its pair; returns once `/readyz` answers. Also used by the mass renewal.
-pub fn serve(
-    hosts: &[(String, &super::workload::Pair)],
-    backend: SocketAddr,
-) -> Result<Stack, String> {
+/// way with its pair (under [`cert_root`], the workspace's `tls_dir`); returns once `/readyz`
+/// answers. `log` is the agent's `RUST_LOG`: warnings only when measuring (it logs every rotation
+/// at info level), its debug timings for [`split`]. Also used by the mass renewal.
+pub fn serve(hosts: &[(String, &Pair)], backend: SocketAddr, log: &str) -> Result<Ours, String> {
     let mut stack = Stack::new();
+    let certs = cert_root();
     let routes: Vec<RouteSpec> = hosts
         .iter()
         .map(|(host, pair)| {
-            atomic_write(&stack.tls_dir().join(host), &pair.crt, &pair.key, 0);
+            atomic_write(&certs.path().join(host), &pair.crt, &pair.key, 0);
             RouteSpec {
                 host: host.clone(),
                 upstream: backend.ip().to_string(),
@@ -53,22 +59,27 @@ pub fn serve(
             }
         })
         .collect();
-    stack.write_workspace(&stack.workspace_text(&routes));
+    let tls_dir = |dir: &std::path::Path| format!("tls_dir = \"{}\"", dir.display());
+    let text = stack.workspace_text(&routes);
+    assert!(
+        text.contains(&tls_dir(&stack.tls_dir())),
+        "the workspace names its tls_dir"
+    );
+    stack.write_workspace(&text.replace(&tls_dir(&stack.tls_dir()), &tls_dir(certs.path())));
     stack.start_sozu();
-    // Warnings only: the agent logs every rotation at info level, which is not what is measured.
-    stack.start_agent_with(&[], &[("RUST_LOG", "warn")]);
-    let timeout = START_TIMEOUT + std::time::Duration::from_millis(20 * hosts.len() as u64);
-    let deadline = std::time::Instant::now() + timeout;
+    stack.start_agent_with(&[], &[("RUST_LOG", log)]);
+    let timeout = START_TIMEOUT + Duration::from_millis(20 * hosts.len() as u64);
+    let deadline = Instant::now() + timeout;
     while !stack.ready() {
-        if std::time::Instant::now() > deadline {
+        if Instant::now() > deadline {
             return Err(format!(
                 "the agent was not ready after {timeout:?}: {}",
                 stack.logs()
             ));
         }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(20));
     }
-    Ok(stack)
+    Ok(Ours { stack, certs })
 }
 
 impl System for Ours {
@@ -77,10 +88,84 @@ impl System for Ours {
     }
 
     fn cert_dir(&self) -> PathBuf {
-        self.stack.tls_dir().join(super::HOST)
+        self.certs.path().join(super::HOST)
     }
 
     fn logs(&self) -> String {
         self.stack.logs()
     }
+}
+
+/// Where the agent's time goes, from its debug log (`RUST_LOG=private_ingress=debug`): the p50
+/// of each timed step it logs with `elapsed_ms`, by message, e.g. "certificate pairs read" and
+/// "changes sent" (sozu's answers included). Empty if the agent logs no such lines.
+pub fn split(agent_log: &str) -> Vec<(String, f64, usize)> {
+    let mut steps: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    for line in agent_log.lines().map(strip_ansi) {
+        let Some((before, after)) = line.split_once("elapsed_ms=") else {
+            continue;
+        };
+        let Some(ms) = after.split_whitespace().next().and_then(|v| v.parse().ok()) else {
+            continue;
+        };
+        // "<time> DEBUG <target>: <message> key=value ... elapsed_ms=<ms>"
+        let text = before.rsplit_once(": ").map_or(before, |(_, m)| m);
+        let name: Vec<&str> = text
+            .split_whitespace()
+            .take_while(|w| !w.contains('='))
+            .collect();
+        steps.entry(name.join(" ")).or_default().push(ms);
+    }
+    steps
+        .into_iter()
+        .map(|(name, mut v)| {
+            v.sort_by(f64::total_cmp);
+            (name, v[(v.len() - 1) / 2], v.len())
+        })
+        .collect()
+}
+
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // CSI: ESC [ ... final byte in @..~
+            for c in chars.by_ref() {
+                if ('@'..='~').contains(&c) && c != '[' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Seconds since midnight (UTC) of the last line of the agent's log that contains `message`:
+/// tracing stamps lines `YYYY-MM-DDTHH:MM:SS.ffffffZ`. Compare with [`seconds_of_day`].
+pub fn last_logged(agent_log: &str, message: &str) -> Option<f64> {
+    let line = agent_log
+        .lines()
+        .rev()
+        .map(strip_ansi)
+        .find(|l| l.contains(message))?;
+    let time = line.split_whitespace().next()?.split_once('T')?.1;
+    let mut parts = time.trim_end_matches('Z').split(':');
+    let (h, m, s): (f64, f64, f64) = (
+        parts.next()?.parse().ok()?,
+        parts.next()?.parse().ok()?,
+        parts.next()?.parse().ok()?,
+    );
+    Some(h * 3600.0 + m * 60.0 + s)
+}
+
+/// Seconds since midnight (UTC) of `t`.
+pub fn seconds_of_day(t: std::time::SystemTime) -> f64 {
+    let since = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64();
+    since % 86_400.0
 }

@@ -185,7 +185,14 @@ pub fn svg(rows: &[Row], title: &str) -> Result<String, String> {
     let all = measured.iter().flat_map(|(_, v)| v.iter().copied());
     let lo = all.clone().fold(f64::INFINITY, f64::min).max(0.01) * 0.8;
     let hi = all.fold(0.0, f64::max).max(lo * 10.0) * 1.25;
-    let colors = [BLUE, RED, GREEN, MAGENTA, CYAN, BLACK];
+    let colors = [
+        RGBColor(31, 119, 180),
+        RGBColor(214, 39, 40),
+        RGBColor(44, 160, 44),
+        RGBColor(148, 103, 189),
+        RGBColor(255, 127, 14),
+        BLACK,
+    ];
     let mut text = String::new();
     {
         let root = SVGBackend::with_string(&mut text, (900, 480)).into_drawing_area();
@@ -195,7 +202,17 @@ pub fn svg(rows: &[Row], title: &str) -> Result<String, String> {
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(50)
-            .build_cartesian_2d((lo..hi).log_scale(), 0.0..1.0)
+            .build_cartesian_2d(
+                (lo..hi).log_scale().with_key_points(
+                    [
+                        0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1e3,
+                    ]
+                    .into_iter()
+                    .filter(|k| (lo..=hi).contains(k))
+                    .collect(),
+                ),
+                0.0..1.0,
+            )
             .map_err(|e| e.to_string())?;
         chart
             .configure_mesh()
