@@ -4,7 +4,7 @@
 //! (in-process, or isolated in a child process by [`sandbox`]) into a [`workspace::Workspace`];
 //! [`render`] turns that model into files. Only `contract`, `sandbox` and `render::write_atomic`
 //! touch the outside world.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod admin;
 pub mod certs;

@@ -26,8 +26,11 @@ use crate::plan::Op;
 use crate::state::{Actual, Backend, Certificate, CertificateSummary, Frontend, Protocol};
 use crate::workspace::ID_PREFIX;
 
-/// Buffer sizes for the channel: sozu's CLI defaults. A state query for thousands of routes fits.
-const BUFFER_BYTES: u64 = 1_000_000;
+/// Buffer sizes for each connection. The buffers start small and grow on demand up to the
+/// maximum (a state query for tens of thousands of routes fits). Starting at sozu's CLI default of
+/// 1 MB instead costs resident memory: a bulk send walks its writes across the whole buffer, and
+/// the agent keeps `--sozu-connections` connections with two buffers each.
+const BUFFER_BYTES: u64 = 64 * 1024;
 const MAX_BUFFER_BYTES: u64 = 64_000_000;
 
 #[derive(Debug, thiserror::Error)]
