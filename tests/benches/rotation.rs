@@ -10,7 +10,7 @@
 //! the peers and runs this.
 //!
 //!     cargo bench -p private-ingress-tests --bench rotation [-- --rotations 100 --hosts 1000]
-//!     bench/run-peers [--rotations 100] [--out DIR]
+//!     bench/run-peers [--rotations 100] [--rounds 5] [--out DIR]
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -19,12 +19,15 @@ use private_ingress_tests::bench::report::{self, Row};
 use private_ingress_tests::bench::workload::{
     self, percentile, wait_serving, Load, Outcome, Workload,
 };
-use private_ingress_tests::bench::{contenders, mass, ours, Start, System, HOST, START_TIMEOUT};
+use private_ingress_tests::bench::{
+    contenders, mass, ours, Contender, Start, System, HOST, START_TIMEOUT,
+};
 use private_ingress_tests::live::Backend;
 
 struct Args {
     peers: bool,
     rotations: usize,
+    rounds: usize,
     hosts: usize,
     after_switch: Duration,
     out: PathBuf,
@@ -34,6 +37,7 @@ fn args() -> Args {
     let mut args = Args {
         peers: false,
         rotations: 100,
+        rounds: 5,
         hosts: 1_000,
         after_switch: Duration::from_millis(300),
         out: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs"),
@@ -45,6 +49,7 @@ fn args() -> Args {
             "--peers" => args.peers = true,
             "--rotations" => args.rotations = value("--rotations").parse().expect("--rotations N"),
             "--hosts" => args.hosts = value("--hosts").parse().expect("--hosts N"),
+            "--rounds" => args.rounds = value("--rounds").parse().expect("--rounds N"),
             "--after-switch-ms" => {
                 args.after_switch =
                     Duration::from_millis(value("--after-switch-ms").parse().expect("--after-switch-ms N"))
@@ -53,7 +58,7 @@ fn args() -> Args {
             // cargo bench passes --bench to every harness = false target.
             "--bench" => {}
             other => panic!(
-                "unknown argument {other}; use --peers, --rotations N, --hosts N, --after-switch-ms N, --out DIR"
+                "unknown argument {other}; use --peers, --rotations N, --rounds N, --hosts N, --after-switch-ms N, --out DIR"
             ),
         }
     }
@@ -62,7 +67,6 @@ fn args() -> Args {
 
 fn workload(args: &Args, load: bool) -> Workload {
     Workload {
-        rotations: args.rotations,
         after_switch: args.after_switch,
         timeout: Duration::from_secs(10),
         load: load.then_some(Load {
@@ -90,22 +94,6 @@ fn main() {
     }
 }
 
-/// Starts a contender, waits for it to serve the first certificate, runs the workload.
-fn measure(
-    start: fn(&Start) -> Result<Box<dyn private_ingress_tests::bench::System>, String>,
-    pairs: &[workload::Pair],
-    workload: &Workload,
-) -> Result<Outcome, String> {
-    let backend = Backend::start("app");
-    let system = start(&Start {
-        backend: &backend,
-        first: &pairs[0],
-    })?;
-    wait_serving(system.https(), &pairs[0].fingerprint, START_TIMEOUT)
-        .map_err(|e| format!("{e}; logs: {}", system.logs()))?;
-    Ok(workload::run(system.as_ref(), pairs, workload))
-}
-
 fn ours(args: &Args, pairs: &[workload::Pair]) {
     for load in [false, true] {
         let label = if load { "under load" } else { "idle" };
@@ -120,7 +108,7 @@ fn ours(args: &Args, pairs: &[workload::Pair]) {
             .unwrap_or_else(|e| panic!("private-ingress did not start: {e}"));
         wait_serving(system.https(), &pairs[0].fingerprint, START_TIMEOUT)
             .unwrap_or_else(|e| panic!("{e}: {}", system.logs()));
-        let outcome = workload::run(&system, pairs, &workload(args, load));
+        let outcome = workload::run(&system, pairs, 1..=args.rotations, &workload(args, load));
         let f = |p| {
             percentile(&outcome.latencies, p)
                 .map_or("–".into(), |d| format!("{:.2} ms", d.as_secs_f64() * 1e3))
@@ -203,25 +191,63 @@ fn ours(args: &Args, pairs: &[workload::Pair]) {
     }
 }
 
+/// Starts a contender and waits for it to serve the first certificate.
+fn start(
+    contender: &Contender,
+    pairs: &[workload::Pair],
+) -> Result<(Backend, Box<dyn System>), String> {
+    (contender.version)()?;
+    let backend = Backend::start("app");
+    let system = (contender.start)(&Start {
+        backend: &backend,
+        first: &pairs[0],
+    })?;
+    wait_serving(system.https(), &pairs[0].fingerprint, START_TIMEOUT)
+        .map_err(|e| format!("{e}; logs: {}", system.logs()))?;
+    Ok((backend, system))
+}
+
+/// All systems run at once; they take turns, `--rounds` turns of `rotations / rounds` each under
+/// load, so that noise from the rest of the machine spreads over all of them.
 fn peers(args: &Args, pairs: &[workload::Pair]) {
     let workload = workload(args, true);
-    let mut rows = Vec::new();
-    for contender in contenders() {
+    let contenders = contenders();
+    let mut running: Vec<_> = contenders
+        .iter()
+        .map(|c| {
+            let started = start(c, pairs);
+            if let Err(why) = &started {
+                println!("{}: skipped: {why}", c.name);
+            }
+            (started, Outcome::default())
+        })
+        .collect();
+    let rounds = args.rounds.clamp(1, args.rotations.max(1));
+    for round in 0..rounds {
+        let generations =
+            round * args.rotations / rounds + 1..=(round + 1) * args.rotations / rounds;
         println!(
-            "{}: running {} rotations under load",
-            contender.name, args.rotations
+            "round {} of {rounds}: rotations {generations:?}, each system in turn",
+            round + 1
         );
-        let (version, result) = match (contender.version)() {
-            Ok(version) => (version, measure(contender.start, pairs, &workload)),
-            Err(why) => (String::from("–"), Err(why)),
-        };
-        if let Err(why) = &result {
-            println!("{}: skipped: {why}", contender.name);
+        for (started, outcome) in &mut running {
+            if let Ok((_, system)) = started {
+                outcome.merge(workload::run(
+                    system.as_ref(),
+                    pairs,
+                    generations.clone(),
+                    &workload,
+                ));
+            }
         }
-        rows.push(Row {
-            name: contender.name.to_owned(),
-            version,
-            result: result.map_err(|e| {
+    }
+    let rows: Vec<Row> = contenders
+        .iter()
+        .zip(running)
+        .map(|(c, (started, outcome))| Row {
+            name: c.name.to_owned(),
+            version: (c.version)().unwrap_or_else(|_| "–".into()),
+            result: started.map(|_| outcome).map_err(|e| {
                 e.lines()
                     .next()
                     .unwrap_or_default()
@@ -229,8 +255,8 @@ fn peers(args: &Args, pairs: &[workload::Pair]) {
                     .take(300)
                     .collect()
             }),
-        });
-    }
+        })
+        .collect();
     let table = report::text(&rows);
     println!("\n{table}");
     let machine = report::machine();
@@ -250,10 +276,11 @@ fn peers(args: &Args, pairs: &[workload::Pair]) {
     let markdown = format!(
         "<!-- written by bench/run-peers (cargo bench -p private-ingress-tests --bench rotation -- --peers); do not edit -->\n\
          Measured {date} on {machine}; {rotations} rotations per system, the same certificates \
-         (ECDSA P-256) and swaps for all; after each switch, {after} ms of probes; HTTPS load: one \
-         thread with a new connection per request and 2 kept-alive connections, each pausing 2 ms \
-         between requests.\n\n{table}\n![Rotation latency distributions](rotation-peers.svg)\n",
+         (ECDSA P-256) and swaps for all, the systems taking turns in {rounds} rounds; after each \
+         switch, {after} ms of probes; HTTPS load: one thread with a new connection per request \
+         and 2 kept-alive connections, each pausing 2 ms between requests.\n\n{table}\n![Rotation latency distributions](rotation-peers.svg)\n",
         rotations = args.rotations,
+        rounds = args.rounds.clamp(1, args.rotations.max(1)),
         after = args.after_switch.as_millis(),
         table = report::markdown(&rows),
     );

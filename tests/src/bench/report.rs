@@ -33,7 +33,12 @@ fn ratio(o: &Outcome, ours: Option<&Outcome>, p: f64) -> String {
     ) else {
         return "–".into();
     };
-    format!("{:.1}×", v.as_secs_f64() / base.as_secs_f64())
+    let r = v.as_secs_f64() / base.as_secs_f64();
+    if r >= 10.0 {
+        format!("{r:.0}×")
+    } else {
+        format!("{r:.2}×")
+    }
 }
 
 fn failed(r: &super::workload::Requests) -> String {

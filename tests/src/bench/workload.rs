@@ -93,7 +93,6 @@ pub fn wait_serving(
 /// The shape of one run.
 #[derive(Debug, Clone)]
 pub struct Workload {
-    pub rotations: usize,
     /// How long probing goes on after the switch, counting handshakes that see the old certificate.
     pub after_switch: Duration,
     /// Give up on a rotation after this long (counted, not fatal).
@@ -135,6 +134,22 @@ pub struct Outcome {
     pub keep_alive: Requests,
 }
 
+impl Outcome {
+    /// Adds another run's figures to these.
+    pub fn merge(&mut self, other: Outcome) {
+        self.latencies.extend(other.latencies);
+        self.swaps.extend(other.swaps);
+        self.probe.extend(other.probe);
+        self.timed_out += other.timed_out;
+        self.old_after_switch += other.old_after_switch;
+        self.after_handshakes += other.after_handshakes;
+        self.third_certificate += other.third_certificate;
+        self.probe_failures += other.probe_failures;
+        self.new_conn.merge(other.new_conn);
+        self.keep_alive.merge(other.keep_alive);
+    }
+}
+
 /// Requests sent by the load.
 #[derive(Debug, Clone, Default)]
 pub struct Requests {
@@ -172,12 +187,18 @@ impl Requests {
     }
 }
 
-/// Runs the workload against a serving `system` whose certificate dir holds `pairs[0]`.
-/// `pairs[1..=rotations]` are swapped in one after the other.
-pub fn run(system: &dyn System, pairs: &[Pair], workload: &Workload) -> Outcome {
+/// Runs the workload against a serving `system` whose certificate dir holds
+/// `pairs[generations.start() - 1]`: `pairs[generations]` are swapped in one after the other
+/// (a run can go on where the previous one stopped, so systems can take turns).
+pub fn run(
+    system: &dyn System,
+    pairs: &[Pair],
+    generations: std::ops::RangeInclusive<usize>,
+    workload: &Workload,
+) -> Outcome {
     assert!(
-        pairs.len() > workload.rotations,
-        "one pair per rotation and the first"
+        *generations.start() >= 1 && pairs.len() > *generations.end(),
+        "one pair per rotation and the one before"
     );
     let address = system.https();
     let dir = system.cert_dir();
@@ -191,7 +212,7 @@ pub fn run(system: &dyn System, pairs: &[Pair], workload: &Workload) -> Outcome 
         std::thread::sleep(Duration::from_millis(200));
     }
     let mut outcome = Outcome::default();
-    for generation in 1..=workload.rotations {
+    for generation in generations {
         let (old, new) = (&pairs[generation - 1], &pairs[generation]);
         let probing = Instant::now();
         let (swapped, switched) = std::thread::scope(|scope| {
@@ -268,13 +289,11 @@ fn start_load(address: SocketAddr, load: &Load, stop: &Arc<AtomicBool>) -> LoadT
         while !running.load(Ordering::Relaxed) {
             // One request on a new connection, complete once its Content-Length is read; the
             // client closes (waiting for the server's close would time envoy's delayed close).
-            requests.record(
-                match KeepAlive::connect(address, HOST).and_then(|mut c| c.get("/")) {
-                    Ok((200, body)) if body == "app" => Ok(()),
-                    Ok((status, body)) => Err(format!("{status} {body:?}")),
-                    Err(e) => Err(e),
-                },
-            );
+            requests.record(match connect(address).and_then(|mut c| c.get("/")) {
+                Ok((200, body)) if body == "app" => Ok(()),
+                Ok((status, body)) => Err(format!("{status} {body:?}")),
+                Err(e) => Err(e),
+            });
             std::thread::sleep(pause);
         }
         requests
@@ -288,9 +307,17 @@ fn start_load(address: SocketAddr, load: &Load, stop: &Arc<AtomicBool>) -> LoadT
     (new_conn, keep_alive)
 }
 
+/// A new HTTPS connection for the load, with TCP_NODELAY like any HTTP client.
+fn connect(address: SocketAddr) -> Result<KeepAlive, String> {
+    let conn = KeepAlive::connect(address, HOST)?;
+    conn.set_nodelay()
+        .map_err(|e| format!("TCP_NODELAY: {e}"))?;
+    Ok(conn)
+}
+
 fn keep_alive_load(address: SocketAddr, pause: Duration, stop: &AtomicBool) -> Requests {
     let mut requests = Requests::default();
-    let mut conn = KeepAlive::connect(address, HOST);
+    let mut conn = connect(address);
     while !stop.load(Ordering::Relaxed) {
         let result = match conn.as_mut().map(|c| c.get("/")) {
             Ok(Ok((200, body))) if body == "app" => Ok(()),
@@ -299,7 +326,7 @@ fn keep_alive_load(address: SocketAddr, pause: Duration, stop: &AtomicBool) -> R
             // connection, which stays the kept-alive one from then on.
             Ok(Err(_)) | Err(_) => {
                 requests.reconnects += 1;
-                conn = KeepAlive::connect(address, HOST);
+                conn = connect(address);
                 match conn.as_mut().map(|c| c.get("/")) {
                     Ok(Ok((200, body))) if body == "app" => Ok(()),
                     other => Err(format!("after reconnecting: {other:?}")),
