@@ -189,6 +189,7 @@ fn ours(args: &Args, pairs: &[workload::Pair]) {
     for (step, p50, count) in &m.passes {
         println!("  the agent's log: {step}: p50 {p50:.3} ms ({count} times)");
     }
+    println!("  the agent's counters: {}", m.counters);
 }
 
 /// Starts a contender and waits for it to serve the first certificate.

@@ -34,6 +34,8 @@ pub struct MassOutcome {
     pub agent_last: Option<Duration>,
     /// The agent's timed steps during the renewal (see [`super::ours::split`]).
     pub passes: Vec<(String, f64, usize)>,
+    /// The agent's overflow, resync and reconnect counters afterwards (from `/metrics`).
+    pub counters: String,
     /// inotify watches the agent holds, and the limits they count against.
     pub inotify: String,
 }
@@ -97,6 +99,20 @@ pub fn run(firsts: &[Pair], renewed: &[Pair], timeout: Duration) -> Result<MassO
             let since = (at - super::ours::seconds_of_day(first_wall)).rem_euclid(86_400.0);
             Duration::from_secs_f64(since)
         });
+    // Why a pass re-read sozu's whole state, if one did: the agent's counters of watcher
+    // overflows, resyncs and reconnects.
+    let counters = ours
+        .stack
+        .metrics()
+        .lines()
+        .filter(|l| {
+            !l.starts_with('#')
+                && ["overflow", "resync", "reconnect"]
+                    .iter()
+                    .any(|w| l.contains(w))
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
     let sweep_start = Instant::now();
     for i in 0..n {
         let _ = handshake(https, &host(i));
@@ -115,6 +131,7 @@ pub fn run(firsts: &[Pair], renewed: &[Pair], timeout: Duration) -> Result<MassO
         not_switched,
         agent_last,
         passes,
+        counters,
         inotify,
     })
 }

@@ -189,7 +189,8 @@ pub fn svg(rows: &[Row], title: &str) -> Result<String, String> {
         .collect();
     let all = measured.iter().flat_map(|(_, v)| v.iter().copied());
     let lo = all.clone().fold(f64::INFINITY, f64::min).max(0.01) * 0.8;
-    let hi = all.fold(0.0, f64::max).max(lo * 10.0) * 1.25;
+    // Room on the right for the legend, which sits below the slowest curve's rise.
+    let hi = all.fold(0.0, f64::max).max(lo * 10.0) * 5.0;
     let colors = [
         RGBColor(31, 119, 180),
         RGBColor(214, 39, 40),
