@@ -651,7 +651,9 @@ fn deployment(workspace: &Workspace, pod: &Pod) -> Value {
         .map(|(key, (path, _))| json!({ "key": key, "path": path }))
         .collect();
     let mut volumes = vec![
-        json!({ "name": "run", "emptyDir": { "medium": "Memory", "sizeLimit": "1Mi" } }),
+        // The socket, and the agent's bulk state files while sozu loads them (about 2 KB per
+        // route, gone once loaded): room for ten thousand routes.
+        json!({ "name": "run", "emptyDir": { "medium": "Memory", "sizeLimit": "32Mi" } }),
         json!({
             "name": "sozu-config",
             "configMap": { "name": APP, "items": [{ "key": SOZU_CONFIG_KEY, "path": SOZU_CONFIG_FILE }] },

@@ -57,8 +57,10 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let dirs = watch::Dirs {
         workspace: watch::parent_dir(&args.workspace),
         socket: watch::parent_dir(&args.sozu_socket),
+        socket_file: watch::parent_dir(&args.sozu_socket)
+            .join(args.sozu_socket.file_name().unwrap_or_default()),
     };
-    let (tls_dir_updates, watches) = watch::spawn(dirs, tx.clone())?;
+    let (tls_dir_updates, watches) = watch::spawn(dirs.clone(), tx.clone())?;
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let listener = tokio::net::TcpListener::bind(args.admin_address)
@@ -85,11 +87,13 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         limits: args.eval.limits(),
     };
     let timeout = Duration::from_millis(args.sozu_timeout_ms);
+    // Bulk changes go as a state file beside the socket: the one directory sozu surely shares.
     let proxy = SozuProxy::new(
         (0..args.sozu_connections)
             .map(|_| SozuClient::new(&args.sozu_socket, timeout))
             .collect(),
-    );
+    )
+    .with_batches(dirs.socket.clone());
     let settings = Settings {
         tls_dir: args.tls_dir.clone(),
         resync: (args.resync_interval > 0).then(|| Duration::from_secs(args.resync_interval)),

@@ -7,6 +7,9 @@
 //!
 //! Certificate queries on the main state return private keys: they are dropped here, on receipt;
 //! only fingerprints and names leave this module.
+//!
+//! A bulk change (a cold start, a restarted sozu) goes as one state file that sozu loads itself
+//! (`LoadState`) instead of thousands of round trips; see [`SozuClient::load_batch`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -19,10 +22,10 @@ use sozu_command_lib::proto::command::{
     AddCertificate, CertificateAndKey, Cluster, FrontendFilters, ListListeners, ListenerType,
     PathRule, QueryCertificatesFilters, QueryClustersHashes, RemoveBackend, RemoveCertificate,
     ReplaceCertificate, Request, RequestHttpFrontend, Response, ResponseContent, ResponseStatus,
-    RulePosition, Status,
+    RulePosition, Status, WorkerRequest,
 };
 
-use crate::plan::Op;
+use crate::plan::{Op, Outcome};
 use crate::state::{Actual, Backend, Certificate, CertificateSummary, Frontend, Protocol};
 use crate::workspace::ID_PREFIX;
 
@@ -45,6 +48,10 @@ pub enum SozuError {
     Refused { request: String, message: String },
     #[error("sozu answered `{request}` with unexpected content")]
     Unexpected { request: String },
+    #[error("cannot write the bulk state file in {}: {reason}", dir.display())]
+    BatchFile { dir: PathBuf, reason: String },
+    #[error("sozu loaded the bulk state only in part: {message}")]
+    BatchIncomplete { message: String },
 }
 
 impl SozuError {
@@ -102,9 +109,18 @@ impl SozuClient {
 
     /// Sends one request and waits for its final answer, within the deadline.
     fn request(&mut self, request: RequestType) -> Result<Option<ResponseContent>, SozuError> {
+        self.request_within(request, self.timeout)
+            .map(|r| r.content)
+    }
+
+    fn request_within(
+        &mut self,
+        request: RequestType,
+        timeout: Duration,
+    ) -> Result<Response, SozuError> {
         let name = request_name(&request);
         self.ensure_connected()?;
-        let result = self.exchange(request, &name);
+        let result = self.exchange(request, &name, timeout);
         if matches!(&result, Err(e) if !e.is_refusal()) {
             self.channel = None;
         }
@@ -115,7 +131,8 @@ impl SozuClient {
         &mut self,
         request: RequestType,
         name: &str,
-    ) -> Result<Option<ResponseContent>, SozuError> {
+        timeout: Duration,
+    ) -> Result<Response, SozuError> {
         let channel = self.channel.as_mut().ok_or_else(|| SozuError::Channel {
             request: name.to_owned(),
             reason: "not connected".into(),
@@ -126,13 +143,13 @@ impl SozuClient {
                 request: name.to_owned(),
                 reason: e.to_string(),
             })?;
-        let deadline = Instant::now() + self.timeout;
+        let deadline = Instant::now() + timeout;
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
                 return Err(SozuError::Timeout {
                     request: name.to_owned(),
-                    timeout: self.timeout,
+                    timeout,
                 });
             }
             let response = channel
@@ -141,7 +158,7 @@ impl SozuClient {
                     if Instant::now() >= deadline {
                         SozuError::Timeout {
                             request: name.to_owned(),
-                            timeout: self.timeout,
+                            timeout,
                         }
                     } else {
                         SozuError::Channel {
@@ -152,7 +169,7 @@ impl SozuClient {
                 })?;
             match response.status() {
                 ResponseStatus::Processing => continue,
-                ResponseStatus::Ok => return Ok(response.content),
+                ResponseStatus::Ok => return Ok(response),
                 ResponseStatus::Failure => {
                     return Err(SozuError::Refused {
                         request: name.to_owned(),
@@ -296,6 +313,66 @@ impl SozuClient {
     pub fn apply(&mut self, op: &Op) -> Result<(), SozuError> {
         self.request(to_request(op)?).map(|_| ())
     }
+
+    /// Sends `ops` as one state file that sozu loads itself (`LoadState`): sozu applies them in
+    /// order, as it does its own configuration file, without a round trip each. `dir` must be
+    /// readable by sozu at the same path (the socket's directory: in a pod, the volume both
+    /// containers mount). The file holds certificate keys; it is created private to this user
+    /// and removed as soon as sozu answers.
+    ///
+    /// sozu skips an entry its state refuses without failing the load, so success is taken only
+    /// when every entry was acknowledged by each of `workers` workers.
+    pub fn load_batch(&mut self, ops: &[Op], dir: &Path, workers: usize) -> Result<(), SozuError> {
+        use std::io::Write;
+        let file_error = |reason: String| SozuError::BatchFile {
+            dir: dir.to_owned(),
+            reason,
+        };
+        let mut file = tempfile::Builder::new()
+            .prefix(".private-ingress-")
+            .suffix(".state")
+            .tempfile_in(dir)
+            .map_err(|e| file_error(e.to_string()))?;
+        {
+            let mut out = std::io::BufWriter::new(file.as_file_mut());
+            for (i, op) in ops.iter().enumerate() {
+                let entry = WorkerRequest::new(format!("pi-{i}"), Request::from(to_request(op)?));
+                serde_json::to_writer(&mut out, &entry).map_err(|e| file_error(e.to_string()))?;
+                out.write_all(b"\n\0")
+                    .map_err(|e| file_error(e.to_string()))?;
+            }
+            out.flush().map_err(|e| file_error(e.to_string()))?;
+        }
+        let path = file
+            .path()
+            .to_str()
+            .ok_or_else(|| file_error("the path is not UTF-8".into()))?
+            .to_owned();
+        tracing::debug!(
+            entries = ops.len(),
+            bytes = file.as_file().metadata().map(|m| m.len()).unwrap_or(0),
+            "bulk state file written"
+        );
+        // sozu's own deadline for a replay grows with its size; so does this one.
+        let timeout = self.timeout + Duration::from_millis(ops.len() as u64);
+        let answer = self.request_within(RequestType::LoadState(path), timeout)?;
+        let expected = ops.len() * workers;
+        match acknowledged(&answer.message) {
+            Some((ok, 0)) if ok == expected => Ok(()),
+            _ => Err(SozuError::BatchIncomplete {
+                message: format!("{} ({expected} acknowledgements expected)", answer.message),
+            }),
+        }
+    }
+}
+
+/// (acknowledged, failed) from sozu 2.3.3's answer to a state load: "Successfully loaded state
+/// from path P, N ok messages, M errors".
+fn acknowledged(message: &str) -> Option<(usize, usize)> {
+    let mut parts = message.rsplit(", ");
+    let errors = parts.next()?.strip_suffix(" errors")?.parse().ok()?;
+    let ok = parts.next()?.strip_suffix(" ok messages")?.parse().ok()?;
+    Some((ok, errors))
 }
 
 fn unexpected(request: &str) -> SozuError {
@@ -464,7 +541,15 @@ pub fn to_request(op: &Op) -> Result<RequestType, SozuError> {
 pub struct SozuProxy {
     clients: Vec<std::sync::Arc<std::sync::Mutex<SozuClient>>>,
     epoch: u64,
+    /// Where bulk state files go (see [`SozuClient::load_batch`]); `None`: never in bulk.
+    batch_dir: Option<PathBuf>,
+    /// sozu's worker count, as of the last generation check.
+    workers: usize,
 }
+
+/// From this many requests on, a change goes as one state file: a cold start or a restarted sozu
+/// of a dozen routes and up, never a rotation or an edit of a few routes.
+const BATCH_MIN: usize = 64;
 
 impl SozuProxy {
     /// `clients` are connections to the same socket (at least one).
@@ -475,7 +560,29 @@ impl SozuProxy {
                 .map(|c| std::sync::Arc::new(std::sync::Mutex::new(c)))
                 .collect(),
             epoch: 0,
+            batch_dir: None,
+            workers: 1,
         }
+    }
+
+    /// Sends bulk changes as state files written in `dir` (which sozu must read at the same path).
+    pub fn with_batches(mut self, dir: PathBuf) -> SozuProxy {
+        self.batch_dir = Some(dir);
+        self
+    }
+
+    /// Sends `ops` over every lane, phase after phase, one request each.
+    fn send(clients: &[std::sync::Arc<std::sync::Mutex<SozuClient>>], ops: &[Op]) -> Vec<Outcome> {
+        crate::plan::send_in_phases(ops, clients.len(), |lane, op| {
+            let mut client = clients[lane].lock().unwrap_or_else(|p| p.into_inner());
+            match client.apply(op) {
+                Ok(()) => Ok(()),
+                Err(SozuError::Refused { message, .. }) => {
+                    Err(crate::plan::SendError::Refused(message))
+                }
+                Err(e) => Err(crate::plan::SendError::Broken(e.to_string())),
+            }
+        })
     }
 
     async fn with_client<T: Send + 'static>(
@@ -515,6 +622,7 @@ impl crate::reconcile::Proxy for SozuProxy {
                     .disconnect();
             }
         }
+        self.workers = pids.len().max(1);
         Ok(format!("connection {} workers {:?}", self.epoch, pids))
     }
 
@@ -524,22 +632,131 @@ impl crate::reconcile::Proxy for SozuProxy {
             .map_err(|e| e.to_string())
     }
 
-    async fn apply(&mut self, ops: Vec<Op>) -> Vec<crate::plan::Outcome> {
+    /// A bulk change: listeners and certificates one request each, then everything else as one
+    /// state file, in plan order. Listeners go first because sozu loads a state file's listeners
+    /// with checks of their own; certificates go by request so that no key is ever written to a
+    /// file (and they depend on nothing but their listener, so sending them before clusters keeps
+    /// every HTTPS frontend after its certificate). When sozu does not load the file in full, the
+    /// file's requests count as not sent (the loop reads sozu's state again) and bulk loading is
+    /// turned off for good: from then on, one request at a time, each refusal reported on its own.
+    async fn apply(&mut self, ops: Vec<Op>) -> Vec<Outcome> {
         let count = ops.len();
         let clients = self.clients.clone();
+        let batch = self
+            .batch_dir
+            .clone()
+            .filter(|_| count >= BATCH_MIN)
+            .map(|dir| (dir, self.workers));
         let result = tokio::task::spawn_blocking(move || {
-            crate::plan::send_in_phases(&ops, clients.len(), |lane, op| {
-                let mut client = clients[lane].lock().unwrap_or_else(|p| p.into_inner());
-                match client.apply(op) {
-                    Ok(()) => Ok(()),
-                    Err(SozuError::Refused { message, .. }) => {
-                        Err(crate::plan::SendError::Refused(message))
-                    }
-                    Err(e) => Err(crate::plan::SendError::Broken(e.to_string())),
+            let Some((dir, workers)) = batch else {
+                return (Self::send(&clients, &ops), None);
+            };
+            let by_request = |op: &Op| {
+                matches!(
+                    op,
+                    Op::AddListener { .. }
+                        | Op::ActivateListener { .. }
+                        | Op::AddCertificate { .. }
+                        | Op::ReplaceCertificate { .. }
+                        | Op::RemoveCertificate { .. }
+                )
+            };
+            let (first, file): (Vec<usize>, Vec<usize>) =
+                (0..ops.len()).partition(|&i| by_request(&ops[i]));
+            let first_ops: Vec<Op> = first.iter().map(|&i| ops[i].clone()).collect();
+            let mut outcomes = vec![Outcome::NotSent(String::new()); ops.len()];
+            let started = Instant::now();
+            let sent = Self::send(&clients, &first_ops);
+            tracing::debug!(
+                requests = first_ops.len(),
+                elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+                "listeners and certificates sent"
+            );
+            let all_applied = sent.iter().all(|o| *o == Outcome::Applied);
+            let broken = sent.iter().find_map(|o| match o {
+                Outcome::NotSent(reason) => Some(reason.clone()),
+                _ => None,
+            });
+            let refused: Vec<&Op> = first_ops
+                .iter()
+                .zip(&sent)
+                .filter(|(_, o)| matches!(o, Outcome::Refused(_)))
+                .map(|(op, _)| op)
+                .collect();
+            for (&i, outcome) in first.iter().zip(sent.iter().cloned()) {
+                outcomes[i] = outcome;
+            }
+            let file_ops: Vec<Op> = file.iter().map(|&i| ops[i].clone()).collect();
+            let (file_outcomes, failure) = if let Some(reason) = broken {
+                (vec![Outcome::NotSent(reason); file_ops.len()], None)
+            } else if !all_applied {
+                // A certificate was refused: its host's frontends are held back, and the rest goes
+                // request by request.
+                let to_send: Vec<usize> = (0..file_ops.len())
+                    .filter(|&i| {
+                        !refused
+                            .iter()
+                            .any(|r| crate::plan::depends_on(&file_ops[i], r))
+                    })
+                    .collect();
+                let mut file_outcomes = vec![Outcome::Skipped; file_ops.len()];
+                let sending: Vec<Op> = to_send.iter().map(|&i| file_ops[i].clone()).collect();
+                for (&i, outcome) in to_send.iter().zip(Self::send(&clients, &sending)) {
+                    file_outcomes[i] = outcome;
                 }
-            })
+                (file_outcomes, None)
+            } else {
+                let mut client = clients[0].lock().unwrap_or_else(|p| p.into_inner());
+                let started = Instant::now();
+                let loaded = client.load_batch(&file_ops, &dir, workers);
+                tracing::info!(
+                    requests = file_ops.len(),
+                    elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+                    "bulk change loaded by sozu from a state file"
+                );
+                match loaded {
+                    Ok(()) => (vec![Outcome::Applied; file_ops.len()], None),
+                    Err(e) => {
+                        let reason = e.to_string();
+                        (
+                            vec![Outcome::NotSent(reason.clone()); file_ops.len()],
+                            Some(reason),
+                        )
+                    }
+                }
+            };
+            for (&i, outcome) in file.iter().zip(file_outcomes) {
+                outcomes[i] = outcome;
+            }
+            (outcomes, failure)
         })
         .await;
-        result.unwrap_or_else(|e| vec![crate::plan::Outcome::NotSent(e.to_string()); count])
+        match result {
+            Ok((outcomes, None)) => outcomes,
+            Ok((outcomes, Some(reason))) => {
+                tracing::warn!(error = %reason,
+                    "sozu did not load the bulk change; sending requests one at a time from now on");
+                self.batch_dir = None;
+                outcomes
+            }
+            Err(e) => vec![Outcome::NotSent(e.to_string()); count],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_load_answer_gives_its_counts() {
+        let message = "Successfully loaded state from path /run/sozu/.private-ingress-x.state, \
+                       4000 ok messages, 0 errors";
+        assert_eq!(acknowledged(message), Some((4000, 0)));
+        assert_eq!(
+            acknowledged("loading state: 3 ok messages, 1 errors, timed out: false"),
+            None,
+            "a failure's wording is not a success's"
+        );
     }
 }

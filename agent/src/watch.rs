@@ -4,7 +4,8 @@
 //! cert-manager's CSI driver swaps a `..data` symlink to a new timestamped directory by rename and
 //! removes the old one at once, which a watch on `tls.crt` itself never sees again. Watched:
 //! - the workspace's directory → [`Trigger::Workspace`];
-//! - sozu's socket directory (a restarted sozu re-creates its socket) → [`Trigger::Resync`];
+//! - sozu's socket directory, for the socket itself (a restarted sozu re-creates it) →
+//!   [`Trigger::Resync`];
 //! - the tls dir, so a host directory that appears later is picked up, and every host directory
 //!   in it → [`Trigger::Host`] for that host.
 //!
@@ -33,7 +34,11 @@ pub struct WatchError {
 #[derive(Debug, Clone)]
 pub struct Dirs {
     pub workspace: PathBuf,
+    /// The directory of sozu's socket.
     pub socket: PathBuf,
+    /// The socket itself: only its events count (the agent writes its bulk state files beside
+    /// it, and their coming and going is no restart).
+    pub socket_file: PathBuf,
 }
 
 /// Starts watching. The returned sender sets (or changes) the tls dir whose host directories are
@@ -121,7 +126,7 @@ async fn route(
                     if parent == Some(dirs.workspace.as_path()) {
                         fired.insert(Trigger::Workspace);
                     }
-                    if parent == Some(dirs.socket.as_path()) {
+                    if path == &dirs.socket_file {
                         fired.insert(Trigger::Resync);
                     }
                     if let Some(tls) = tls_dir.as_deref() {
