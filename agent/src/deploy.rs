@@ -482,9 +482,32 @@ fn config_map(workspace: &Workspace, pod: &Pod) -> Result<Value, DeployError> {
     Ok(json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": metadata(workspace, APP),
+        "metadata": metadata(workspace, &config_map_name(pod)),
+        "immutable": true,
         "data": data,
     }))
+}
+
+/// The ConfigMap's name carries a digest of its contents, so a changed workspace is a new
+/// ConfigMap and a new pod template: pods of the old template keep the workspace that matches
+/// their certificate volumes for as long as they run, instead of receiving routes whose volumes
+/// only the new template mounts (and going unready for them mid-rollout).
+fn config_map_name(pod: &Pod) -> String {
+    use sha2::{Digest, Sha256};
+    let mut digest = Sha256::new();
+    for (key, (_, text)) in &pod.workspace_items {
+        for part in [key.as_bytes(), b"\0", text.as_bytes(), b"\0"] {
+            digest.update(part);
+        }
+    }
+    digest.update(pod.sozu_config.as_bytes());
+    let hex: String = digest
+        .finalize()
+        .iter()
+        .take(5)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("{APP}-{hex}")
 }
 
 /// `'reloader`: cert-manager keeps the host's certificate in a Secret of the same name, which the
@@ -656,10 +679,10 @@ fn deployment(workspace: &Workspace, pod: &Pod) -> Value {
         json!({ "name": "run", "emptyDir": { "medium": "Memory", "sizeLimit": "32Mi" } }),
         json!({
             "name": "sozu-config",
-            "configMap": { "name": APP, "items": [{ "key": SOZU_CONFIG_KEY, "path": SOZU_CONFIG_FILE }] },
+            "configMap": { "name": config_map_name(pod), "items": [{ "key": SOZU_CONFIG_KEY, "path": SOZU_CONFIG_FILE }] },
         }),
         json!({ "name": "tmp", "emptyDir": { "sizeLimit": "64Mi" } }),
-        json!({ "name": "workspace", "configMap": { "name": APP, "items": workspace_items } }),
+        json!({ "name": "workspace", "configMap": { "name": config_map_name(pod), "items": workspace_items } }),
     ];
     volumes.extend(tls_volumes);
 

@@ -567,6 +567,21 @@ fn counted(block: &str) -> BTreeMap<&str, usize> {
     out
 }
 
+/// `after` rendered as an edit of the workspace `before` renders from: the same file name in the
+/// ConfigMap, and the same ConfigMap name. That name follows the contents, so an edited
+/// workspace is a new ConfigMap (checked here) that only the new pod template mounts.
+fn as_edit_of(before: &str, after: String) -> String {
+    let name = |yaml: &str| {
+        find(&documents(yaml), "ConfigMap")[0]["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (old, new) = (name(before), name(&after));
+    assert_ne!(old, new, "an edited workspace must be a new ConfigMap");
+    after.replace("after.ncl", "before.ncl").replace(&new, &old)
+}
+
 /// The name the render gave the new host's certificate volume.
 fn volume_name(yaml: &str, host: &str) -> String {
     let docs = documents(yaml);
@@ -591,9 +606,8 @@ fn appending_a_route_adds_exactly_its_volume_mount_and_record() {
         fields,
         &[GRAFANA, ALERTMANAGER, PROMETHEUS],
     );
-    // The same file name in the ConfigMap, as when an operator edits the workspace.
-    let rename = |yaml: String| yaml.replace("after.ncl", "before.ncl");
-    let (k8s_before, k8s_after) = (render(&before, "k8s"), rename(render(&after, "k8s")));
+    let k8s_before = render(&before, "k8s");
+    let k8s_after = as_edit_of(&k8s_before, render(&after, "k8s"));
     let host = "alertmanager.in.librecloud.online";
     let name = volume_name(&k8s_after, host);
     assert!(name.starts_with("tls-alertmanager-"), "{name}");
@@ -634,7 +648,7 @@ fn appending_a_route_in_reloader_mode_adds_its_certificate_secret_volume_and_mou
         &[GRAFANA, ALERTMANAGER, PROMETHEUS],
     );
     let k8s_before = render(&before, "k8s");
-    let k8s_after = render(&after, "k8s").replace("after.ncl", "before.ncl");
+    let k8s_after = as_edit_of(&k8s_before, render(&after, "k8s"));
     let host = "alertmanager.in.librecloud.online";
     let name = volume_name(&k8s_after, host);
     let expected = format!(
@@ -741,7 +755,7 @@ fn the_justfile_recipes_run() {
     let (code, stdout, err) = just(out, &["install-private-ingress", "update"]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        stdout.contains(&format!("kubectl apply --server-side --field-manager=private-ingress --prune -l app.kubernetes.io/name=private-ingress --prune-allowlist=cert-manager.io/v1/Certificate -f {manifests_path}")),
+        stdout.contains(&format!("kubectl apply --server-side --field-manager=private-ingress --prune -l app.kubernetes.io/name=private-ingress --prune-allowlist=cert-manager.io/v1/Certificate --prune-allowlist=core/v1/ConfigMap -f {manifests_path}")),
         "{stdout}"
     );
     assert!(
