@@ -1,5 +1,5 @@
 //! Peer processes: each in its own process group with its output in a log file, so that dropping
-//! it (also while a panic unwinds) kills the whole group — nginx's workers, a watcher script's
+//! it (also while a panic unwinds) ends the whole group — nginx's workers, a watcher script's
 //! inotifywait and any socat it has running — and reaps the leader.
 
 use std::os::unix::process::CommandExt;
@@ -62,13 +62,26 @@ impl Group {
     }
 }
 
-impl Drop for Group {
-    fn drop(&mut self) {
-        // The group id is the leader's pid (process_group(0)).
+impl Group {
+    /// Sends `signal` to every process of the group (its id is the leader's pid).
+    fn signal_group(&self, signal: &str) {
         let _ = Command::new("kill")
-            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .args([signal, "--", &format!("-{}", self.child.id())])
             .stderr(Stdio::null())
             .status();
+    }
+}
+
+impl Drop for Group {
+    /// SIGTERM to the group, so that servers exit cleanly and a watcher script reaps its
+    /// pipeline; SIGKILL to whatever is left after a second; the leader reaped either way.
+    fn drop(&mut self) {
+        self.signal_group("-TERM");
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.signal_group("-KILL");
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

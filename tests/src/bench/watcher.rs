@@ -18,6 +18,8 @@ pub fn start(peer: &mut Peer, action: &str, env: &[(&str, &Path)]) -> Result<(),
         "#!/usr/bin/env bash\n\
          # Reloads on every AtomicWriter swap (a rename of ..data into the certificate directory).\n\
          set -u\n\
+         # On SIGTERM, exit once the pipeline (which gets it too) has ended and been reaped.\n\
+         trap 'exit 0' TERM\n\
          cert_dir=\"$1\"\n\
          \"$INOTIFYWAIT\" -m -e moved_to --format '%f' \"$cert_dir\" | while read -r name; do\n\
          \x20 [ \"$name\" = \"..data\" ] || continue\n\
