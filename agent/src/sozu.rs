@@ -689,6 +689,9 @@ impl crate::reconcile::Proxy for SozuProxy {
             let file_ops: Vec<Op> = file.iter().map(|&i| ops[i].clone()).collect();
             let (file_outcomes, failure) = if let Some(reason) = broken {
                 (vec![Outcome::NotSent(reason); file_ops.len()], None)
+            } else if file_ops.is_empty() {
+                // Only certificates (a mass renewal): nothing for a file.
+                (Vec::new(), None)
             } else if !all_applied {
                 // A certificate was refused: its host's frontends are held back, and the rest goes
                 // request by request.
