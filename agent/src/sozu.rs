@@ -636,9 +636,10 @@ impl crate::reconcile::Proxy for SozuProxy {
     /// state file, in plan order. Listeners go first because sozu loads a state file's listeners
     /// with checks of their own; certificates go by request so that no key is ever written to a
     /// file (and they depend on nothing but their listener, so sending them before clusters keeps
-    /// every HTTPS frontend after its certificate). When sozu does not load the file in full, the
-    /// file's requests count as not sent (the loop reads sozu's state again) and bulk loading is
-    /// turned off for good: from then on, one request at a time, each refusal reported on its own.
+    /// every HTTPS frontend after its certificate); a refused certificate keeps its host's frontends
+    /// out of the file. When sozu does not load the file in full, the file's requests count as
+    /// not sent (the loop reads sozu's state again) and bulk loading is turned off for good: from
+    /// then on, one request at a time, each refusal reported on its own.
     async fn apply(&mut self, ops: Vec<Op>) -> Vec<Outcome> {
         let count = ops.len();
         let clients = self.clients.clone();
@@ -647,91 +648,9 @@ impl crate::reconcile::Proxy for SozuProxy {
             .clone()
             .filter(|_| count >= BATCH_MIN)
             .map(|dir| (dir, self.workers));
-        let result = tokio::task::spawn_blocking(move || {
-            let Some((dir, workers)) = batch else {
-                return (Self::send(&clients, &ops), None);
-            };
-            let by_request = |op: &Op| {
-                matches!(
-                    op,
-                    Op::AddListener { .. }
-                        | Op::ActivateListener { .. }
-                        | Op::AddCertificate { .. }
-                        | Op::ReplaceCertificate { .. }
-                        | Op::RemoveCertificate { .. }
-                )
-            };
-            let (first, file): (Vec<usize>, Vec<usize>) =
-                (0..ops.len()).partition(|&i| by_request(&ops[i]));
-            let first_ops: Vec<Op> = first.iter().map(|&i| ops[i].clone()).collect();
-            let mut outcomes = vec![Outcome::NotSent(String::new()); ops.len()];
-            let started = Instant::now();
-            let sent = Self::send(&clients, &first_ops);
-            tracing::debug!(
-                requests = first_ops.len(),
-                elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
-                "listeners and certificates sent"
-            );
-            let all_applied = sent.iter().all(|o| *o == Outcome::Applied);
-            let broken = sent.iter().find_map(|o| match o {
-                Outcome::NotSent(reason) => Some(reason.clone()),
-                _ => None,
-            });
-            let refused: Vec<&Op> = first_ops
-                .iter()
-                .zip(&sent)
-                .filter(|(_, o)| matches!(o, Outcome::Refused(_)))
-                .map(|(op, _)| op)
-                .collect();
-            for (&i, outcome) in first.iter().zip(sent.iter().cloned()) {
-                outcomes[i] = outcome;
-            }
-            let file_ops: Vec<Op> = file.iter().map(|&i| ops[i].clone()).collect();
-            let (file_outcomes, failure) = if let Some(reason) = broken {
-                (vec![Outcome::NotSent(reason); file_ops.len()], None)
-            } else if file_ops.is_empty() {
-                // Only certificates (a mass renewal): nothing for a file.
-                (Vec::new(), None)
-            } else if !all_applied {
-                // A certificate was refused: its host's frontends are held back, and the rest goes
-                // request by request.
-                let to_send: Vec<usize> = (0..file_ops.len())
-                    .filter(|&i| {
-                        !refused
-                            .iter()
-                            .any(|r| crate::plan::depends_on(&file_ops[i], r))
-                    })
-                    .collect();
-                let mut file_outcomes = vec![Outcome::Skipped; file_ops.len()];
-                let sending: Vec<Op> = to_send.iter().map(|&i| file_ops[i].clone()).collect();
-                for (&i, outcome) in to_send.iter().zip(Self::send(&clients, &sending)) {
-                    file_outcomes[i] = outcome;
-                }
-                (file_outcomes, None)
-            } else {
-                let mut client = clients[0].lock().unwrap_or_else(|p| p.into_inner());
-                let started = Instant::now();
-                let loaded = client.load_batch(&file_ops, &dir, workers);
-                tracing::info!(
-                    requests = file_ops.len(),
-                    elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
-                    "bulk change loaded by sozu from a state file"
-                );
-                match loaded {
-                    Ok(()) => (vec![Outcome::Applied; file_ops.len()], None),
-                    Err(e) => {
-                        let reason = e.to_string();
-                        (
-                            vec![Outcome::NotSent(reason.clone()); file_ops.len()],
-                            Some(reason),
-                        )
-                    }
-                }
-            };
-            for (&i, outcome) in file.iter().zip(file_outcomes) {
-                outcomes[i] = outcome;
-            }
-            (outcomes, failure)
+        let result = tokio::task::spawn_blocking(move || match batch {
+            Some((dir, workers)) => send_bulk(&clients, &ops, &dir, workers),
+            None => (SozuProxy::send(&clients, &ops), None),
         })
         .await;
         match result {
@@ -745,6 +664,82 @@ impl crate::reconcile::Proxy for SozuProxy {
             Err(e) => vec![Outcome::NotSent(e.to_string()); count],
         }
     }
+}
+
+/// A bulk change (see [`SozuProxy::apply`]): what became of each of `ops`, and why the state
+/// file failed, if it did.
+fn send_bulk(
+    clients: &[std::sync::Arc<std::sync::Mutex<SozuClient>>],
+    ops: &[Op],
+    dir: &Path,
+    workers: usize,
+) -> (Vec<Outcome>, Option<String>) {
+    let by_request = |op: &Op| {
+        matches!(
+            op,
+            Op::AddListener { .. }
+                | Op::ActivateListener { .. }
+                | Op::AddCertificate { .. }
+                | Op::ReplaceCertificate { .. }
+                | Op::RemoveCertificate { .. }
+        )
+    };
+    let (first, rest): (Vec<Op>, Vec<Op>) = ops.iter().cloned().partition(|op| by_request(op));
+    let started = Instant::now();
+    let first_outcomes = SozuProxy::send(clients, &first);
+    tracing::debug!(
+        requests = first.len(),
+        elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+        "listeners and certificates sent"
+    );
+    let broken = first_outcomes.iter().find_map(|o| match o {
+        Outcome::NotSent(reason) => Some(reason.clone()),
+        _ => None,
+    });
+    // A refused certificate holds back its host's frontends, as one request at a time would.
+    let refused: Vec<&Op> = first
+        .iter()
+        .zip(&first_outcomes)
+        .filter(|(_, o)| matches!(o, Outcome::Refused(_)))
+        .map(|(op, _)| op)
+        .collect();
+    let held = |op: &Op| refused.iter().any(|r| crate::plan::depends_on(op, r));
+    let file: Vec<Op> = rest.iter().filter(|op| !held(op)).cloned().collect();
+
+    let (file_outcome, failure) = match broken {
+        Some(reason) => (Outcome::NotSent(reason), None),
+        None if file.is_empty() => (Outcome::Applied, None),
+        None => {
+            let mut client = clients[0].lock().unwrap_or_else(|p| p.into_inner());
+            let started = Instant::now();
+            match client.load_batch(&file, dir, workers) {
+                Ok(()) => {
+                    tracing::info!(
+                        requests = file.len(),
+                        elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+                        "bulk change loaded by sozu from a state file"
+                    );
+                    (Outcome::Applied, None)
+                }
+                Err(e) => (Outcome::NotSent(e.to_string()), Some(e.to_string())),
+            }
+        }
+    };
+    // Back in plan order.
+    let mut first_outcomes = first_outcomes.into_iter();
+    let outcomes = ops
+        .iter()
+        .map(|op| {
+            if by_request(op) {
+                first_outcomes.next().unwrap_or(Outcome::Skipped)
+            } else if held(op) {
+                Outcome::Skipped
+            } else {
+                file_outcome.clone()
+            }
+        })
+        .collect();
+    (outcomes, failure)
 }
 
 #[cfg(test)]
