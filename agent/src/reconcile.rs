@@ -47,8 +47,6 @@ pub trait LoadWorkspace: Send + Sync {
 pub enum Trigger {
     /// The workspace file (or its directory) changed.
     Workspace,
-    /// Every host's certificate may have changed (the tls dir was replaced, or nothing is known).
-    Certificates,
     /// Files in this host's certificate directory changed: only its pair is read again.
     Host(String),
     /// Time to re-resolve upstream names.
@@ -332,10 +330,7 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
             }
         }
         let hosts: BTreeSet<&str> = workspace.routes.iter().map(|r| r.host.as_str()).collect();
-        let every_host = resync
-            || workspace_changed
-            || tls_dir_changed
-            || reasons.contains(&Trigger::Certificates);
+        let every_host = resync || workspace_changed || tls_dir_changed;
         let to_read: Vec<&str> = if every_host {
             hosts.iter().copied().collect()
         } else {
