@@ -249,11 +249,7 @@ pub fn https_get(address: SocketAddr, host: &str, path: &str) -> Result<Seen, St
         .peer_certificates()
         .and_then(|c| c.first())
         .ok_or("no peer certificate")?;
-    use sha2::Digest;
-    let fingerprint = sha2::Sha256::digest(leaf.as_ref())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let fingerprint = fingerprint_of_der(leaf.as_ref());
     if response.is_empty() {
         return Err(format!("empty response ({read:?})"));
     }
@@ -335,13 +331,7 @@ impl KeepAlive {
 
 /// A certificate written under the tls dir, and its fingerprint.
 pub fn certificate(tls_dir: &Path, host: &str) -> String {
-    let pem = crate::write_certificate(tls_dir, host);
-    let der = pem_to_der(&pem);
-    use sha2::Digest;
-    sha2::Sha256::digest(&der)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    fingerprint_of_pem(&crate::write_certificate(tls_dir, host))
 }
 
 fn pem_to_der(pem: &str) -> Vec<u8> {
@@ -463,6 +453,19 @@ impl Stack {
         if let Some(mut p) = self.sozu.take() {
             p.kill();
         }
+    }
+
+    /// Serves one route, `host` → `backend`, whose certificate is already under the tls dir:
+    /// writes the workspace, starts sozu and the agent, and waits until the agent is ready.
+    pub fn serve_one(&mut self, host: &str, backend: &Backend) {
+        self.write_workspace(&self.workspace_text(&[RouteSpec {
+            host: host.into(),
+            upstream: backend.address.ip().to_string(),
+            port: Some(backend.address.port()),
+        }]));
+        self.start_sozu();
+        self.start_agent();
+        self.wait_ready(Duration::from_secs(20));
     }
 
     /// Starts the agent with the default flags; `AGENT_LOG` (a `RUST_LOG` filter, `info` when
@@ -622,10 +625,13 @@ pub fn atomic_write(dir: &Path, crt: &str, key: &str, generation: u32) {
 
 /// The SHA-256 fingerprint (lower-case hex) of the first certificate in `pem`.
 pub fn fingerprint_of_pem(pem: &str) -> String {
-    use rustls::pki_types::pem::PemObject;
+    fingerprint_of_der(&pem_to_der(pem))
+}
+
+/// The SHA-256 fingerprint (lower-case hex) of a DER certificate: how sozu and the agent name it.
+pub fn fingerprint_of_der(der: &[u8]) -> String {
     use sha2::Digest;
-    let der = rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
-    sha2::Sha256::digest(der.as_ref())
+    sha2::Sha256::digest(der)
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()

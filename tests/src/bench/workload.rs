@@ -59,11 +59,7 @@ pub fn handshake(address: SocketAddr, host: &str) -> Result<(String, Instant), S
         .peer_certificates()
         .and_then(|c| c.first())
         .ok_or("no peer certificate")?;
-    use sha2::Digest;
-    let fingerprint = sha2::Sha256::digest(leaf.as_ref())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let fingerprint = crate::live::fingerprint_of_der(leaf.as_ref());
     conn.send_close_notify();
     let _ = conn.write_tls(&mut sock);
     Ok((fingerprint, done))

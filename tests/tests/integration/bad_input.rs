@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use private_ingress_tests::corpus::{Kind, Volume, HOST};
-use private_ingress_tests::live::{eventually, https_get, Backend, RouteSpec, Stack};
+use private_ingress_tests::live::{eventually, https_get, Backend, Stack};
 
 /// How long the agent may take to notice a swap and publish its verdict. A host's pass takes a
 /// few milliseconds; this is generous so a loaded CI machine does not flake.
@@ -32,14 +32,7 @@ fn serving() -> Serving {
     let mut volume = Volume::new(stack.tls_dir().join(HOST));
     let first = volume.write_good();
     let good = first.fingerprint.expect("a good pair's fingerprint");
-    stack.write_workspace(&stack.workspace_text(&[RouteSpec {
-        host: HOST.into(),
-        upstream: backend.address.ip().to_string(),
-        port: Some(backend.address.port()),
-    }]));
-    stack.start_sozu();
-    stack.start_agent();
-    stack.wait_ready(Duration::from_secs(20));
+    stack.serve_one(HOST, &backend);
     let seen = https_get(stack.https, HOST, "/").expect("HTTPS through sozu");
     assert_eq!(seen.fingerprint, good, "the first good pair is served");
     Serving {

@@ -1,8 +1,7 @@
 use std::time::{Duration, Instant};
 
 use private_ingress_tests::live::{
-    atomic_write, certificate, eventually, fingerprint_of_pem, https_get, Backend, KeepAlive,
-    RouteSpec, Stack,
+    atomic_write, certificate, eventually, fingerprint_of_pem, https_get, Backend, KeepAlive, Stack,
 };
 
 const HOST: &str = "app.in.example.org";
@@ -23,14 +22,7 @@ fn serving(atomic_writer: bool) -> Rotating {
     } else {
         certificate(&stack.tls_dir(), HOST)
     };
-    stack.write_workspace(&stack.workspace_text(&[RouteSpec {
-        host: HOST.into(),
-        upstream: backend.address.ip().to_string(),
-        port: Some(backend.address.port()),
-    }]));
-    stack.start_sozu();
-    stack.start_agent();
-    stack.wait_ready(Duration::from_secs(20));
+    stack.serve_one(HOST, &backend);
     assert_eq!(
         https_get(stack.https, HOST, "/").unwrap().fingerprint,
         first
