@@ -567,6 +567,40 @@ fn counted(block: &str) -> BTreeMap<&str, usize> {
     out
 }
 
+/// A workspace of grafana and prometheus (plus `fields`), and the same with alertmanager appended.
+struct Appended {
+    before: PathBuf,
+    after: PathBuf,
+    /// `render --format k8s` of each; the second as an edit of the first ([`as_edit_of`]).
+    k8s_before: String,
+    k8s_after: String,
+    /// The appended host, and the name its certificate volume got.
+    host: &'static str,
+    name: String,
+}
+
+fn append_alertmanager(dir: &Path, fields: &str) -> Appended {
+    let before = workspace_file(dir, "before.ncl", fields, &[GRAFANA, PROMETHEUS]);
+    let after = workspace_file(
+        dir,
+        "after.ncl",
+        fields,
+        &[GRAFANA, ALERTMANAGER, PROMETHEUS],
+    );
+    let k8s_before = render(&before, "k8s");
+    let k8s_after = as_edit_of(&k8s_before, render(&after, "k8s"));
+    let host = "alertmanager.in.librecloud.online";
+    let name = volume_name(&k8s_after, host);
+    Appended {
+        before,
+        after,
+        k8s_before,
+        k8s_after,
+        host,
+        name,
+    }
+}
+
 /// `after` rendered as an edit of the workspace `before` renders from: the same file name in the
 /// ConfigMap, and the same ConfigMap name. That name follows the contents, so an edited
 /// workspace is a new ConfigMap (checked here) that only the new pod template mounts.
@@ -598,18 +632,14 @@ fn volume_name(yaml: &str, host: &str) -> String {
 #[test]
 fn appending_a_route_adds_exactly_its_volume_mount_and_record() {
     let dir = tempfile::tempdir().unwrap();
-    let fields = "  lb_ip = \"10.200.3.6\",\n";
-    let before = workspace_file(dir.path(), "before.ncl", fields, &[GRAFANA, PROMETHEUS]);
-    let after = workspace_file(
-        dir.path(),
-        "after.ncl",
-        fields,
-        &[GRAFANA, ALERTMANAGER, PROMETHEUS],
-    );
-    let k8s_before = render(&before, "k8s");
-    let k8s_after = as_edit_of(&k8s_before, render(&after, "k8s"));
-    let host = "alertmanager.in.librecloud.online";
-    let name = volume_name(&k8s_after, host);
+    let Appended {
+        before,
+        after,
+        k8s_before,
+        k8s_after,
+        host,
+        name,
+    } = append_alertmanager(dir.path(), "  lb_ip = \"10.200.3.6\",\n");
     assert!(name.starts_with("tls-alertmanager-"), "{name}");
     let expected = format!(
         "        {ALERTMANAGER},
@@ -639,18 +669,13 @@ fn appending_a_route_adds_exactly_its_volume_mount_and_record() {
 #[test]
 fn appending_a_route_in_reloader_mode_adds_its_certificate_secret_volume_and_mount() {
     let dir = tempfile::tempdir().unwrap();
-    let fields = "  tls_rotation = 'reloader,\n";
-    let before = workspace_file(dir.path(), "before.ncl", fields, &[GRAFANA, PROMETHEUS]);
-    let after = workspace_file(
-        dir.path(),
-        "after.ncl",
-        fields,
-        &[GRAFANA, ALERTMANAGER, PROMETHEUS],
-    );
-    let k8s_before = render(&before, "k8s");
-    let k8s_after = as_edit_of(&k8s_before, render(&after, "k8s"));
-    let host = "alertmanager.in.librecloud.online";
-    let name = volume_name(&k8s_after, host);
+    let Appended {
+        k8s_before,
+        k8s_after,
+        host,
+        name,
+        ..
+    } = append_alertmanager(dir.path(), "  tls_rotation = 'reloader,\n");
     let expected = format!(
         "        {ALERTMANAGER},
 ---
