@@ -391,8 +391,8 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
     /// counted once per distinct failure rather than once per pass.
     fn read_certificates(&mut self, tls_dir: &std::path::Path, hosts: &[&str]) {
         let now = unix_now();
-        for &host in hosts {
-            match crate::certs::load(tls_dir, host, now) {
+        for (host, loaded) in load_pairs(tls_dir, hosts, now) {
+            match loaded {
                 Ok(c) => {
                     if self.cert_failures.remove(host).is_some() {
                         tracing::info!(host, "certificate pair valid again");
@@ -442,7 +442,13 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
     }
 
     async fn reload_workspace(&mut self) {
-        match self.loader.load().await {
+        let started = std::time::Instant::now();
+        let loaded = self.loader.load().await;
+        tracing::debug!(
+            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+            "workspace evaluated"
+        );
+        match loaded {
             Ok(ws) => {
                 if self.workspace.as_ref() != Some(&ws) {
                     tracing::info!(routes = ws.routes.len(), zone = %ws.zone, "workspace loaded");
@@ -706,6 +712,41 @@ fn release_freed_memory() {
     unsafe {
         libc::malloc_trim(0);
     }
+}
+
+/// From this many pairs on, reading is spread over threads: parsing and checking a pair is
+/// CPU work (about 40 µs), and a cold start reads every route's pair before sending anything.
+const PARALLEL_READ_MIN: usize = 64;
+
+/// Loads and validates the pairs of `hosts`, in order. Many pairs (a cold start, a resync) are
+/// read on one thread per core; a rotation's one pair stays on the caller's thread.
+fn load_pairs<'h>(
+    tls_dir: &std::path::Path,
+    hosts: &[&'h str],
+    now: i64,
+) -> Vec<(&'h str, Result<Certificate, crate::certs::CertError>)> {
+    let load = |host: &'h str| (host, crate::certs::load(tls_dir, host, now));
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if hosts.len() < PARALLEL_READ_MIN || threads < 2 {
+        return hosts.iter().map(|&h| load(h)).collect();
+    }
+    let chunk = hosts.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = hosts
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || part.iter().map(|&h| load(h)).collect::<Vec<_>>()))
+            .collect();
+        handles
+            .into_iter()
+            .zip(hosts.chunks(chunk))
+            // A thread that panicked (it should not: loading returns errors) loses nothing:
+            // its hosts are read again here.
+            .flat_map(|(h, part)| {
+                h.join()
+                    .unwrap_or_else(|_| part.iter().map(|&h| load(h)).collect())
+            })
+            .collect()
+    })
 }
 
 fn unix_now() -> i64 {

@@ -96,10 +96,15 @@ pub fn evaluate(exe: &Path, path: &Path, limits: Limits) -> Result<Workspace, Sa
         })?;
 
     // Drain both pipes while waiting: a large report would otherwise block the child on a full pipe.
-    let stdout = child.stdout.take().map(drain);
-    let stderr = child.stderr.take().map(drain);
+    // The child's stdout closing is its exit (or close to it): waiting on that wakes the parent
+    // the moment the report is complete, where polling would add up to a poll interval to
+    // every evaluation.
+    let (closed_tx, closed) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().map(|pipe| drain(pipe, Some(closed_tx)));
+    let stderr = child.stderr.take().map(|pipe| drain(pipe, None));
 
     let deadline = Instant::now() + limits.timeout;
+    let _ = closed.recv_timeout(limits.timeout);
     let mut pause = Duration::from_millis(1);
     let status = loop {
         match child.try_wait() {
@@ -112,6 +117,7 @@ pub fn evaluate(exe: &Path, path: &Path, limits: Limits) -> Result<Workspace, Sa
                     timeout: limits.timeout,
                 });
             }
+            // Closed its stdout but not exited yet: the last moments of the process.
             Ok(None) => {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(20));
@@ -141,10 +147,17 @@ pub fn evaluate(exe: &Path, path: &Path, limits: Limits) -> Result<Workspace, Sa
     }
 }
 
-fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+/// Reads `pipe` to its end on a thread; says so on `closed`, if given.
+fn drain(
+    mut pipe: impl Read + Send + 'static,
+    closed: Option<std::sync::mpsc::Sender<()>>,
+) -> std::thread::JoinHandle<Vec<u8>> {
     std::thread::spawn(move || {
         let mut buf = Vec::new();
         let _ = pipe.read_to_end(&mut buf);
+        if let Some(closed) = closed {
+            let _ = closed.send(());
+        }
         buf
     })
 }

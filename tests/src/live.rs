@@ -481,6 +481,11 @@ impl Stack {
     }
 
     /// The agent's process id, while it runs.
+    /// sozu's main process (its workers are its children).
+    pub fn sozu_pid(&self) -> Option<u32> {
+        self.sozu.as_ref().map(Process::pid)
+    }
+
     pub fn agent_pid(&self) -> Option<u32> {
         self.agent.as_ref().map(Process::pid)
     }
