@@ -441,4 +441,109 @@ mod tests {
             "{report}"
         );
     }
+
+    /// `routes` through `Routes` (the fast path) and through `Array (Route zone)` (one route at
+    /// a time): the exported value, or the diagnostic's message lines (source excerpts differ,
+    /// as the two annotations differ).
+    fn both_ways(routes: &str) -> [Result<serde_json::Value, String>; 2] {
+        ["S.Routes zone", "Array (S.Route zone)"].map(|contract| {
+            let main = format!(
+                "{SCHEMA}\n|> (fun S => let zone = \"in.example.org\" in \
+                 {{ routes | {contract} = [{routes}] }})\n"
+            );
+            let mut program: Program<CacheImpl> = ProgramBuilder::new()
+                .add_source_string(main, "test")
+                .build()
+                .unwrap();
+            match program.eval_full_for_export() {
+                Ok(value) => Ok(serde_json::to_value(&value).unwrap()),
+                Err(err) => {
+                    let mut files = program.files();
+                    let report = report_as_str(&mut files, err, ColorOpt::Never);
+                    Err(report
+                        .lines()
+                        .filter(|l| !l.contains('│') && !l.contains('┌') && !l.contains('·'))
+                        .map(str::trim)
+                        .filter(|l| !l.is_empty())
+                        .collect::<Vec<_>>()
+                        .join("\n"))
+                }
+            }
+        })
+    }
+
+    /// The fast check over all routes is stricter than `Route`, never looser: every route gets
+    /// the same verdict (and, refused, the same message) either way, alone and next to a good one.
+    #[test]
+    fn routes_checked_at_once_or_one_by_one_agree() {
+        let long_label = "a".repeat(63);
+        let long_host = format!("{0}.{0}.{0}.{1}.in.example.org", long_label, "b".repeat(46));
+        let too_long_host = format!("c{long_host}");
+        let long_upstream = format!("{0}.{0}.{0}.{1}", long_label, "b".repeat(61));
+        let too_long_upstream = format!("c{long_upstream}");
+        assert_eq!((long_host.len(), long_upstream.len()), (253, 253));
+        let cases = [
+            // Accepted.
+            r#"{ host = "a.in.example.org", upstream = "10.0.0.1", port = 80 }"#.to_owned(),
+            r#"{ host = "in.example.org", upstream = "svc.ns.svc.cluster.local", port = 65535, path_prefix = "/api/" }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "FD00::10", port = 1 }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "unix:///run/app.sock" }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "unix:///run/a b/app.sock" }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "svc.1abc", port = 80 }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, path_prefix = "/a\"b\\c" }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, path_prefix = "/é" }"#.into(),
+            format!(r#"{{ host = "{long_host}", upstream = "{long_upstream}", port = 80 }}"#),
+            // Refused.
+            format!(r#"{{ host = "{too_long_host}", upstream = "x", port = 80 }}"#),
+            format!(r#"{{ host = "a.in.example.org", upstream = "{too_long_upstream}", port = 80 }}"#),
+            r#"{ host = "a.example.org", upstream = "x", port = 80 }"#.into(),
+            r#"{ host = "A.in.example.org", upstream = "x", port = 80 }"#.into(),
+            r#"{ host = "a.in.example.org.", upstream = "x", port = 80 }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "http://x", port = 80 }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x:80", port = 80 }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "[::1]", port = 80 }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "10.0.0.300", port = 80 }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "unix:///run/app.sock", port = 80 }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "unix://run/app.sock" }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x" }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 0 }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 65536 }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80.5 }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = "80" }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = null }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, weight = 1 }"#.into(),
+            r#"{ host = "a.in.example.org", port = 80 }"#.into(),
+            r#"{ host = null, upstream = "x", port = 80 }"#.into(),
+            r#"{ host = 'a, upstream = "x", port = 80 }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, path_prefix = "api" }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, path_prefix = "/a b" }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, path_prefix = "/a?b" }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, path_prefix = "/a\nb" }"#.into(),
+            // A second route smuggled into the host as JSON text.
+            r#"{ host = "a.in.example.org\", \"port\": 80, \"upstream\": \"x\"}, {\"host\": \"b.in.example.org", upstream = "x", port = 80 }"#.into(),
+            "[]".into(),
+        ];
+        let good = r#"{ host = "ok.in.example.org", upstream = "10.0.0.9", port = 443 }"#;
+        for case in &cases {
+            for routes in [case.clone(), format!("{good}, {case}")] {
+                let [fast, precise] = both_ways(&routes);
+                assert_eq!(fast, precise, "routes [{routes}]");
+            }
+        }
+        // The one difference: JSON writes an enum tag as a string, so a tag that reads as a valid
+        // host passes the fast check and is refused by `String` instead, pointing at the same
+        // field without `Route`'s explanation.
+        for (name, fields) in [
+            ("host", r#"host = '"a.in.example.org", upstream = "x""#),
+            ("upstream", r#"host = "a.in.example.org", upstream = 'x"#),
+        ] {
+            let [fast, precise] = both_ways(&format!("{{ {fields}, port = 80 }}"));
+            for refused in [&fast, &precise] {
+                assert!(
+                    matches!(refused, Err(m) if m.contains(&format!("broken by the value of `{name}`"))),
+                    "{fields}: {refused:?}"
+                );
+            }
+        }
+    }
 }
