@@ -666,77 +666,151 @@ impl crate::reconcile::Proxy for SozuProxy {
     }
 }
 
-/// A bulk change (see [`SozuProxy::apply`]): what became of each of `ops`, and why the state
-/// file failed, if it did.
+/// How one operation of a bulk change travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// One request each: listeners (sozu checks a state file's listeners its own way) and
+    /// certificates (so that no key is ever written to a file).
+    Request,
+    /// In the first state file, loaded while the certificates go: new clusters and backends
+    /// depend on nothing and nothing routes to them yet.
+    Early,
+    /// In the second state file, once the certificates are in: frontends (an HTTPS frontend
+    /// needs its certificate) and every removal.
+    Late,
+}
+
+fn route_of(op: &Op) -> Route {
+    match op {
+        Op::AddListener { .. }
+        | Op::ActivateListener { .. }
+        | Op::AddCertificate { .. }
+        | Op::ReplaceCertificate { .. }
+        | Op::RemoveCertificate { .. } => Route::Request,
+        Op::AddCluster { .. } | Op::AddBackend { .. } => Route::Early,
+        Op::RemoveFrontend(_)
+        | Op::AddFrontend(_)
+        | Op::RemoveBackend { .. }
+        | Op::RemoveCluster { .. } => Route::Late,
+    }
+}
+
+/// A bulk change (see [`SozuProxy::apply`]): what became of each of `ops`, and why a state file
+/// failed, if one did.
+///
+/// sozu's main process and its worker each take their turn on every certificate request, so
+/// neither is busy all the time; the first file (new clusters and backends) fills those gaps
+/// instead of waiting its turn after them. It goes on its own connection, the certificates on
+/// the others.
 fn send_bulk(
     clients: &[std::sync::Arc<std::sync::Mutex<SozuClient>>],
     ops: &[Op],
     dir: &Path,
     workers: usize,
 ) -> (Vec<Outcome>, Option<String>) {
-    let by_request = |op: &Op| {
-        matches!(
-            op,
-            Op::AddListener { .. }
-                | Op::ActivateListener { .. }
-                | Op::AddCertificate { .. }
-                | Op::ReplaceCertificate { .. }
-                | Op::RemoveCertificate { .. }
-        )
+    let pick = |route: Route| -> Vec<Op> {
+        ops.iter()
+            .filter(|op| route_of(op) == route)
+            .cloned()
+            .collect()
     };
-    let (first, rest): (Vec<Op>, Vec<Op>) = ops.iter().cloned().partition(|op| by_request(op));
-    let started = Instant::now();
-    let first_outcomes = SozuProxy::send(clients, &first);
-    tracing::debug!(
-        requests = first.len(),
-        elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
-        "listeners and certificates sent"
-    );
-    let broken = first_outcomes.iter().find_map(|o| match o {
+    let (requests, early, late) = (pick(Route::Request), pick(Route::Early), pick(Route::Late));
+    let load = |client: &std::sync::Arc<std::sync::Mutex<SozuClient>>, file: &[Op], what: &str| {
+        if file.is_empty() {
+            return Ok(());
+        }
+        let mut client = client.lock().unwrap_or_else(|p| p.into_inner());
+        let started = Instant::now();
+        client.load_batch(file, dir, workers)?;
+        tracing::debug!(
+            requests = file.len(),
+            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+            "{what} loaded by sozu from a state file"
+        );
+        Ok::<(), SozuError>(())
+    };
+    let send_requests = |lanes: &[std::sync::Arc<std::sync::Mutex<SozuClient>>]| {
+        let started = Instant::now();
+        let outcomes = SozuProxy::send(lanes, &requests);
+        tracing::debug!(
+            requests = requests.len(),
+            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+            "listeners and certificates sent"
+        );
+        outcomes
+    };
+    let (request_outcomes, early_result) = match clients {
+        [first, rest @ ..] if !rest.is_empty() => std::thread::scope(|scope| {
+            let early_load = scope.spawn(|| load(first, &early, "clusters and backends"));
+            let outcomes = send_requests(rest);
+            let early_result = early_load.join().unwrap_or_else(|_| {
+                Err(SozuError::BatchFile {
+                    dir: dir.to_owned(),
+                    reason: "the loading thread panicked".into(),
+                })
+            });
+            (outcomes, early_result)
+        }),
+        // One connection: one thing at a time.
+        _ => {
+            let early_result = clients
+                .first()
+                .map_or(Ok(()), |c| load(c, &early, "clusters and backends"));
+            (send_requests(clients), early_result)
+        }
+    };
+
+    let broken = request_outcomes.iter().find_map(|o| match o {
         Outcome::NotSent(reason) => Some(reason.clone()),
         _ => None,
     });
     // A refused certificate holds back its host's frontends, as one request at a time would.
-    let refused: Vec<&Op> = first
+    let refused: Vec<&Op> = requests
         .iter()
-        .zip(&first_outcomes)
+        .zip(&request_outcomes)
         .filter(|(_, o)| matches!(o, Outcome::Refused(_)))
         .map(|(op, _)| op)
         .collect();
     let held = |op: &Op| refused.iter().any(|r| crate::plan::depends_on(op, r));
-    let file: Vec<Op> = rest.iter().filter(|op| !held(op)).cloned().collect();
+    let late: Vec<Op> = late.into_iter().filter(|op| !held(op)).collect();
 
-    let (file_outcome, failure) = match broken {
-        Some(reason) => (Outcome::NotSent(reason), None),
-        None if file.is_empty() => (Outcome::Applied, None),
-        None => {
-            let mut client = clients[0].lock().unwrap_or_else(|p| p.into_inner());
-            let started = Instant::now();
-            match client.load_batch(&file, dir, workers) {
-                Ok(()) => {
-                    tracing::info!(
-                        requests = file.len(),
-                        elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
-                        "bulk change loaded by sozu from a state file"
-                    );
-                    (Outcome::Applied, None)
-                }
-                Err(e) => (Outcome::NotSent(e.to_string()), Some(e.to_string())),
-            }
+    let mut failure = None;
+    let early_outcome = match early_result {
+        Ok(()) => Outcome::Applied,
+        Err(e) => {
+            failure = Some(e.to_string());
+            Outcome::NotSent(e.to_string())
         }
     };
+    let late_outcome = match (&broken, &early_outcome) {
+        (Some(reason), _) | (None, Outcome::NotSent(reason)) => Outcome::NotSent(reason.clone()),
+        _ => match clients
+            .first()
+            .map_or(Ok(()), |c| load(c, &late, "frontends and removals"))
+        {
+            Ok(()) => Outcome::Applied,
+            Err(e) => {
+                failure = Some(e.to_string());
+                Outcome::NotSent(e.to_string())
+            }
+        },
+    };
+    if failure.is_none() && (!early.is_empty() || !late.is_empty()) {
+        tracing::info!(
+            requests = early.len() + late.len(),
+            "bulk change loaded by sozu from state files"
+        );
+    }
+
     // Back in plan order.
-    let mut first_outcomes = first_outcomes.into_iter();
+    let mut request_outcomes = request_outcomes.into_iter();
     let outcomes = ops
         .iter()
-        .map(|op| {
-            if by_request(op) {
-                first_outcomes.next().unwrap_or(Outcome::Skipped)
-            } else if held(op) {
-                Outcome::Skipped
-            } else {
-                file_outcome.clone()
-            }
+        .map(|op| match route_of(op) {
+            Route::Request => request_outcomes.next().unwrap_or(Outcome::Skipped),
+            Route::Early => early_outcome.clone(),
+            Route::Late if held(op) => Outcome::Skipped,
+            Route::Late => late_outcome.clone(),
         })
         .collect();
     (outcomes, failure)
