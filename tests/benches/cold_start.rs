@@ -1,13 +1,14 @@
 //! Cold start: from starting the agent (beside an empty, running sozu) to `/readyz` answering 200,
 //! for 10, 1,000 and 10,000 routes each with its own certificate; beside it, in the same run,
 //! sozu loading the same state from a rendered configuration file, from `sozu start` until the
-//! last route's certificate is served. Then the agent's RSS and its idle wake-ups over 10 s.
-//! Prints figures and ratios; asserts nothing.
+//! last route's certificate is served. The two take turns for a few rounds (this machine's
+//! timings swing from run to run) and the medians are compared. After the first round's start,
+//! the agent's RSS and its idle wake-ups over 10 s. Prints figures and ratios; asserts nothing.
 //!
-//!     cargo bench -p private-ingress-tests --bench cold_start [-- 10 1000]
+//!     cargo bench -p private-ingress-tests --bench cold_start [-- 10 1000] [--rounds N]
 //!
-//! `COLD_START_LOGS=1` prints the agent's log after each start (with `AGENT_LOG=private_ingress=debug`,
-//! the time each step of the first pass took).
+//! `COLD_START_LOGS=1` prints the agent's log after the first round's start (with
+//! `AGENT_LOG=private_ingress=debug`, the time each step of the first pass took).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -17,10 +18,40 @@ use private_ingress_tests::live::{
     certificate, fingerprint_of_pem, https_get, Backend, RouteSpec, Stack,
 };
 
+/// Rounds per size when `--rounds` is not given: enough for a median at 10 and 1,000 routes; one
+/// at 10,000, where a round takes tens of seconds.
+fn default_rounds(routes: usize) -> usize {
+    if routes > 1_000 {
+        1
+    } else {
+        5
+    }
+}
+
+/// The time sozu is given, once its socket answers, to finish starting its workers before the
+/// agent's clock starts: the agent is measured beside a running sozu, not one still starting.
+const SOZU_SETTLE: Duration = Duration::from_millis(500);
+
+struct Round {
+    agent: Duration,
+    sozu: Duration,
+    agent_cpu: u64,
+    its_sozu_cpu: u64,
+    sozu_alone_cpu: u64,
+}
+
 fn main() {
-    let sizes: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let rounds: Option<usize> = args
+        .iter()
+        .position(|a| a == "--rounds")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|r| r.parse().ok());
+    let sizes: Vec<usize> = args
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i == 0 || args[i - 1] != "--rounds")
+        .filter_map(|(_, a)| a.parse().ok())
         .collect();
     let sizes = if sizes.is_empty() {
         vec![10, 1_000, 10_000]
@@ -30,8 +61,9 @@ fn main() {
     // Build (or find) the agent before any clock starts.
     let _ = agent_bin();
     println!(
-        "{:>7}  {:>12}  {:>14}  {:>7}  {:>9}  {:>16}  {:>22}  {:>14}",
+        "{:>7}  {:>6}  {:>20}  {:>20}  {:>7}  {:>9}  {:>16}  {:>22}  {:>14}",
         "routes",
+        "rounds",
         "agent→ready",
         "sozu from file",
         "ratio",
@@ -58,32 +90,6 @@ fn main() {
         let last_fp = fingerprint_of(&stack, &last);
         stack.write_workspace(&stack.workspace_text(&specs));
         let timeout = Duration::from_secs(60 + n as u64 / 20);
-
-        // The agent: sozu runs empty, the agent starts, until /readyz.
-        stack.start_sozu();
-        let sozu_pid = stack.sozu_pid().unwrap_or(0);
-        let sozu_cpu_before = tree_cpu_ms(sozu_pid);
-        let start = Instant::now();
-        stack.start_agent();
-        poll(timeout, "the agent's /readyz", || {
-            stack.ready().then_some(())
-        });
-        let agent = start.elapsed();
-        if std::env::var_os("COLD_START_LOGS").is_some() {
-            eprintln!("{}", stack.agent_logs());
-        }
-        let pid = stack.agent_pid().unwrap_or(0);
-        let agent_cpu = cpu_ms(pid, true);
-        let sozu_cpu = tree_cpu_ms(sozu_pid) - sozu_cpu_before;
-        let rss = rss_mib(pid);
-        let switches = || context_switches(pid);
-        let before = switches();
-        std::thread::sleep(Duration::from_secs(10));
-        let wakeups = wakeups(&before, &switches());
-        stack.stop_agent();
-        stack.kill_sozu();
-
-        // sozu alone, loading the same routes from a rendered configuration file.
         let config = stack.dir.path().join("rendered.toml");
         let status = Command::new(agent_bin())
             .arg("render")
@@ -95,35 +101,111 @@ fn main() {
             .status()
             .expect("render");
         assert!(status.success());
-        let start = Instant::now();
-        stack.start_sozu_with_config(&config);
-        poll(timeout, "sozu serving the last route", || {
-            https_get(stack.https, &last, "/")
-                .ok()
-                .filter(|s| s.fingerprint == last_fp)
-        });
-        let sozu = start.elapsed();
-        let sozu_alone_cpu = tree_cpu_ms(stack.sozu_pid().unwrap_or(0));
-        stack.kill_sozu();
 
+        let mut results = Vec::new();
+        let (mut rss, mut wakeups) = (f64::NAN, 0);
+        // The two take turns, so that both see the machine in the same state.
+        for round in 0..rounds.unwrap_or_else(|| default_rounds(n)) {
+            // The agent: sozu runs empty, the agent starts, until /readyz.
+            stack.start_sozu();
+            std::thread::sleep(SOZU_SETTLE);
+            let sozu_pid = stack.sozu_pid().unwrap_or(0);
+            let sozu_cpu_before = tree_cpu_ms(sozu_pid);
+            let start = Instant::now();
+            stack.start_agent();
+            poll(timeout, "the agent's /readyz", || {
+                stack.ready().then_some(())
+            });
+            let agent = start.elapsed();
+            let pid = stack.agent_pid().unwrap_or(0);
+            let agent_cpu = cpu_ms(pid, true);
+            let its_sozu_cpu = tree_cpu_ms(sozu_pid) - sozu_cpu_before;
+            if round == 0 {
+                if std::env::var_os("COLD_START_LOGS").is_some() {
+                    eprintln!("{}", stack.agent_logs());
+                }
+                rss = rss_mib(pid);
+                let switches = || context_switches(pid);
+                let before = switches();
+                std::thread::sleep(Duration::from_secs(10));
+                wakeups = count_wakeups(&before, &switches());
+            }
+            stack.stop_agent();
+            stack.kill_sozu();
+
+            // sozu alone, loading the same routes from the rendered configuration file.
+            let start = Instant::now();
+            stack.start_sozu_with_config(&config);
+            poll(timeout, "sozu serving the last route", || {
+                https_get(stack.https, &last, "/")
+                    .ok()
+                    .filter(|s| s.fingerprint == last_fp)
+            });
+            let sozu = start.elapsed();
+            let sozu_alone_cpu = tree_cpu_ms(stack.sozu_pid().unwrap_or(0));
+            stack.kill_sozu();
+            results.push(Round {
+                agent,
+                sozu,
+                agent_cpu,
+                its_sozu_cpu,
+                sozu_alone_cpu,
+            });
+        }
+
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let agent: Vec<f64> = results.iter().map(|r| ms(r.agent)).collect();
+        let sozu: Vec<f64> = results.iter().map(|r| ms(r.sozu)).collect();
+        let cpu =
+            |f: fn(&Round) -> u64| median(&results.iter().map(|r| f(r) as f64).collect::<Vec<_>>());
         println!(
-            "{:>7}  {:>9.0} ms  {:>11.0} ms  {:>6.2}x  {:>5.1} MiB  {:>16}  {:>10} + {:>5} ms  {:>11} ms",
+            "{:>7}  {:>6}  {:>20}  {:>20}  {:>6.2}x  {:>5.1} MiB  {:>16}  {:>10.0} + {:>5.0} ms  {:>11.0} ms",
             n,
-            agent.as_secs_f64() * 1e3,
-            sozu.as_secs_f64() * 1e3,
-            agent.as_secs_f64() / sozu.as_secs_f64(),
+            results.len(),
+            spread(&agent),
+            spread(&sozu),
+            median(&agent) / median(&sozu),
             rss,
             wakeups,
-            agent_cpu,
-            sozu_cpu,
-            sozu_alone_cpu,
+            cpu(|r| r.agent_cpu),
+            cpu(|r| r.its_sozu_cpu),
+            cpu(|r| r.sozu_alone_cpu),
         );
     }
-    println!("ratio = agent start→ready / sozu start→last route served from its own config file");
     println!(
-        "CPU = user + system time to that point (10 ms ticks): the agent with its evaluation \
+        "agent→ready: from starting the agent beside an empty sozu (running for {} ms) to /readyz 200",
+        SOZU_SETTLE.as_millis()
+    );
+    println!("sozu from file: from `sozu start` with the rendered configuration to the last route served");
+    println!("times: median (min–max) over the rounds; ratio = median agent→ready / median sozu from file");
+    println!(
+        "CPU = median user + system time to that point (10 ms ticks): the agent with its evaluation \
          child, and sozu's main process with its workers"
     );
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+/// "median (min–max) ms", or the one value.
+fn spread(values: &[f64]) -> String {
+    let (min, max) = values
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| {
+            (lo.min(v), hi.max(v))
+        });
+    if values.len() < 2 {
+        format!("{:.0} ms", median(values))
+    } else {
+        format!("{:.0} ({:.0}–{:.0}) ms", median(values), min, max)
+    }
 }
 
 /// Like `eventually`, at a 2 ms period instead of 20: both sides of the ratio are found
@@ -222,7 +304,7 @@ fn context_switches(pid: u32) -> std::collections::BTreeMap<String, u64> {
 
 /// Wake-ups between two samples: growth of the threads present in both, plus every switch of
 /// threads that appeared in between.
-fn wakeups(
+fn count_wakeups(
     before: &std::collections::BTreeMap<String, u64>,
     after: &std::collections::BTreeMap<String, u64>,
 ) -> u64 {

@@ -100,6 +100,26 @@ impl Drop for Process {
     }
 }
 
+/// The child processes of `pid` (sozu's workers, for its main process).
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .collect()
+}
+
+/// Whether `pid` still runs (a zombie waiting for its reaper does not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next().map(|s| s != "Z"))
+        })
+        .unwrap_or(false)
+}
+
 /// A loopback HTTP/1.1 server that answers every request with its own name.
 pub struct Backend {
     pub name: String,
@@ -449,9 +469,21 @@ impl Stack {
     }
 
     /// Kills sozu's main process (its workers exit with it).
+    /// Kills sozu's main process and its workers, and waits until the workers are gone: left to
+    /// themselves they notice the lost main process only later, and serve until then.
     pub fn kill_sozu(&mut self) {
         if let Some(mut p) = self.sozu.take() {
+            let workers = children(p.pid());
             p.kill();
+            for &worker in &workers {
+                let _ = Command::new("kill")
+                    .args(["-KILL", &worker.to_string()])
+                    .status();
+            }
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while workers.iter().any(|&w| alive(w)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
         }
     }
 
@@ -601,6 +633,8 @@ impl Drop for Stack {
         if std::thread::panicking() {
             eprintln!("{}", self.logs());
         }
+        // sozu's workers with it, not just its main process.
+        self.kill_sozu();
     }
 }
 
