@@ -354,7 +354,12 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
         self.cert_failures
             .retain(|host, _| hosts.contains(host.as_str()));
         self.warn_expiring();
+        let started = std::time::Instant::now();
         let (want, held) = desired::build(&workspace, &self.resolved, &self.last_good);
+        tracing::debug!(
+            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+            "desired state built"
+        );
 
         let only_certificates = reasons.iter().all(|r| matches!(r, Trigger::Host(_)));
         let sent_before = self.counters.sozu_requests;
@@ -506,7 +511,12 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
         check_generation: bool,
     ) -> Result<(), String> {
         if check_generation || self.shadow.is_none() || self.generation.is_none() {
+            let started = std::time::Instant::now();
             self.check_generation().await?;
+            tracing::debug!(
+                elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+                "sozu's generation checked"
+            );
         }
         let mut shadow = match self.shadow.take() {
             Some(s) => s,
@@ -520,7 +530,12 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
                 state
             }
         };
+        let started = std::time::Instant::now();
         let ops = plan::plan(&shadow, want);
+        tracing::debug!(
+            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+            "changes planned"
+        );
         if ops.is_empty() {
             self.shadow = Some(shadow);
             return Ok(());

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -130,6 +130,30 @@ pub struct Backend {
 impl Backend {
     pub fn start(name: &str) -> Backend {
         let listener = TcpListener::bind(("127.0.0.1", free_port())).expect("bind a backend");
+        Backend::serve_on(name, listener)
+    }
+
+    /// Backends named `names`, one per loopback address from 127.0.0.2 on, all on one port: what
+    /// a name resolving to several addresses, or to new ones, points at.
+    pub fn start_on_one_port(names: &[&str]) -> Vec<Backend> {
+        loop {
+            let port = free_port();
+            let listeners: Vec<TcpListener> = (0..names.len())
+                .map_while(|i| {
+                    TcpListener::bind((Ipv4Addr::new(127, 0, 0, 2 + i as u8), port)).ok()
+                })
+                .collect();
+            if listeners.len() == names.len() {
+                return names
+                    .iter()
+                    .zip(listeners)
+                    .map(|(name, listener)| Backend::serve_on(name, listener))
+                    .collect();
+            }
+        }
+    }
+
+    fn serve_on(name: &str, listener: TcpListener) -> Backend {
         let address = listener.local_addr().expect("backend address");
         listener.set_nonblocking(true).expect("nonblocking");
         let stop = Arc::new(AtomicBool::new(false));
@@ -532,12 +556,50 @@ impl Stack {
 
     /// Starts the agent with extra arguments and environment variables.
     pub fn start_agent_with(&mut self, args: &[&str], env: &[(&str, &str)]) {
+        let cmd = Command::new(agent_bin());
+        self.start_agent_as(cmd, args, env);
+    }
+
+    /// Starts the agent in a mount namespace of its own in which `hosts` is its `/etc/hosts`, so
+    /// that the system resolver (getaddrinfo) answers what the test writes there, and only that:
+    /// its `nsswitch.conf` names no DNS, so a name missing from the file fails at once instead of
+    /// going to a name server off this machine. Needs `unshare` and the right to mount (root);
+    /// returns false, starting nothing, without them.
+    pub fn start_agent_with_hosts_file(&mut self, hosts: &Path, args: &[&str]) -> bool {
+        let nsswitch = self.dir.path().join("nsswitch.conf");
+        std::fs::write(&nsswitch, "hosts: files\n").expect("write nsswitch.conf");
+        let allowed = Command::new("unshare")
+            .args(["--mount", "sh", "-c", "mount --bind /etc/hosts /etc/hosts"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !allowed {
+            return false;
+        }
+        let mut cmd = Command::new("unshare");
+        cmd.args([
+            "--mount",
+            "sh",
+            "-c",
+            "mount --bind \"$1\" /etc/hosts && mount --bind \"$2\" /etc/nsswitch.conf \
+             && shift 2 && exec \"$@\"",
+            "sh",
+        ])
+        .arg(hosts)
+        .arg(&nsswitch)
+        .arg(agent_bin());
+        self.start_agent_as(cmd, args, &[("RUST_LOG", "info")]);
+        true
+    }
+
+    /// Runs `cmd` (the agent, or a wrapper that ends by running it) with the usual flags.
+    fn start_agent_as(&mut self, mut cmd: Command, args: &[&str], env: &[(&str, &str)]) {
         self.agent_runs += 1;
         let log = self
             .dir
             .path()
             .join(format!("agent.{}.log", self.agent_runs));
-        let mut cmd = Command::new(agent_bin());
         cmd.arg("run")
             .arg("--workspace")
             .arg(self.workspace_path())
