@@ -66,6 +66,10 @@ pub struct SozuClient {
     path: PathBuf,
     timeout: Duration,
     channel: Option<Channel<Request, Response>>,
+    /// The backends of each owned cluster as last read, with the hash sozu gave the cluster then.
+    /// sozu's cluster hash covers the cluster, its backends and its frontends, so an unchanged
+    /// hash means unchanged backends: a resync of an unchanged sozu asks for no cluster by id.
+    clusters_read: BTreeMap<String, (u64, BTreeMap<String, Backend>)>,
 }
 
 impl SozuClient {
@@ -74,6 +78,7 @@ impl SozuClient {
             path: path.to_owned(),
             timeout,
             channel: None,
+            clusters_read: BTreeMap::new(),
         }
     }
 
@@ -245,18 +250,25 @@ impl SozuClient {
         }
 
         let hashes = self.request(RequestType::QueryClustersHashes(QueryClustersHashes {}))?;
-        actual.clusters = main_content(hashes, "query clusters hashes", |c| match c {
-            ContentType::ClusterHashes(h) => Some(h.map.into_keys().collect()),
-            _ => None,
-        })?;
+        let hashes: BTreeMap<String, u64> =
+            main_content(hashes, "query clusters hashes", |c| match c {
+                ContentType::ClusterHashes(h) => Some(h.map.into_iter().collect()),
+                _ => None,
+            })?;
+        actual.clusters = hashes.keys().cloned().collect();
 
-        let owned: Vec<String> = actual
-            .clusters
-            .iter()
-            .filter(|id| id.starts_with(ID_PREFIX))
-            .cloned()
+        let mut read = std::mem::take(&mut self.clusters_read);
+        read.retain(|id, (hash, _)| hashes.get(id) == Some(hash));
+        for (id, (_, backends)) in &read {
+            actual.backends.insert(id.clone(), backends.clone());
+        }
+        let owned: Vec<(String, u64)> = hashes
+            .into_iter()
+            .filter(|(id, _)| id.starts_with(ID_PREFIX) && !read.contains_key(id))
             .collect();
-        for id in owned {
+        // Kept even if a query below fails: what it holds was read and is still current.
+        self.clusters_read = read;
+        for (id, hash) in owned {
             let info = self.request(RequestType::QueryClusterById(id.clone()))?;
             let backends: BTreeMap<String, Backend> =
                 main_content(info, "query cluster", |c| match c {
@@ -278,6 +290,8 @@ impl SozuClient {
                     ),
                     _ => None,
                 })?;
+            self.clusters_read
+                .insert(id.clone(), (hash, backends.clone()));
             actual.backends.insert(id, backends);
         }
 

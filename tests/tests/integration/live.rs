@@ -279,6 +279,49 @@ fn a_changed_dns_answer_moves_the_backends_and_a_failed_lookup_keeps_them() {
     }
 }
 
+/// A resync reads again only the clusters whose hash sozu reports changed; a change made behind
+/// the agent's back still shows, and is undone: a backend removed with sozu's own command line
+/// comes back, and the other route is served throughout.
+#[test]
+fn a_resync_puts_back_a_backend_removed_behind_the_agents_back() {
+    let mut stack = Stack::new();
+    let (specs, backends, _) = routes(&stack, 2);
+    stack.write_workspace(&stack.workspace_text(&specs));
+    stack.start_sozu();
+    stack.start_agent_with(&["--resync-interval", "2"], &[("RUST_LOG", "info")]);
+    stack.wait_ready(READY);
+    // Past the first resync, which reads every cluster and remembers its hash.
+    std::thread::sleep(Duration::from_millis(2500));
+    let body = |i: usize| https_get(stack.https, &host(i), "/").map(|s| s.body);
+    assert_eq!(body(0).as_deref(), Ok("backend-0"));
+
+    let state = stack.state().expect("/v1/state");
+    let route = state["routes"]
+        .as_array()
+        .and_then(|routes| routes.iter().find(|r| r["host"] == host(0)))
+        .expect("route 0 in /v1/state");
+    let id = route["id"].as_str().expect("route id");
+    let address = backends[0].address.to_string();
+    let removed = std::process::Command::new(private_ingress_tests::sozu_bin())
+        .arg("-c")
+        .arg(stack.dir.path().join("sozu.toml"))
+        .args(["backend", "remove", "--id", id, "--address", &address])
+        .args(["--backend-id", &format!("{id}-{address}")])
+        .output()
+        .expect("run sozu's command line");
+    assert!(removed.status.success(), "{removed:?}");
+    assert_ne!(
+        body(0).as_deref(),
+        Ok("backend-0"),
+        "the backend was not removed"
+    );
+
+    eventually(Duration::from_secs(6), "the backend put back", || {
+        (body(0).as_deref() == Ok("backend-0")).then_some(())
+    });
+    assert_eq!(body(1).as_deref(), Ok("backend-1"));
+}
+
 #[test]
 fn a_restarted_sozu_gets_the_full_state_back_within_a_second() {
     let (mut stack, _specs, _backends, fingerprints) = running(10);
