@@ -680,9 +680,9 @@ impl crate::reconcile::Proxy for SozuProxy {
     }
 }
 
-/// How one operation of a bulk change travels.
+/// How one operation of a bulk change is delivered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Route {
+enum Delivery {
     /// One request each: listeners (sozu checks a state file's listeners its own way) and
     /// certificates (so that no key is ever written to a file).
     Request,
@@ -694,18 +694,18 @@ enum Route {
     Late,
 }
 
-fn route_of(op: &Op) -> Route {
+fn delivery_of(op: &Op) -> Delivery {
     match op {
         Op::AddListener { .. }
         | Op::ActivateListener { .. }
         | Op::AddCertificate { .. }
         | Op::ReplaceCertificate { .. }
-        | Op::RemoveCertificate { .. } => Route::Request,
-        Op::AddCluster { .. } | Op::AddBackend { .. } => Route::Early,
+        | Op::RemoveCertificate { .. } => Delivery::Request,
+        Op::AddCluster { .. } | Op::AddBackend { .. } => Delivery::Early,
         Op::RemoveFrontend(_)
         | Op::AddFrontend(_)
         | Op::RemoveBackend { .. }
-        | Op::RemoveCluster { .. } => Route::Late,
+        | Op::RemoveCluster { .. } => Delivery::Late,
     }
 }
 
@@ -722,13 +722,17 @@ fn send_bulk(
     dir: &Path,
     workers: usize,
 ) -> (Vec<Outcome>, Option<String>) {
-    let pick = |route: Route| -> Vec<Op> {
+    let pick = |delivery: Delivery| -> Vec<Op> {
         ops.iter()
-            .filter(|op| route_of(op) == route)
+            .filter(|op| delivery_of(op) == delivery)
             .cloned()
             .collect()
     };
-    let (requests, early, late) = (pick(Route::Request), pick(Route::Early), pick(Route::Late));
+    let (requests, early, late) = (
+        pick(Delivery::Request),
+        pick(Delivery::Early),
+        pick(Delivery::Late),
+    );
     let load = |client: &std::sync::Arc<std::sync::Mutex<SozuClient>>, file: &[Op], what: &str| {
         if file.is_empty() {
             return Ok(());
@@ -809,7 +813,7 @@ fn send_bulk(
             }
         },
     };
-    if failure.is_none() && (!early.is_empty() || !late.is_empty()) {
+    if failure.is_none() && broken.is_none() && (!early.is_empty() || !late.is_empty()) {
         tracing::info!(
             requests = early.len() + late.len(),
             "bulk change loaded by sozu from state files"
@@ -820,11 +824,11 @@ fn send_bulk(
     let mut request_outcomes = request_outcomes.into_iter();
     let outcomes = ops
         .iter()
-        .map(|op| match route_of(op) {
-            Route::Request => request_outcomes.next().unwrap_or(Outcome::Skipped),
-            Route::Early => early_outcome.clone(),
-            Route::Late if held(op) => Outcome::Skipped,
-            Route::Late => late_outcome.clone(),
+        .map(|op| match delivery_of(op) {
+            Delivery::Request => request_outcomes.next().unwrap_or(Outcome::Skipped),
+            Delivery::Early => early_outcome.clone(),
+            Delivery::Late if held(op) => Outcome::Skipped,
+            Delivery::Late => late_outcome.clone(),
         })
         .collect();
     (outcomes, failure)
