@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use private_ingress_tests::agent_bin;
 use private_ingress_tests::live::{
-    certificate, fingerprint_of_pem, https_get, Backend, RouteSpec, Stack,
+    certificate, eventually_every, fingerprint_of_pem, https_get, Backend, RouteSpec, Stack,
 };
 
 /// Rounds per size when `--rounds` is not given: enough for a median at 10 and 1,000 routes; one
@@ -208,20 +208,10 @@ fn spread(values: &[f64]) -> String {
     }
 }
 
-/// Like `eventually`, at a 2 ms period instead of 20: both sides of the ratio are found
-/// finished within 2 ms of the fact, not 20.
-fn poll<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
+/// Polls at 2 ms rather than the tests' 20: both sides of the ratio are found finished within
+/// 2 ms of the fact, not 20.
+fn poll<T>(timeout: Duration, what: &str, f: impl FnMut() -> Option<T>) -> T {
+    eventually_every(Duration::from_millis(2), timeout, what, f)
 }
 
 fn fingerprint_of(stack: &Stack, host: &str) -> String {

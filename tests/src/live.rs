@@ -32,7 +32,17 @@ pub fn free_port() -> u16 {
 }
 
 /// Polls `f` every 20 ms until it returns `Some`, or panics with `what` after `timeout`.
-pub fn eventually<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+pub fn eventually<T>(timeout: Duration, what: &str, f: impl FnMut() -> Option<T>) -> T {
+    eventually_every(Duration::from_millis(20), timeout, what, f)
+}
+
+/// [`eventually`], polling every `period`.
+pub fn eventually_every<T>(
+    period: Duration,
+    timeout: Duration,
+    what: &str,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = f() {
@@ -42,7 +52,7 @@ pub fn eventually<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Optio
             Instant::now() < deadline,
             "timed out after {timeout:?} waiting for {what}"
         );
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(period);
     }
 }
 
