@@ -60,6 +60,24 @@ pub fn agent_bin() -> &'static Path {
         if release {
             build.arg("--release");
         }
+        // Cargo describes the running test's package in the environment. Passed on to this
+        // build, that counts as a changed environment for build scripts that watch it (ring's
+        // does), and the test build and this one would rebuild those crates for each other every
+        // time. The user's own cargo settings (CARGO_HOME, CARGO_TARGET_DIR, …) stay.
+        const SET_FOR_THE_TEST: [&str; 6] = [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+            "CARGO_PRIMARY_PACKAGE",
+            "CARGO_TARGET_TMPDIR",
+        ];
+        for (name, _) in std::env::vars_os() {
+            let name_str = name.to_string_lossy();
+            if SET_FOR_THE_TEST.iter().any(|p| name_str.starts_with(p)) {
+                build.env_remove(&name);
+            }
+        }
         let status = build.status().expect("run cargo build");
         assert!(status.success(), "building private-ingress failed");
         profile_dir.join("private-ingress")
