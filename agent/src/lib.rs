@@ -12,6 +12,7 @@ pub mod cli;
 pub mod contract;
 pub mod deploy;
 pub mod desired;
+pub mod memory;
 pub mod plan;
 pub mod reconcile;
 pub mod render;

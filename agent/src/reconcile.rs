@@ -373,7 +373,7 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
         };
         drop(want);
         if self.counters.sozu_requests - sent_before >= BULK_REQUESTS {
-            release_freed_memory();
+            crate::memory::release_freed_memory();
         }
         let ready = converged && held.is_empty() && self.dns_pending(&workspace).is_empty();
         self.publish(Some(&workspace), &held, ready);
@@ -702,17 +702,6 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
 /// A pass that sent at least this many requests was a bulk one (a start, a restarted sozu, a big
 /// edit): the memory it used for the plan and its copies is handed back to the system afterwards.
 const BULK_REQUESTS: u64 = 256;
-
-/// Returns freed heap pages to the system. glibc keeps what a bulk pass freed as part of the
-/// process's resident memory otherwise, and a sidecar is sized by its resident memory at rest.
-#[allow(unsafe_code)] // The crate's one exception: a foreign call with no safe wrapper.
-fn release_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim takes no pointers; it only walks and releases glibc's own free lists.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
 
 /// Logs at debug how long a step of a pass took: the breakdown the cold-start figures come from.
 fn step_took(started: std::time::Instant, step: &str) {

@@ -181,6 +181,7 @@ fn crash_cause(status: ExitStatus, stderr: &str) -> String {
 pub fn child_main(path: &Path, memory_bytes: u64) -> i32 {
     // The cap is best effort: without it the deadline still bounds the child.
     let _ = rlimit::setrlimit(rlimit::Resource::AS, memory_bytes, memory_bytes);
+    crate::memory::use_one_heap();
     let path = path.to_owned();
     // The stack counts against the cap: keep it to a quarter, so a small cap still evaluates.
     let stack = EVAL_STACK_BYTES.min(usize::try_from(memory_bytes / 4).unwrap_or(usize::MAX));
