@@ -12,7 +12,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
-use crate::state::{in_zone, Actual, Backend, Certificate, Desired, Frontend, Protocol};
+use crate::state::{
+    in_zone, Actual, Backend, Certificate, Desired, Frontend, ListenerCertificates, Protocol,
+};
 use crate::workspace::ID_PREFIX;
 
 /// One request to sozu.
@@ -187,11 +189,8 @@ pub fn plan(actual: &Actual, desired: &Desired) -> Vec<Op> {
 /// Exactly one certificate per host on the HTTPS listener: SNI serves the longest-lived of
 /// several, so a stale certificate left beside a renewed one could keep serving.
 fn plan_certificates(actual: &Actual, desired: &Desired, address: SocketAddr, ops: &mut Vec<Op>) {
-    let present = actual
-        .certificates
-        .get(&address)
-        .map(Vec::as_slice)
-        .unwrap_or_default();
+    let none = ListenerCertificates::default();
+    let present = actual.certificates.get(&address).unwrap_or(&none);
     let owned = |names: &BTreeSet<String>| {
         !names.is_empty()
             && names
@@ -203,43 +202,40 @@ fn plan_certificates(actual: &Actual, desired: &Desired, address: SocketAddr, op
         .values()
         .map(|c| c.fingerprint.as_str())
         .collect();
-    let mut sent: BTreeSet<&str> = present.iter().map(|c| c.fingerprint.as_str()).collect();
+    let mut sent: BTreeSet<&str> = BTreeSet::new();
     let mut removed: BTreeSet<&str> = BTreeSet::new();
 
     for (host, certificate) in &desired.certificates {
-        let for_host: Vec<_> = present.iter().filter(|c| c.names.contains(host)).collect();
-        if !sent.contains(certificate.fingerprint.as_str()) {
-            // Replace one of ours when there is one, so the switch has no gap.
-            let old = for_host.iter().find(|c| {
-                owned(&c.names)
-                    && !wanted.contains(c.fingerprint.as_str())
-                    && !removed.contains(c.fingerprint.as_str())
-            });
-            match old {
-                Some(old) => {
-                    ops.push(Op::ReplaceCertificate {
-                        address,
-                        old_fingerprint: old.fingerprint.clone(),
-                        certificate: certificate.clone(),
-                    });
-                    removed.insert(old.fingerprint.as_str());
-                }
-                None => ops.push(Op::AddCertificate {
-                    address,
-                    certificate: certificate.clone(),
-                }),
-            }
-            sent.insert(certificate.fingerprint.as_str());
+        let fingerprint = certificate.fingerprint.as_str();
+        if present.contains(fingerprint) || sent.contains(fingerprint) {
+            continue;
         }
+        // Replace one of ours when there is one, so the switch has no gap.
+        let old = present
+            .named(host)
+            .find(|(old, names)| owned(names) && !wanted.contains(old) && !removed.contains(old));
+        match old {
+            Some((old, _)) => {
+                ops.push(Op::ReplaceCertificate {
+                    address,
+                    old_fingerprint: old.to_owned(),
+                    certificate: certificate.clone(),
+                });
+                removed.insert(old);
+            }
+            None => ops.push(Op::AddCertificate {
+                address,
+                certificate: certificate.clone(),
+            }),
+        }
+        sent.insert(fingerprint);
     }
     // Every other certificate of ours: for a host that now has another, or that left the workspace.
-    for summary in present {
-        let fingerprint = summary.fingerprint.as_str();
-        if owned(&summary.names) && !wanted.contains(fingerprint) && !removed.contains(fingerprint)
-        {
+    for (fingerprint, names) in present.iter() {
+        if owned(names) && !wanted.contains(fingerprint) && !removed.contains(fingerprint) {
             ops.push(Op::RemoveCertificate {
                 address,
-                fingerprint: summary.fingerprint.clone(),
+                fingerprint: fingerprint.to_owned(),
             });
             removed.insert(fingerprint);
         }
@@ -463,21 +459,16 @@ pub fn apply(actual: &mut Actual, op: &Op) {
 }
 
 fn add_summary(actual: &mut Actual, address: SocketAddr, certificate: &Certificate) {
-    let list = actual.certificates.entry(address).or_default();
-    if !list
-        .iter()
-        .any(|c| c.fingerprint == certificate.fingerprint)
-    {
-        list.push(crate::state::CertificateSummary {
-            fingerprint: certificate.fingerprint.clone(),
-            names: certificate.names.clone(),
-        });
-    }
+    actual
+        .certificates
+        .entry(address)
+        .or_default()
+        .insert(&certificate.fingerprint, &certificate.names);
 }
 
 fn remove_summary(actual: &mut Actual, address: SocketAddr, fingerprint: &str) {
-    if let Some(list) = actual.certificates.get_mut(&address) {
-        list.retain(|c| c.fingerprint != fingerprint);
+    if let Some(held) = actual.certificates.get_mut(&address) {
+        held.remove(fingerprint);
     }
 }
 
@@ -502,7 +493,7 @@ pub fn summary(ops: &[Op]) -> BTreeMap<&'static str, usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{CertificateSummary, KeyPem, OWNER_TAG};
+    use crate::state::{KeyPem, OWNER_TAG};
     use crate::workspace::{Route, Upstream, Workspace};
 
     fn workspace(routes: &[(&str, &str, &str)]) -> Workspace {
@@ -606,12 +597,9 @@ mod tests {
             cluster_id: Some("operator-app".into()),
             tags: BTreeMap::new(),
         });
-        actual.certificates.insert(
-            https,
-            vec![CertificateSummary {
-                fingerprint: "ff".repeat(32),
-                names: BTreeSet::from(["app.example.org".to_owned()]),
-            }],
+        actual.certificates.entry(https).or_default().insert(
+            &"ff".repeat(32),
+            &BTreeSet::from(["app.example.org".to_owned()]),
         );
         let ops = converge(&mut actual, &want);
         assert!(
@@ -629,23 +617,20 @@ mod tests {
         let mut actual = Actual::default();
         converge(&mut actual, &desired(&ws, &[cert("a.in.example.org", 1)]));
         // A stale duplicate left behind by someone else's add.
-        actual
-            .certificates
-            .get_mut(&https)
-            .unwrap()
-            .push(CertificateSummary {
-                fingerprint: cert("a.in.example.org", 9).fingerprint,
-                names: BTreeSet::from(["a.in.example.org".to_owned()]),
-            });
+        actual.certificates.get_mut(&https).unwrap().insert(
+            &cert("a.in.example.org", 9).fingerprint,
+            &BTreeSet::from(["a.in.example.org".to_owned()]),
+        );
         let renewed = cert("a.in.example.org", 2);
         let ops = converge(&mut actual, &desired(&ws, std::slice::from_ref(&renewed)));
+        let old = [1, 9].map(|serial| cert("a.in.example.org", serial).fingerprint);
         assert!(
-            matches!(&ops[0], Op::ReplaceCertificate { old_fingerprint, .. } if *old_fingerprint == cert("a.in.example.org", 1).fingerprint),
+            matches!(&ops[0], Op::ReplaceCertificate { old_fingerprint, .. } if old.contains(old_fingerprint)),
             "{ops:?}"
         );
         let left: Vec<_> = actual.certificates[&https]
             .iter()
-            .map(|c| c.fingerprint.clone())
+            .map(|(fingerprint, _)| fingerprint.to_owned())
             .collect();
         assert_eq!(left, [renewed.fingerprint]);
     }

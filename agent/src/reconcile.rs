@@ -376,7 +376,9 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
             crate::memory::release_freed_memory();
         }
         let ready = converged && held.is_empty() && self.dns_pending(&workspace).is_empty();
+        let started = std::time::Instant::now();
         self.publish(Some(&workspace), &held, ready);
+        step_took(started, "status published");
         if converged {
             let mut status = self.status.write().unwrap_or_else(|p| p.into_inner());
             status.sozu.last_error = None;
@@ -602,14 +604,16 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
 
     fn publish(&self, workspace: Option<&Workspace>, held: &BTreeMap<String, Held>, ready: bool) {
         let now = unix_now();
-        let mut status = self.status.write().unwrap_or_else(|p| p.into_inner());
-        status.ready = ready;
-        status.counters = self.counters.clone();
-        status.workspace.loaded = workspace.is_some();
-        status.workspace.zone = workspace.map(|w| w.zone.clone());
         let https = workspace.map(|w| w.listeners.https);
-        let sozu_error = status.sozu.last_error.clone();
-        status.routes = workspace
+        let sozu_error = self
+            .status
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .sozu
+            .last_error
+            .clone();
+        // Built before taking the lock: readers of /readyz and /v1/state wait on it.
+        let routes = workspace
             .map(|w| &w.routes[..])
             .unwrap_or_default()
             .iter()
@@ -643,9 +647,8 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
                         .certificates
                         .get(&address)
                         .into_iter()
-                        .flatten()
-                        .filter(|c| c.names.contains(&route.host))
-                        .map(|c| c.fingerprint.clone())
+                        .flat_map(|held| held.named(&route.host))
+                        .map(|(fingerprint, _)| fingerprint.to_owned())
                         .collect(),
                     _ => vec![],
                 };
@@ -696,6 +699,12 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
                 }
             })
             .collect();
+        let mut status = self.status.write().unwrap_or_else(|p| p.into_inner());
+        status.ready = ready;
+        status.counters = self.counters.clone();
+        status.workspace.loaded = workspace.is_some();
+        status.workspace.zone = workspace.map(|w| w.zone.clone());
+        status.routes = routes;
     }
 }
 
@@ -854,9 +863,8 @@ mod tests {
         s.actual
             .certificates
             .values()
-            .flatten()
-            .filter(|c| c.names.contains(host))
-            .map(|c| c.fingerprint.clone())
+            .flat_map(|held| held.named(host))
+            .map(|(fingerprint, _)| fingerprint.to_owned())
             .collect()
     }
 

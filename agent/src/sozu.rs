@@ -26,7 +26,7 @@ use sozu_command_lib::proto::command::{
 };
 
 use crate::plan::{Op, Outcome};
-use crate::state::{Actual, Backend, Certificate, CertificateSummary, Frontend, Protocol};
+use crate::state::{Actual, Backend, Certificate, Frontend, ListenerCertificates, Protocol};
 use crate::workspace::ID_PREFIX;
 
 /// Buffer sizes for each connection. The buffers start small and grow on demand up to the
@@ -301,15 +301,14 @@ impl SozuClient {
         let summaries = match certificates {
             Some(ResponseContent {
                 content_type: Some(ContentType::CertificatesWithFingerprints(found)),
-            }) => found
-                .certs
-                .into_iter()
-                // The key is dropped here, with the rest of the response.
-                .map(|(fingerprint, cert)| CertificateSummary {
-                    names: cert_names(&cert),
-                    fingerprint,
-                })
-                .collect::<Vec<_>>(),
+            }) => {
+                let mut held = ListenerCertificates::default();
+                // The keys are dropped here, with the rest of the response.
+                for (fingerprint, cert) in &found.certs {
+                    held.insert(fingerprint, &cert_names(cert));
+                }
+                held
+            }
             _ => return Err(unexpected("query certificates")),
         };
         // The main state does not say which listener holds which certificate; an HTTPS listener

@@ -111,16 +111,80 @@ pub struct Desired {
     pub zone: String,
 }
 
-/// A certificate as sozu reports it, without its key.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub struct CertificateSummary {
-    pub fingerprint: String,
-    /// The names sozu indexes it under.
-    pub names: BTreeSet<String>,
+/// The certificates on one listener, found by fingerprint or by name. Kept indexed both ways
+/// because every route looks up its host's certificates on each pass: with a list, that is one
+/// scan of every certificate per route, quadratic in the number of routes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListenerCertificates {
+    /// Fingerprint → the names it covers.
+    by_fingerprint: BTreeMap<String, BTreeSet<String>>,
+    /// Name → fingerprints of the certificates covering it.
+    by_name: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl ListenerCertificates {
+    /// Adds a certificate; one already there under that fingerprint stays as it is.
+    pub fn insert(&mut self, fingerprint: &str, names: &BTreeSet<String>) {
+        if self.by_fingerprint.contains_key(fingerprint) {
+            return;
+        }
+        for name in names {
+            self.by_name
+                .entry(name.clone())
+                .or_default()
+                .insert(fingerprint.to_owned());
+        }
+        self.by_fingerprint
+            .insert(fingerprint.to_owned(), names.clone());
+    }
+
+    pub fn remove(&mut self, fingerprint: &str) {
+        let Some(names) = self.by_fingerprint.remove(fingerprint) else {
+            return;
+        };
+        for name in names {
+            if let Some(fingerprints) = self.by_name.get_mut(&name) {
+                fingerprints.remove(fingerprint);
+                if fingerprints.is_empty() {
+                    self.by_name.remove(&name);
+                }
+            }
+        }
+    }
+
+    pub fn contains(&self, fingerprint: &str) -> bool {
+        self.by_fingerprint.contains_key(fingerprint)
+    }
+
+    /// Every certificate: (fingerprint, names), by fingerprint.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &BTreeSet<String>)> {
+        self.by_fingerprint.iter().map(|(f, n)| (f.as_str(), n))
+    }
+
+    /// The certificates covering `name` exactly (as sozu indexes them): (fingerprint, names).
+    pub fn named<'a>(
+        &'a self,
+        name: &str,
+    ) -> impl Iterator<Item = (&'a str, &'a BTreeSet<String>)> + 'a {
+        self.by_name
+            .get(name)
+            .into_iter()
+            .flatten()
+            .filter_map(|f| self.by_fingerprint.get_key_value(f))
+            .map(|(f, n)| (f.as_str(), n))
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_fingerprint.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_fingerprint.is_empty()
+    }
 }
 
 /// What sozu holds, as read from its command socket.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Actual {
     /// Listener address → (protocol, active).
     pub listeners: BTreeMap<SocketAddr, (Protocol, bool)>,
@@ -131,7 +195,7 @@ pub struct Actual {
     /// Every HTTP and HTTPS frontend.
     pub frontends: BTreeSet<Frontend>,
     /// Certificates by listener address.
-    pub certificates: BTreeMap<SocketAddr, Vec<CertificateSummary>>,
+    pub certificates: BTreeMap<SocketAddr, ListenerCertificates>,
 }
 
 /// True when `name` is `zone` or lies below it.
@@ -150,6 +214,24 @@ mod tests {
     fn key_pem_never_prints() {
         let key = KeyPem::new("-----BEGIN PRIVATE KEY-----\nsecret\n".into());
         assert!(!format!("{key:?}").contains("secret"));
+    }
+
+    #[test]
+    fn certificates_are_found_by_name_until_removed() {
+        let names = |list: &[&str]| list.iter().map(|n| (*n).to_owned()).collect();
+        let mut held = ListenerCertificates::default();
+        held.insert("aa", &names(&["a.example.org", "b.example.org"]));
+        held.insert("bb", &names(&["b.example.org"]));
+        let named = |held: &ListenerCertificates, name: &str| -> Vec<String> {
+            held.named(name).map(|(f, _)| f.to_owned()).collect()
+        };
+        assert_eq!(named(&held, "b.example.org"), ["aa", "bb"]);
+        held.remove("aa");
+        assert_eq!(named(&held, "b.example.org"), ["bb"]);
+        assert!(named(&held, "a.example.org").is_empty());
+        assert_eq!(held.len(), 1);
+        held.remove("bb");
+        assert!(held.is_empty() && named(&held, "b.example.org").is_empty());
     }
 
     #[test]
