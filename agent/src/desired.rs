@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
-use crate::state::{Backend, Certificate, Desired, Frontend, Protocol, OWNER_TAG, ROUTE_TAG};
+use crate::state::{Backend, Certificate, Desired, Frontend, Protocol, Tags, OWNER_TAG, ROUTE_TAG};
 use crate::workspace::{Upstream, Workspace};
 
 /// A unix backend's address only names it inside its cluster (sozu tells backends apart by
@@ -64,10 +64,12 @@ pub fn build(
         desired
             .certificates
             .insert(route.host.clone(), certificate.clone());
-        let tags = BTreeMap::from([
+        let tags: Tags = [
             (OWNER_TAG.0.to_owned(), OWNER_TAG.1.to_owned()),
             (ROUTE_TAG.to_owned(), route.id.clone()),
-        ]);
+        ]
+        .into_iter()
+        .collect();
         for (protocol, address) in [(Protocol::Https, https), (Protocol::Http, http)] {
             desired.frontends.insert(Frontend {
                 protocol,

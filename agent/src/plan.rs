@@ -191,6 +191,7 @@ pub fn plan(actual: &Actual, desired: &Desired) -> Vec<Op> {
 fn plan_certificates(actual: &Actual, desired: &Desired, address: SocketAddr, ops: &mut Vec<Op>) {
     let none = ListenerCertificates::default();
     let present = actual.certificates.get(&address).unwrap_or(&none);
+    let present_by_name = present.by_name();
     let owned = |names: &BTreeSet<String>| {
         !names.is_empty()
             && names
@@ -211,7 +212,7 @@ fn plan_certificates(actual: &Actual, desired: &Desired, address: SocketAddr, op
             continue;
         }
         // Replace one of ours when there is one, so the switch has no gap.
-        let old = present
+        let old = present_by_name
             .named(host)
             .find(|(old, names)| owned(names) && !wanted.contains(old) && !removed.contains(old));
         match old {
@@ -595,7 +596,7 @@ mod tests {
             hostname: "app.example.org".into(),
             path_prefix: "/".into(),
             cluster_id: Some("operator-app".into()),
-            tags: BTreeMap::new(),
+            tags: Default::default(),
         });
         actual.certificates.entry(https).or_default().insert(
             &"ff".repeat(32),

@@ -372,9 +372,6 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
             }
         };
         drop(want);
-        if self.counters.sozu_requests - sent_before >= BULK_REQUESTS {
-            crate::memory::release_freed_memory();
-        }
         let ready = converged && held.is_empty() && self.dns_pending(&workspace).is_empty();
         let started = std::time::Instant::now();
         self.publish(Some(&workspace), &held, ready);
@@ -386,6 +383,12 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .ok()
                 .map(|d| d.as_secs());
+        }
+        // Last, once readiness is published: returning pages is not worth a later /readyz.
+        if self.counters.sozu_requests - sent_before >= BULK_REQUESTS {
+            let started = std::time::Instant::now();
+            crate::memory::release_freed_memory();
+            step_took(started, "freed memory returned");
         }
         converged
     }
@@ -612,6 +615,12 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
             .sozu
             .last_error
             .clone();
+        let served = self
+            .shadow
+            .as_ref()
+            .zip(https)
+            .and_then(|(shadow, address)| shadow.certificates.get(&address))
+            .map(|held| held.by_name());
         // Built before taking the lock: readers of /readyz and /v1/state wait on it.
         let routes = workspace
             .map(|w| &w.routes[..])
@@ -642,16 +651,11 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
                     })
                     .unwrap_or_default();
                 let disk = self.last_good.get(&route.host);
-                let served_fingerprints = match (&self.shadow, https) {
-                    (Some(shadow), Some(address)) => shadow
-                        .certificates
-                        .get(&address)
-                        .into_iter()
-                        .flat_map(|held| held.named(&route.host))
-                        .map(|(fingerprint, _)| fingerprint.to_owned())
-                        .collect(),
-                    _ => vec![],
-                };
+                let served_fingerprints = served
+                    .iter()
+                    .flat_map(|served| served.named(&route.host))
+                    .map(|(fingerprint, _)| fingerprint.to_owned())
+                    .collect();
                 let dns_error = match &route.upstream {
                     Upstream::Dns { name, .. } => self
                         .dns_errors
@@ -863,8 +867,12 @@ mod tests {
         s.actual
             .certificates
             .values()
-            .flat_map(|held| held.named(host))
-            .map(|(fingerprint, _)| fingerprint.to_owned())
+            .flat_map(|held| {
+                held.by_name()
+                    .named(host)
+                    .map(|(fingerprint, _)| fingerprint.to_owned())
+                    .collect::<Vec<_>>()
+            })
             .collect()
     }
 

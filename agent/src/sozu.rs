@@ -242,7 +242,7 @@ impl SozuClient {
                         hostname: f.hostname,
                         path_prefix: f.path.value,
                         cluster_id: f.cluster_id,
-                        tags: f.tags,
+                        tags: f.tags.into_iter().collect(),
                     });
                 }
             }
@@ -433,7 +433,11 @@ fn frontend_request(f: &Frontend) -> RequestHttpFrontend {
         hostname: f.hostname.clone(),
         path: PathRule::prefix(f.path_prefix.clone()),
         position: RulePosition::Tree as i32,
-        tags: f.tags.clone(),
+        tags: f
+            .tags
+            .iter()
+            .map(|(n, v)| (n.to_owned(), v.to_owned()))
+            .collect(),
         ..Default::default()
     }
 }

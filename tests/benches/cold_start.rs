@@ -3,7 +3,8 @@
 //! sozu loading the same state from a rendered configuration file, from `sozu start` until the
 //! last route's certificate is served. The two take turns for a few rounds (this machine's
 //! timings swing from run to run) and the medians are compared. After the first round's start,
-//! the agent's RSS and its idle wake-ups over 10 s. Prints figures and ratios; asserts nothing.
+//! the agent's idle wake-ups over 10 s, and its RSS after them (at rest) and at its peak. Prints
+//! figures and ratios; asserts nothing.
 //!
 //!     cargo bench -p private-ingress-tests --bench cold_start [-- 10 1000] [--rounds N]
 //!
@@ -61,13 +62,13 @@ fn main() {
     // Build (or find) the agent before any clock starts.
     let _ = agent_bin();
     println!(
-        "{:>7}  {:>6}  {:>20}  {:>20}  {:>7}  {:>9}  {:>16}  {:>22}  {:>14}",
+        "{:>7}  {:>6}  {:>20}  {:>20}  {:>7}  {:>17}  {:>16}  {:>22}  {:>14}",
         "routes",
         "rounds",
         "agent→ready",
         "sozu from file",
         "ratio",
-        "agent RSS",
+        "agent RSS rest/peak",
         "idle wakeups/10s",
         "CPU: agent + its sozu",
         "CPU: sozu alone"
@@ -103,7 +104,7 @@ fn main() {
         assert!(status.success());
 
         let mut results = Vec::new();
-        let (mut rss, mut wakeups) = (f64::NAN, 0);
+        let (mut rss, mut peak, mut wakeups) = (f64::NAN, f64::NAN, 0);
         // The two take turns, so that both see the machine in the same state.
         for round in 0..rounds.unwrap_or_else(|| default_rounds(n)) {
             // The agent: sozu runs empty, the agent starts, until /readyz.
@@ -124,11 +125,12 @@ fn main() {
                 if std::env::var_os("COLD_START_LOGS").is_some() {
                     eprintln!("{}", stack.agent_logs());
                 }
-                rss = rss_mib(pid);
                 let switches = || context_switches(pid);
                 let before = switches();
                 std::thread::sleep(Duration::from_secs(10));
                 wakeups = count_wakeups(&before, &switches());
+                rss = memory_mib(pid, "VmRSS:");
+                peak = memory_mib(pid, "VmHWM:");
             }
             stack.stop_agent();
             stack.kill_sozu();
@@ -159,13 +161,14 @@ fn main() {
         let cpu =
             |f: fn(&Round) -> u64| median(&results.iter().map(|r| f(r) as f64).collect::<Vec<_>>());
         println!(
-            "{:>7}  {:>6}  {:>20}  {:>20}  {:>6.2}x  {:>5.1} MiB  {:>16}  {:>10.0} + {:>5.0} ms  {:>11.0} ms",
+            "{:>7}  {:>6}  {:>20}  {:>20}  {:>6.2}x  {:>5.1} / {:>5.1} MiB  {:>16}  {:>10.0} + {:>5.0} ms  {:>11.0} ms",
             n,
             results.len(),
             spread(&agent),
             spread(&sozu),
             median(&agent) / median(&sozu),
             rss,
+            peak,
             wakeups,
             cpu(|r| r.agent_cpu),
             cpu(|r| r.its_sozu_cpu),
@@ -178,6 +181,7 @@ fn main() {
     );
     println!("sozu from file: from `sozu start` with the rendered configuration to the last route served");
     println!("times: median (min–max) over the rounds; ratio = median agent→ready / median sozu from file");
+    println!("agent RSS: after the 10 s idle that follows the first round's start, and its peak");
     println!(
         "CPU = median user + system time to that point (10 ms ticks): the agent with its evaluation \
          child, and sozu's main process with its workers"
@@ -259,12 +263,13 @@ fn tree_cpu_ms(pid: u32) -> u64 {
             .sum::<u64>()
 }
 
-fn rss_mib(pid: u32) -> f64 {
+/// A memory figure of `pid` from /proc (`VmRSS:` now, `VmHWM:` at its peak), in MiB.
+fn memory_mib(pid: u32, field: &str) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|kb| kb.parse::<f64>().ok())
         })
