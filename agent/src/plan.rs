@@ -192,7 +192,7 @@ fn plan_certificates(actual: &Actual, desired: &Desired, address: SocketAddr, op
     let none = ListenerCertificates::default();
     let present = actual.certificates.get(&address).unwrap_or(&none);
     let present_by_name = present.by_name();
-    let owned = |names: &BTreeSet<String>| {
+    let owned = |names: &[String]| {
         !names.is_empty()
             && names
                 .iter()

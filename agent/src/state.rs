@@ -152,8 +152,9 @@ pub struct Desired {
 /// The certificates on one listener, by fingerprint.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListenerCertificates {
-    /// Fingerprint → the names it covers.
-    by_fingerprint: BTreeMap<String, BTreeSet<String>>,
+    /// Fingerprint → the names it covers, sorted. A boxed slice rather than a set: a set's first
+    /// node has room for eleven names, and a certificate names one or two hosts.
+    by_fingerprint: BTreeMap<String, Box<[String]>>,
 }
 
 impl ListenerCertificates {
@@ -161,7 +162,7 @@ impl ListenerCertificates {
     pub fn insert(&mut self, fingerprint: &str, names: &BTreeSet<String>) {
         if !self.by_fingerprint.contains_key(fingerprint) {
             self.by_fingerprint
-                .insert(fingerprint.to_owned(), names.clone());
+                .insert(fingerprint.to_owned(), names.iter().cloned().collect());
         }
     }
 
@@ -174,8 +175,8 @@ impl ListenerCertificates {
     }
 
     /// Every certificate: (fingerprint, names), by fingerprint.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &BTreeSet<String>)> {
-        self.by_fingerprint.iter().map(|(f, n)| (f.as_str(), n))
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &[String])> {
+        self.by_fingerprint.iter().map(|(f, n)| (f.as_str(), &n[..]))
     }
 
     /// An index by name, for a pass that looks up every route's host: scanning every
@@ -184,7 +185,7 @@ impl ListenerCertificates {
     pub fn by_name(&self) -> NameIndex<'_> {
         let mut index: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         for (fingerprint, names) in &self.by_fingerprint {
-            for name in names {
+            for name in names.iter() {
                 index.entry(name).or_default().push(fingerprint);
             }
         }
@@ -211,13 +212,13 @@ pub struct NameIndex<'a> {
 
 impl<'a> NameIndex<'a> {
     /// The certificates covering `name` exactly (as sozu indexes them): (fingerprint, names).
-    pub fn named(&self, name: &str) -> impl Iterator<Item = (&'a str, &'a BTreeSet<String>)> + '_ {
+    pub fn named(&self, name: &str) -> impl Iterator<Item = (&'a str, &'a [String])> + '_ {
         self.index
             .get(name)
             .into_iter()
             .flatten()
             .filter_map(|f| self.certificates.by_fingerprint.get_key_value(*f))
-            .map(|(f, n)| (f.as_str(), n))
+            .map(|(f, n)| (f.as_str(), &n[..]))
     }
 }
 
