@@ -281,7 +281,7 @@ pub fn parse(
     }
 
     // Re-encode from the DER that parsed, so what sozu receives is exactly what was checked.
-    let chain = ders
+    let chain: std::sync::Arc<[String]> = ders
         .iter()
         .map(|der| pem("CERTIFICATE", der.as_ref()))
         .collect();
@@ -296,7 +296,7 @@ pub fn parse(
         key: KeyPem::new(pem(key_label, key_der.secret_der())),
         not_before: validity.not_before.timestamp(),
         not_after: validity.not_after.timestamp(),
-        names,
+        names: names.into(),
     })
 }
 
@@ -425,7 +425,7 @@ mod tests {
     fn a_valid_pair_parses_with_fingerprint_names_and_expiry() {
         let m = good(&[HOST]);
         let cert = check(&m.crt, &m.key).unwrap();
-        assert_eq!(cert.names, BTreeSet::from([HOST.to_owned()]));
+        assert_eq!(*cert.names, BTreeSet::from([HOST.to_owned()]));
         let der = CertificateDer::from_pem_slice(m.crt.as_bytes()).unwrap();
         assert_eq!(cert.fingerprint, fingerprint(der.as_ref()));
         assert_eq!(cert.not_after, 1_798_761_600);

@@ -515,11 +515,11 @@ mod tests {
     fn cert(host: &str, serial: u8) -> Certificate {
         Certificate {
             fingerprint: format!("{serial:02x}{}", "ab".repeat(31)),
-            chain: vec![format!("PEM {host} {serial}")],
+            chain: vec![format!("PEM {host} {serial}")].into(),
             key: KeyPem::new("key".into()),
             not_before: 1_700_000_000,
             not_after: 2_000_000_000,
-            names: BTreeSet::from([host.to_owned()]),
+            names: BTreeSet::from([host.to_owned()]).into(),
         }
     }
 

@@ -550,7 +550,7 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
                         let now = SystemTime::now()
                             .duration_since(SystemTime::UNIX_EPOCH)
                             .map_or(0, |d| d.as_secs());
-                        for name in &certificate.names {
+                        for name in certificate.names.iter() {
                             let entry = self.rotations.entry(name.clone()).or_default();
                             entry.0 += 1;
                             entry.1 = now;

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -98,11 +99,11 @@ pub struct Backend {
 /// A private key in PEM. Kept out of `Debug`, `Display` and serialisation so that it cannot
 /// reach a log line, an error or a status document by accident.
 #[derive(Clone, PartialEq, Eq)]
-pub struct KeyPem(String);
+pub struct KeyPem(Arc<str>);
 
 impl KeyPem {
     pub fn new(pem: String) -> KeyPem {
-        KeyPem(pem)
+        KeyPem(pem.into())
     }
 
     /// The PEM text, for the one place that must send it: the request to sozu.
@@ -117,19 +118,20 @@ impl fmt::Debug for KeyPem {
     }
 }
 
-/// A certificate chain ready to send: leaf first.
+/// A certificate chain ready to send: leaf first. Cheap to clone (the PEM text and the names are
+/// shared): the last good pair of every host is copied into each pass's desired state and plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Certificate {
     /// SHA-256 of the leaf's DER, lowercase hex: how sozu names certificates.
     pub fingerprint: String,
     /// PEM blocks, leaf first.
-    pub chain: Vec<String>,
+    pub chain: Arc<[String]>,
     pub key: KeyPem,
     /// The validity window, seconds since the epoch.
     pub not_before: i64,
     pub not_after: i64,
     /// The names it covers (SANs, or the CN when there is no SAN), as sozu indexes them.
-    pub names: BTreeSet<String>,
+    pub names: Arc<BTreeSet<String>>,
 }
 
 /// What the workspace asks sozu to hold.
@@ -176,7 +178,9 @@ impl ListenerCertificates {
 
     /// Every certificate: (fingerprint, names), by fingerprint.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &[String])> {
-        self.by_fingerprint.iter().map(|(f, n)| (f.as_str(), &n[..]))
+        self.by_fingerprint
+            .iter()
+            .map(|(f, n)| (f.as_str(), &n[..]))
     }
 
     /// An index by name, for a pass that looks up every route's host: scanning every
