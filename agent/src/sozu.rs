@@ -29,11 +29,12 @@ use crate::plan::{Op, Outcome};
 use crate::state::{Actual, Backend, Certificate, Frontend, ListenerCertificates, Protocol};
 use crate::workspace::ID_PREFIX;
 
-/// Buffer sizes for each connection. The buffers start small and grow on demand up to the
-/// maximum (a state query for tens of thousands of routes fits). Starting at sozu's CLI default of
-/// 1 MB instead costs resident memory: a bulk send walks its writes across the whole buffer, and
-/// the agent keeps `--sozu-connections` connections with two buffers each.
-const BUFFER_BYTES: u64 = 64 * 1024;
+/// Buffer sizes for each connection. The buffers start at a page and grow on demand up to the
+/// maximum (a state query for tens of thousands of routes fits). The agent keeps
+/// `--sozu-connections` connections with two buffers each, and a buffer's pages stay resident once
+/// written: at 32 connections, starting at 64 KiB cost about 2 MiB of resident memory at rest,
+/// for requests that are a few KiB (a certificate with its chain and key).
+const BUFFER_BYTES: u64 = 4 * 1024;
 const MAX_BUFFER_BYTES: u64 = 64_000_000;
 
 #[derive(Debug, thiserror::Error)]
