@@ -502,7 +502,6 @@ impl Stack {
         });
     }
 
-    /// Kills sozu's main process (its workers exit with it).
     /// Kills sozu's main process and its workers, and waits until the workers are gone: left to
     /// themselves they notice the lost main process only later, and serve until then.
     pub fn kill_sozu(&mut self) {
