@@ -106,7 +106,7 @@ pub struct RunArgs {
     #[arg(long, env = "PRIVATE_INGRESS_SOZU_TIMEOUT_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
     pub sozu_timeout_ms: u64,
     /// Connections to sozu over which independent requests are spread (a cold start or a mass
-    /// renewal is bound by round trips). All but one are closed between changes.
+    /// renewal is bound by round trips).
     #[arg(long, env = "PRIVATE_INGRESS_SOZU_CONNECTIONS", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub sozu_connections: u16,
     /// Log format.

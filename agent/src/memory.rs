@@ -17,7 +17,7 @@ pub fn release_freed_memory() {
 ///
 /// The evaluation child allocates almost everything on its one evaluation thread. glibc gives
 /// such a thread a heap of its own, which it grows a few pages at a time with one `mprotect`
-/// each; the main heap grows by `brk` with room to spare. At 1,000 routes that is 7–9 ms of a
+/// each; the main heap grows by `brk` with room to spare. At 1,000 routes that was 6–8 ms of a
 /// 75 ms evaluation.
 #[allow(unsafe_code)]
 pub fn use_one_heap() {

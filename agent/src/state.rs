@@ -50,9 +50,8 @@ impl Frontend {
 }
 
 /// A frontend's tags, sorted by name, each name once. A sorted list rather than a map: a frontend
-/// has two tags, a map's first node has room for eleven, and the agent keeps every frontend of
-/// sozu's state in memory (at 1,000 routes, 2,000 frontends: about 1 MiB of its resident memory
-/// went to those nodes).
+/// has two tags, a map's first node has room for eleven (over 500 bytes), and the agent keeps
+/// every frontend of sozu's state in memory (2,000 at 1,000 routes).
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Tags(Vec<(String, String)>);
 
