@@ -697,7 +697,7 @@ mod tests {
         assert!(actual
             .frontends
             .iter()
-            .all(|f| f.hostname == "a.in.example.org" && f.tags.contains_key(OWNER_TAG.0)));
+            .all(|f| f.hostname == "a.in.example.org" && f.tags.get(OWNER_TAG.0).is_some()));
     }
 
     #[test]
