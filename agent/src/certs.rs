@@ -30,6 +30,12 @@ pub enum CertError {
     CaAsLeaf { path: PathBuf },
     #[error("{}: the chain is out of order (certificate {index} did not issue the one before it)", path.display())]
     ChainOrder { path: PathBuf, index: usize },
+    #[error("{}: the signature of certificate {index} does not verify with its issuer's key ({reason})", path.display())]
+    BadSignature {
+        path: PathBuf,
+        index: usize,
+        reason: String,
+    },
     #[error("{}: no private key found", path.display())]
     NoKey { path: PathBuf },
     #[error("{}: the private key is encrypted; sozu needs it in the clear", path.display())]
@@ -42,6 +48,8 @@ pub enum CertError {
     NotYetValid { path: PathBuf, not_before: String },
     #[error("{}: expired (valid until {not_after})", path.display())]
     Expired { path: PathBuf, not_after: String },
+    #[error("{}: has no DNS subject alternative name; clients ignore the common name and refuse it", path.display())]
+    NoSubjectAltName { path: PathBuf },
     #[error("{}: does not cover {host} (it names {names})", path.display())]
     WrongName {
         path: PathBuf,
@@ -61,12 +69,14 @@ impl CertError {
             CertError::BadLeaf { .. } => "bad_leaf",
             CertError::CaAsLeaf { .. } => "ca_as_leaf",
             CertError::ChainOrder { .. } => "chain_order",
+            CertError::BadSignature { .. } => "bad_signature",
             CertError::NoKey { .. } => "no_key",
             CertError::EncryptedKey { .. } => "encrypted_key",
             CertError::UnsupportedKey { .. } => "unsupported_key",
             CertError::KeyMismatch { .. } => "key_mismatch",
             CertError::NotYetValid { .. } => "not_yet_valid",
             CertError::Expired { .. } => "expired",
+            CertError::NoSubjectAltName { .. } => "no_san",
             CertError::WrongName { .. } => "wrong_name",
             CertError::Unstable { .. } => "unstable",
         }
@@ -85,12 +95,56 @@ const READ_ATTEMPTS: usize = 5;
 /// names, and the link is checked again afterwards (a moved link or a vanished file means a swap
 /// was under way: read again).
 pub fn load(tls_dir: &Path, host: &str, now: i64) -> Result<Certificate, CertError> {
-    let dir = tls_dir.join(host);
-    let (crt, crt_path, key, key_path) = read_pair(&dir)?;
-    parse(&crt, &crt_path, &key, &key_path, host, now)
+    let pair = read_pair(&tls_dir.join(host))?;
+    pair.parse(host, now)
 }
 
-fn read_pair(dir: &Path) -> Result<(Vec<u8>, PathBuf, Vec<u8>, PathBuf), CertError> {
+/// A pair's bytes as read, consistently, from one host directory.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RawPair {
+    pub crt: Vec<u8>,
+    pub key: Vec<u8>,
+    /// The visible paths (`<dir>/tls.crt`, `<dir>/tls.key`), which errors name.
+    pub crt_path: PathBuf,
+    pub key_path: PathBuf,
+}
+
+impl RawPair {
+    pub fn parse(&self, host: &str, now: i64) -> Result<Certificate, CertError> {
+        parse(
+            &self.crt,
+            &self.crt_path,
+            &self.key,
+            &self.key_path,
+            host,
+            now,
+        )
+    }
+
+    /// A digest of both files' bytes: equal digests, equal pairs. Kept instead of the bytes, so
+    /// no key lingers in memory to compare a later read with.
+    pub fn digest(&self) -> [u8; 32] {
+        let mut digest = Sha256::new();
+        for part in [&self.crt, &self.key] {
+            digest.update((part.len() as u64).to_le_bytes());
+            digest.update(part);
+        }
+        digest.finalize().into()
+    }
+}
+
+impl std::fmt::Debug for RawPair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawPair")
+            .field("crt_path", &self.crt_path)
+            .field("key_path", &self.key_path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Reads `<dir>/tls.crt` and `<dir>/tls.key` as one pair. See [`load`] for why `..data` is
+/// resolved once.
+pub fn read_pair(dir: &Path) -> Result<RawPair, CertError> {
     let data = dir.join("..data");
     for _ in 0..READ_ATTEMPTS {
         let target = std::fs::read_link(&data).ok();
@@ -105,7 +159,12 @@ fn read_pair(dir: &Path) -> Result<(Vec<u8>, PathBuf, Vec<u8>, PathBuf), CertErr
             Ok(_) if moved => continue,
             Ok((crt, key)) => {
                 // Errors name the visible paths, which are what an operator looks at.
-                return Ok((crt, dir.join("tls.crt"), key, dir.join("tls.key")));
+                return Ok(RawPair {
+                    crt,
+                    key,
+                    crt_path: dir.join("tls.crt"),
+                    key_path: dir.join("tls.key"),
+                });
             }
             // A file gone because the link moved is a swap under way: read again. A file missing
             // behind a link that stayed put is simply missing.
@@ -227,6 +286,7 @@ pub fn parse(
             });
         }
     }
+    verify_signatures(&parsed, crt_path)?;
 
     if std::str::from_utf8(key).is_ok_and(|k| k.contains("ENCRYPTED")) {
         return Err(CertError::EncryptedKey {
@@ -271,8 +331,13 @@ pub fn parse(
             not_after: validity.not_after.to_string(),
         });
     }
-    let names = names(leaf);
-    if !names.iter().any(|n| covers(n, host)) {
+    let names = dns_names(leaf);
+    if names.is_empty() {
+        return Err(CertError::NoSubjectAltName {
+            path: crt_path.to_owned(),
+        });
+    }
+    if !valid_for(leaf_der, host) {
         return Err(CertError::WrongName {
             path: crt_path.to_owned(),
             host: host.to_owned(),
@@ -300,15 +365,42 @@ pub fn parse(
     })
 }
 
-/// Whether certificate name `name` covers `host`: equal, or a `*.` wildcard for exactly one
-/// leading label (RFC 6125).
-pub fn covers(name: &str, host: &str) -> bool {
-    match name.strip_prefix("*.") {
-        Some(suffix) => host
-            .split_once('.')
-            .is_some_and(|(label, rest)| !label.is_empty() && rest == suffix),
-        None => name == host,
+/// Whether the leaf is valid for `host` the way TLS clients decide it: webpki's subject-name
+/// check (the one rustls clients run), which reads the DNS SANs only, never the common name, and
+/// lets a `*.` wildcard cover exactly one leftmost label.
+fn valid_for(leaf: &CertificateDer<'_>, host: &str) -> bool {
+    let Ok(name) = rustls_pki_types::ServerName::try_from(host) else {
+        return false;
+    };
+    webpki::EndEntityCert::try_from(leaf)
+        .is_ok_and(|cert| cert.verify_is_valid_for_subject_name(&name).is_ok())
+}
+
+/// Verifies each certificate's signature with the key of the next one in the chain (its issuer,
+/// as the order check established), and a self-signed last certificate with its own key. The
+/// last certificate of a chain that stops below its root cannot be checked here: its issuer is
+/// not in the file. Clients verify every signature, so a certificate altered on disk (one byte
+/// of its DER changed still parses and can still match the key) would be refused by all of them.
+fn verify_signatures(chain: &[X509Certificate<'_>], crt_path: &Path) -> Result<(), CertError> {
+    for (index, cert) in chain.iter().enumerate() {
+        let issuer_key = match chain.get(index + 1) {
+            Some(issuer) => Some(issuer.public_key()),
+            None if cert.issuer() == cert.subject() => None,
+            None => continue,
+        };
+        cert.verify_signature(issuer_key)
+            .map_err(|e| CertError::BadSignature {
+                path: crt_path.to_owned(),
+                index,
+                reason: match e {
+                    x509_parser::error::X509Error::SignatureUnsupportedAlgorithm => {
+                        "an algorithm TLS clients do not accept".into()
+                    }
+                    other => other.to_string(),
+                },
+            })?;
     }
+    Ok(())
 }
 
 /// SHA-256 of the DER, lowercase hex: sozu's certificate fingerprint.
@@ -319,10 +411,9 @@ pub fn fingerprint(der: &[u8]) -> String {
         .collect()
 }
 
-/// The DNS SANs, or the subject CN when there is no SAN: the names a TLS client checks.
-fn names(cert: &X509Certificate<'_>) -> BTreeSet<String> {
-    let sans: BTreeSet<String> = cert
-        .subject_alternative_name()
+/// The DNS subject alternative names, lowercase: the names a TLS client checks.
+fn dns_names(cert: &X509Certificate<'_>) -> BTreeSet<String> {
+    cert.subject_alternative_name()
         .ok()
         .flatten()
         .map(|ext| {
@@ -335,22 +426,26 @@ fn names(cert: &X509Certificate<'_>) -> BTreeSet<String> {
                 })
                 .collect()
         })
-        .unwrap_or_default();
-    if !sans.is_empty() {
-        return sans;
-    }
-    cert.subject()
-        .iter_common_name()
-        .filter_map(|cn| cn.as_str().ok())
-        .map(str::to_ascii_lowercase)
-        .collect()
+        .unwrap_or_default()
 }
 
-/// The names of the first certificate in `pem`, or `None` when it does not parse.
+/// The names sozu indexes the first certificate in `pem` under (its DNS SANs, or its subject CN
+/// when it has none), or `None` when it does not parse. For certificates read back from sozu,
+/// which may have been added by anyone.
 pub fn names_of_pem(pem: &[u8]) -> Option<BTreeSet<String>> {
     let der = CertificateDer::from_pem_slice(pem).ok()?;
     let (_, cert) = X509Certificate::from_der(der.as_ref()).ok()?;
-    Some(names(&cert))
+    let sans = dns_names(&cert);
+    if !sans.is_empty() {
+        return Some(sans);
+    }
+    Some(
+        cert.subject()
+            .iter_common_name()
+            .filter_map(|cn| cn.as_str().ok())
+            .map(str::to_ascii_lowercase)
+            .collect(),
+    )
 }
 
 fn pem(label: &str, der: &[u8]) -> String {
@@ -492,11 +587,72 @@ mod tests {
     }
 
     #[test]
-    fn wildcards_cover_one_label() {
-        assert!(covers("*.in.example.org", "a.in.example.org"));
-        assert!(!covers("*.in.example.org", "a.b.in.example.org"));
-        assert!(!covers("*.in.example.org", "in.example.org"));
-        assert!(covers("a.in.example.org", "a.in.example.org"));
+    fn names_match_the_way_clients_match_them() {
+        let for_host = |names: &[&str], host: &str| {
+            let m = good(names);
+            parse(
+                m.crt.as_bytes(),
+                Path::new("/t/tls.crt"),
+                m.key.as_bytes(),
+                Path::new("/t/tls.key"),
+                host,
+                NOW,
+            )
+            .map(|_| ())
+            .map_err(|e| e.reason())
+        };
+        assert_eq!(for_host(&["*.in.example.org"], "a.in.example.org"), Ok(()));
+        assert_eq!(
+            for_host(&["*.in.example.org"], "a.b.in.example.org"),
+            Err("wrong_name")
+        );
+        assert_eq!(
+            for_host(&["*.in.example.org"], "in.example.org"),
+            Err("wrong_name")
+        );
+        assert_eq!(for_host(&["A.In.Example.Org"], "a.in.example.org"), Ok(()));
+        assert_eq!(
+            for_host(
+                &["b.in.example.org", "a.in.example.org"],
+                "a.in.example.org"
+            ),
+            Ok(())
+        );
+    }
+
+    /// A certificate naming the host only in its common name: browsers and rustls refuse it, so
+    /// serving it would replace a good certificate with one no client accepts.
+    #[test]
+    fn a_certificate_without_a_san_is_refused() {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, HOST);
+        params.not_before = rcgen::date_time_ymd(2026, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2027, 1, 1);
+        let crt = params.self_signed(&key).unwrap().pem();
+        assert_eq!(reason(&crt, &key.serialize_pem()), "no_san");
+    }
+
+    /// One byte of the leaf's signed part changed: it still parses and its key still matches
+    /// (the key is not in the byte changed), but no client would accept it.
+    #[test]
+    fn an_altered_certificate_is_refused_by_its_signature() {
+        let m = good(&[HOST]);
+        let der = CertificateDer::from_pem_slice(m.crt.as_bytes()).unwrap();
+        let (_, cert) = X509Certificate::from_der(der.as_ref()).unwrap();
+        // The serial number lies early in the signed part, far from the public key.
+        let serial = cert.tbs_certificate.raw_serial();
+        let at = der
+            .as_ref()
+            .windows(serial.len())
+            .position(|w| w == serial)
+            .unwrap();
+        let mut altered = der.to_vec();
+        altered[at + serial.len() - 1] ^= 0x01;
+        let crt = pem("CERTIFICATE", &altered);
+        assert_eq!(reason(&crt, &m.key), "bad_signature");
     }
 
     #[test]

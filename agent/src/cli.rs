@@ -91,9 +91,15 @@ pub struct RunArgs {
     /// Seconds between full resyncs (re-read sozu's state, repair drift); 0 disables.
     #[arg(long, env = "PRIVATE_INGRESS_RESYNC_INTERVAL", default_value_t = 60)]
     pub resync_interval: u64,
-    /// Seconds between re-resolutions of upstream names.
+    /// The longest an upstream name goes without being resolved again, in seconds. An answer's
+    /// TTL brings the next lookup sooner (never sooner than 5 s after it, or this interval if
+    /// shorter).
     #[arg(long, env = "PRIVATE_INGRESS_DNS_INTERVAL", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     pub dns_interval: u64,
+    /// Milliseconds an upstream name lookup may take before it counts as failed (the last good
+    /// addresses stay in use).
+    #[arg(long, env = "PRIVATE_INGRESS_DNS_TIMEOUT_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub dns_timeout_ms: u64,
     /// Days before expiry from which a served certificate is flagged (status, metric, a log line):
     /// by then its renewal is overdue.
     #[arg(

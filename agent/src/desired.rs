@@ -1,17 +1,27 @@
-//! The desired sozu state: what a workspace asks for, given the addresses its upstream names
-//! resolve to and the certificates found on disk. Pure: the caller brings the DNS answers and the
-//! parsed certificates.
+//! The one mapping from a workspace to sozu's state: listeners, one cluster per route with its
+//! backends, an HTTPS frontend and an HTTP frontend (redirecting) per route, and the hosts'
+//! certificates. Both the live agent and `render --format sozu-toml` start from [`routes`], so a
+//! route field is mapped once, whichever way it reaches sozu.
+//!
+//! Pure: the caller brings the DNS answers and the validated certificates.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
-use crate::state::{Backend, Certificate, Desired, Frontend, Protocol, Tags, OWNER_TAG, ROUTE_TAG};
-use crate::workspace::{Upstream, Workspace};
+use crate::state::{
+    Address, Backend, Certificate, Desired, Frontend, Protocol, Tags, OWNER_TAG, ROUTE_TAG,
+};
+use crate::workspace::{Route, Upstream, Workspace};
 
-/// A unix backend's address only names it inside its cluster (sozu tells backends apart by
-/// address); each route has one unix backend at most, so one fixed identity is enough.
-pub const UNIX_BACKEND_IDENTITY: SocketAddr =
-    SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 1);
+/// How a route's DNS upstream becomes backends.
+#[derive(Clone, Copy)]
+pub enum Names<'a> {
+    /// One backend per address the name resolved to; none while it has never resolved.
+    Resolved(&'a BTreeMap<String, Vec<IpAddr>>),
+    /// One backend naming the host and port as written, for a configuration file that sozu
+    /// resolves itself when it loads it.
+    AsWritten,
+}
 
 /// Why a route is not (fully) in the desired state.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,14 +31,10 @@ pub enum Held {
     NoCertificate,
 }
 
-/// Builds the desired state. `resolved` maps each DNS upstream name to its addresses (absent: not
-/// resolved yet, so the cluster has no backends for now); `certificates` maps hosts to their
-/// validated certificate. Returns the routes held back, by route id.
-pub fn build(
-    workspace: &Workspace,
-    resolved: &BTreeMap<String, Vec<IpAddr>>,
-    certificates: &BTreeMap<String, Certificate>,
-) -> (Desired, BTreeMap<String, Held>) {
+/// Everything the workspace routes, every route with its frontends: listeners, clusters and
+/// their backends, frontends. No certificates: the live path attaches the validated ones
+/// ([`build`]); a rendered file names the files sozu loads.
+pub fn routes(workspace: &Workspace, names: Names<'_>) -> Desired {
     let https = workspace.listeners.https;
     let http = workspace.listeners.http;
     let mut desired = Desired {
@@ -37,70 +43,89 @@ pub fn build(
         zone: workspace.zone.clone(),
         ..Desired::default()
     };
-    let mut held = BTreeMap::new();
-
     for route in &workspace.routes {
-        let backends: BTreeMap<String, Backend> = match &route.upstream {
-            Upstream::Dns { name, port } => resolved
-                .get(name)
-                .into_iter()
-                .flatten()
-                .map(|ip| backend(&route.id, SocketAddr::new(*ip, *port), None))
-                .collect(),
-            Upstream::Ip { address } => [backend(&route.id, *address, None)].into(),
-            Upstream::Unix { path } => [backend(
-                &route.id,
-                UNIX_BACKEND_IDENTITY,
-                Some(path.clone()),
-            )]
-            .into(),
-        };
-        desired.clusters.insert(route.id.clone(), backends);
-
-        let Some(certificate) = certificates.get(&route.host) else {
-            held.insert(route.id.clone(), Held::NoCertificate);
-            continue;
-        };
         desired
-            .certificates
-            .insert(route.host.clone(), certificate.clone());
-        let tags: Tags = [
-            (OWNER_TAG.0.to_owned(), OWNER_TAG.1.to_owned()),
-            (ROUTE_TAG.to_owned(), route.id.clone()),
-        ]
-        .into_iter()
-        .collect();
-        for (protocol, address) in [(Protocol::Https, https), (Protocol::Http, http)] {
-            desired.frontends.insert(Frontend {
-                protocol,
-                address,
-                hostname: route.host.clone(),
-                path_prefix: route.path_prefix.clone(),
-                cluster_id: Some(route.id.clone()),
-                tags: tags.clone(),
-            });
+            .clusters
+            .insert(route.id.clone(), backends(route, names));
+        desired.frontends.extend(frontends(route, https, http));
+    }
+    desired
+}
+
+/// The live desired state: [`routes`] with the resolved addresses, each host's validated
+/// certificate, and the frontends of hosts without one held back. Returns the routes held back,
+/// by route id.
+pub fn build(
+    workspace: &Workspace,
+    resolved: &BTreeMap<String, Vec<IpAddr>>,
+    certificates: &BTreeMap<String, Certificate>,
+) -> (Desired, BTreeMap<String, Held>) {
+    let mut desired = routes(workspace, Names::Resolved(resolved));
+    let mut held = BTreeMap::new();
+    for route in &workspace.routes {
+        match certificates.get(&route.host) {
+            Some(certificate) => {
+                desired
+                    .certificates
+                    .insert(route.host.clone(), certificate.clone());
+            }
+            None => {
+                held.insert(route.id.clone(), Held::NoCertificate);
+            }
         }
     }
+    desired
+        .frontends
+        .retain(|f| certificates.contains_key(&f.hostname));
     (desired, held)
 }
 
-fn backend(
-    route_id: &str,
-    address: SocketAddr,
-    unix_path: Option<std::path::PathBuf>,
-) -> (String, Backend) {
-    let id = match &unix_path {
-        Some(_) => format!("{route_id}-unix"),
-        None => format!("{route_id}-{address}"),
+/// A route's frontends: HTTPS (hostname + path prefix) and HTTP, which the cluster's
+/// `https_redirect` turns into a redirect. Tagged so the agent knows its own.
+fn frontends(route: &Route, https: SocketAddr, http: SocketAddr) -> [Frontend; 2] {
+    let tags: Tags = [
+        (OWNER_TAG.0.to_owned(), OWNER_TAG.1.to_owned()),
+        (ROUTE_TAG.to_owned(), route.id.clone()),
+    ]
+    .into_iter()
+    .collect();
+    [(Protocol::Https, https), (Protocol::Http, http)].map(|(protocol, address)| Frontend {
+        protocol,
+        address,
+        hostname: route.host.clone(),
+        path_prefix: route.path_prefix.clone(),
+        cluster_id: Some(route.id.clone()),
+        tags: tags.clone(),
+    })
+}
+
+/// A route's backends by id. A backend's id is its route's id and its address, so a changed
+/// address is a new backend added before the old one goes.
+fn backends(route: &Route, names: Names<'_>) -> BTreeMap<String, Backend> {
+    let addresses: Vec<Address> = match (&route.upstream, names) {
+        (Upstream::Dns { name, port }, Names::Resolved(resolved)) => resolved
+            .get(name)
+            .into_iter()
+            .flatten()
+            .map(|ip| Address::Ip(SocketAddr::new(*ip, *port)))
+            .collect(),
+        (Upstream::Dns { name, port }, Names::AsWritten) => vec![Address::Name {
+            name: name.clone(),
+            port: *port,
+        }],
+        (Upstream::Ip { address }, _) => vec![Address::Ip(*address)],
+        (Upstream::Unix { path }, _) => vec![Address::Unix(path.clone())],
     };
-    (
-        id.clone(),
-        Backend {
-            id,
-            address,
-            unix_path,
-        },
-    )
+    addresses
+        .into_iter()
+        .map(|address| {
+            let id = match &address {
+                Address::Unix(_) => format!("{}-unix", route.id),
+                other => format!("{}-{other}", route.id),
+            };
+            (id.clone(), Backend { id, address })
+        })
+        .collect()
 }
 
 /// The DNS names among the workspace's upstreams, each once.
@@ -113,4 +138,57 @@ pub fn upstream_names(workspace: &Workspace) -> BTreeSet<String> {
             _ => None,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(host: &str, upstream: Upstream) -> Route {
+        Route {
+            id: crate::workspace::route_id(host, "/"),
+            host: host.into(),
+            path_prefix: "/".into(),
+            upstream,
+        }
+    }
+
+    #[test]
+    fn a_dns_upstream_is_one_backend_per_address_live_and_its_name_in_a_file() {
+        let ws = crate::workspace::test_workspace(
+            std::path::Path::new("/tls"),
+            vec![route(
+                "a.in.example.org",
+                Upstream::Dns {
+                    name: "svc.ns".into(),
+                    port: 80,
+                },
+            )],
+        );
+        let resolved = BTreeMap::from([(
+            "svc.ns".to_owned(),
+            vec!["10.0.0.1".parse().unwrap(), "fd00::1".parse().unwrap()],
+        )]);
+        let live = routes(&ws, Names::Resolved(&resolved));
+        let ids: Vec<&String> = live.clusters["pi-a.in.example.org"].keys().collect();
+        assert_eq!(
+            ids,
+            [
+                "pi-a.in.example.org-10.0.0.1:80",
+                "pi-a.in.example.org-[fd00::1]:80"
+            ]
+        );
+        let file = routes(&ws, Names::AsWritten);
+        let addresses: Vec<String> = file.clusters["pi-a.in.example.org"]
+            .values()
+            .map(|b| b.address.to_string())
+            .collect();
+        assert_eq!(addresses, ["svc.ns:80"]);
+        assert_eq!(
+            live.frontends, file.frontends,
+            "the same frontends either way"
+        );
+        let unresolved = routes(&ws, Names::Resolved(&BTreeMap::new()));
+        assert!(unresolved.clusters["pi-a.in.example.org"].is_empty());
+    }
 }

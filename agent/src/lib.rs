@@ -1,14 +1,22 @@
 //! private-ingress: keeps a sozu reverse proxy equal to a Nickel routes workspace.
 //!
-//! Layering, outside in: [`contract`] evaluates a workspace file with the bundled Nickel contract
-//! (in-process, or isolated in a child process by [`sandbox`]) into a [`workspace::Workspace`];
-//! [`render`] turns that model into files. Only `contract`, `sandbox` and `render::write_atomic`
-//! touch the outside world.
+//! From the outside in:
+//! - [`contract`] evaluates a workspace file with the bundled Nickel contract (isolated in a
+//!   child process by [`sandbox`]) into a [`workspace::Workspace`];
+//! - [`desired`] maps it to sozu's vocabulary ([`state`]), the one mapping both outputs share;
+//!   [`plan`] turns the difference between that and what sozu holds into requests. Both pure;
+//! - [`render`] and [`deploy`] write files from the model (a sozu configuration, Kubernetes
+//!   manifests, DNS records);
+//! - the live agent: [`sources`] fetch the slow inputs (the workspace, DNS answers, certificate
+//!   pairs through [`certs`], sozu's socket) in tasks of their own; [`reconcile`] decides and
+//!   applies through [`sozu`], the only code that talks to sozu's socket; [`api`] serves what
+//!   it knows, and [`status`] prints it. [`run`] wires them.
 #![deny(unsafe_code)]
 
-pub mod admin;
+pub mod api;
 pub mod certs;
 pub mod cli;
+pub mod clock;
 pub mod contract;
 pub mod deploy;
 pub mod desired;
@@ -16,11 +24,10 @@ pub mod memory;
 pub mod plan;
 pub mod reconcile;
 pub mod render;
-pub mod resolve;
 pub mod run;
 pub mod sandbox;
+pub mod sources;
 pub mod sozu;
 pub mod state;
 pub mod status;
-pub mod watch;
 pub mod workspace;

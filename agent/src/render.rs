@@ -9,10 +9,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::workspace::{Upstream, Workspace};
-
-/// Tag on every frontend the agent creates, so it can tell its own from an operator's.
-pub const OWNER_TAG: (&str, &str) = ("managed-by", "private-ingress");
+use crate::desired::{self, Names};
+use crate::state::{Address, Protocol, UNIX_BACKEND_IDENTITY};
+use crate::workspace::Workspace;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
@@ -112,7 +111,7 @@ struct SozuFrontend {
     certificate_chain: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     key: Option<String>,
-    tags: BTreeMap<&'static str, String>,
+    tags: BTreeMap<String, String>,
 }
 
 #[derive(Serialize)]
@@ -122,62 +121,82 @@ struct SozuBackend {
     unix_path: Option<String>,
 }
 
-/// A unix backend's `address` only names it inside its cluster (sozu tells backends apart by
-/// address); each route has a single backend, so one fixed identity is enough.
-const UNIX_BACKEND_IDENTITY: &str = "127.0.0.1:1";
-
 impl SozuConfig {
+    /// From the same desired state the live agent applies ([`desired::routes`]), with DNS names
+    /// left for sozu to resolve and each HTTPS frontend naming its host's certificate files.
     fn from_workspace(workspace: &Workspace, settings: &SozuSettings) -> SozuConfig {
-        let https = workspace.listeners.https;
-        let http = workspace.listeners.http;
-        let mut clusters = BTreeMap::new();
-        for route in &workspace.routes {
-            let tags = BTreeMap::from([
-                (OWNER_TAG.0, OWNER_TAG.1.to_owned()),
-                ("route", route.id.clone()),
-            ]);
+        let desired = desired::routes(workspace, Names::AsWritten);
+        let mut clusters: BTreeMap<String, SozuCluster> = desired
+            .clusters
+            .iter()
+            .map(|(id, backends)| {
+                let backends = backends
+                    .values()
+                    .map(|backend| match &backend.address {
+                        Address::Unix(path) => SozuBackend {
+                            address: UNIX_BACKEND_IDENTITY.to_string(),
+                            unix_path: Some(path_string(path)),
+                        },
+                        other => SozuBackend {
+                            address: other.to_string(),
+                            unix_path: None,
+                        },
+                    })
+                    .collect();
+                let cluster = SozuCluster {
+                    protocol: "http",
+                    https_redirect: true,
+                    frontends: Vec::new(),
+                    backends,
+                };
+                (id.clone(), cluster)
+            })
+            .collect();
+        // HTTPS before HTTP within a cluster, as an operator would write them.
+        let mut frontends: Vec<_> = desired.frontends.iter().collect();
+        frontends.sort_by_key(|f| std::cmp::Reverse(f.protocol));
+        for frontend in frontends {
+            let Some(cluster) = frontend
+                .cluster_id
+                .as_ref()
+                .and_then(|id| clusters.get_mut(id))
+            else {
+                continue;
+            };
             // sozu's file loader refuses an HTTPS frontend without a certificate, so every route
             // of a host names the host's files; sozu loads the identical certificate once.
-            let (crt, key) = workspace.certificate_paths(&route.host);
-            let (certificate, key) = (Some(path_string(&crt)), Some(path_string(&key)));
-            let frontend = |address, certificate: Option<String>, key| SozuFrontend {
-                address,
-                hostname: route.host.clone(),
-                path: route.path_prefix.clone(),
+            // tls.crt holds the chain, leaf first; sozu drops the duplicated leaf.
+            let (certificate, key) = match frontend.protocol {
+                Protocol::Https => {
+                    let (crt, key) = workspace.certificate_paths(&frontend.hostname);
+                    (Some(path_string(&crt)), Some(path_string(&key)))
+                }
+                Protocol::Http => (None, None),
+            };
+            cluster.frontends.push(SozuFrontend {
+                address: frontend.address,
+                hostname: frontend.hostname.clone(),
+                path: frontend.path_prefix.clone(),
                 path_type: "PREFIX",
-                // tls.crt holds the chain, leaf first; sozu drops the duplicated leaf.
                 certificate_chain: certificate.clone(),
                 certificate,
                 key,
-                tags: tags.clone(),
-            };
-            let backend = match &route.upstream {
-                Upstream::Dns { name, port } => SozuBackend {
-                    address: format!("{name}:{port}"),
-                    unix_path: None,
-                },
-                Upstream::Ip { address } => SozuBackend {
-                    address: address.to_string(),
-                    unix_path: None,
-                },
-                Upstream::Unix { path } => SozuBackend {
-                    address: UNIX_BACKEND_IDENTITY.to_owned(),
-                    unix_path: Some(path_string(path)),
-                },
-            };
-            clusters.insert(
-                route.id.clone(),
-                SozuCluster {
-                    protocol: "http",
-                    https_redirect: true,
-                    frontends: vec![
-                        frontend(https, certificate, key),
-                        frontend(http, None, None),
-                    ],
-                    backends: vec![backend],
-                },
-            );
+                tags: frontend
+                    .tags
+                    .iter()
+                    .map(|(n, v)| (n.to_owned(), v.to_owned()))
+                    .collect(),
+            });
         }
+        let listener = |address: &SocketAddr| {
+            desired.listeners.get(address).map(|protocol| SozuListener {
+                protocol: match protocol {
+                    Protocol::Https => "https",
+                    Protocol::Http => "http",
+                },
+                address: *address,
+            })
+        };
         SozuConfig {
             command_socket: path_string(&settings.command_socket),
             command_socket_mode: "0600",
@@ -186,16 +205,10 @@ impl SozuConfig {
             worker_count: settings.worker_count,
             worker_automatic_restart: true,
             activate_listeners: true,
-            listeners: vec![
-                SozuListener {
-                    protocol: "https",
-                    address: https,
-                },
-                SozuListener {
-                    protocol: "http",
-                    address: http,
-                },
-            ],
+            listeners: [workspace.listeners.https, workspace.listeners.http]
+                .iter()
+                .filter_map(listener)
+                .collect(),
             clusters,
         }
     }
@@ -242,7 +255,7 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), RenderError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workspace::Route;
+    use crate::workspace::{Route, Upstream};
 
     fn workspace(routes: Vec<Route>) -> Workspace {
         crate::workspace::test_workspace(Path::new("/tls"), routes)

@@ -1,23 +1,27 @@
-//! `private-ingress run`: wires the real sozu client, resolver, workspace loader, watches and
-//! admin server around the reconcile loop, and stops cleanly on SIGTERM or SIGINT.
+//! `private-ingress run`: wires the sources, the real sozu client and the admin server around the
+//! reconcile loop, and stops cleanly on SIGTERM or SIGINT.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
+use crate::api::Views;
 use crate::cli::{LogFormat, RunArgs};
-use crate::reconcile::{Agent, Settings, SharedStatus};
-use crate::resolve::SystemResolver;
+use crate::clock::{Clock, SystemClock};
+use crate::reconcile::{Agent, Settings};
 use crate::sandbox::SandboxLoader;
+use crate::sources::dns::DnsSettings;
+use crate::sources::resolver::SystemResolver;
+use crate::sources::{self, WatchError};
 use crate::sozu::{SozuClient, SozuProxy};
-use crate::watch;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error("cannot locate the private-ingress executable: {0}")]
     Exe(std::io::Error),
     #[error(transparent)]
-    Watch(#[from] watch::WatchError),
+    Watch(#[from] WatchError),
     #[error("admin server on {address}: {source}")]
     Admin {
         address: std::net::SocketAddr,
@@ -47,38 +51,13 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         admin_address = %args.admin_address,
         resync_interval_s = args.resync_interval,
         dns_interval_s = args.dns_interval,
+        dns_timeout_ms = args.dns_timeout_ms,
         "starting"
     );
-    let status = SharedStatus::default();
-    let (tx, rx) = mpsc::unbounded_channel();
-
-    // Watch the workspace's directory (ConfigMap `..data` swaps), the socket's (a restarted sozu
-    // re-creates its socket) and, once known, the tls dir and its host directories.
-    let dirs = watch::Dirs {
-        workspace: watch::parent_dir(&args.workspace),
-        socket: watch::parent_dir(&args.sozu_socket),
-        socket_file: watch::parent_dir(&args.sozu_socket)
-            .join(args.sozu_socket.file_name().unwrap_or_default()),
-    };
-    let (tls_dir_updates, watches) = watch::spawn(dirs.clone(), tx.clone())?;
-
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let listener = tokio::net::TcpListener::bind(args.admin_address)
-        .await
-        .map_err(|source| RunError::Admin {
-            address: args.admin_address,
-            source,
-        })?;
-    let admin_status = status.clone();
-    let mut admin_stop = stop_rx.clone();
-    let admin = tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = admin_stop.wait_for(|stop| *stop).await;
-        };
-        axum::serve(listener, crate::admin::router(admin_status))
-            .with_graceful_shutdown(shutdown)
-            .await
-    });
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let views = Views::default();
+    let (facts, facts_rx) = mpsc::unbounded_channel();
+    let (latest, latest_rx) = watch::channel(None);
 
     let exe = std::env::current_exe().map_err(RunError::Exe)?;
     let loader = SandboxLoader {
@@ -86,6 +65,45 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         path: args.workspace.clone(),
         limits: args.eval.limits(),
     };
+    let mut tasks = vec![
+        sources::workspace::spawn(&args.workspace, loader, facts.clone(), latest)?,
+        sources::sozu_socket::spawn(&args.sozu_socket, facts.clone())?,
+        sources::dns::spawn(
+            SystemResolver::default(),
+            DnsSettings {
+                interval: Duration::from_secs(args.dns_interval),
+                timeout: Duration::from_millis(args.dns_timeout_ms),
+                ..DnsSettings::default()
+            },
+            latest_rx.clone(),
+            facts.clone(),
+            views.dns.clone(),
+            clock.clone(),
+        ),
+    ];
+    let certs = sources::tlsdir::spawn(
+        args.tls_dir.clone(),
+        latest_rx,
+        facts.clone(),
+        clock.clone(),
+    )?;
+
+    let listener = tokio::net::TcpListener::bind(args.admin_address)
+        .await
+        .map_err(|source| RunError::Admin {
+            address: args.admin_address,
+            source,
+        })?;
+    let (stop_tx, mut stop_rx) = watch::channel(false);
+    let router = crate::api::admin::router(views.clone());
+    let admin = tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move {
+                let _ = stop_rx.wait_for(|stop| *stop).await;
+            })
+            .await
+    });
+
     let timeout = Duration::from_millis(args.sozu_timeout_ms);
     // Bulk changes go as a state file beside the socket: the one directory sozu surely shares.
     let proxy = SozuProxy::new(
@@ -93,24 +111,28 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
             .map(|_| SozuClient::new(&args.sozu_socket, timeout))
             .collect(),
     )
-    .with_batches(dirs.socket.clone());
+    .with_batches(sources::watcher::parent_dir(&args.sozu_socket));
     let settings = Settings {
-        tls_dir: args.tls_dir.clone(),
         resync: (args.resync_interval > 0).then(|| Duration::from_secs(args.resync_interval)),
-        dns_interval: Duration::from_secs(args.dns_interval),
         expiry_warning: Duration::from_secs(args.expiry_warning_days.saturating_mul(86_400)),
+        seed: u64::from(std::process::id()),
         ..Settings::default()
     };
-    let agent = Agent::new(proxy, SystemResolver, loader, settings, status.clone())
-        .announce_tls_dir(tls_dir_updates);
-    let agent_task = tokio::spawn(agent.run(rx));
+    let agent = Agent::new(proxy, certs, settings, views.status.clone(), clock);
+    drop(facts);
+    let (signalled, mut signal_rx) = watch::channel(false);
+    let agent_task = tokio::spawn(agent.run(facts_rx, async move {
+        let _ = signal_rx.wait_for(|s| *s).await;
+    }));
 
     wait_for_signal().await.map_err(RunError::Signals)?;
     tracing::info!("stopping");
-    // Closing every sender ends the loop after the reconcile in flight, if any.
-    drop(tx);
-    watches.abort();
+    // The loop stops after the pass in flight, if any; sozu keeps serving what it holds.
+    let _ = signalled.send(true);
     let _ = agent_task.await;
+    for task in tasks.drain(..) {
+        task.abort();
+    }
     let _ = stop_tx.send(true);
     let _ = admin.await;
     tracing::info!("stopped");

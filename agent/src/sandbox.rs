@@ -213,19 +213,23 @@ pub fn child_main(path: &Path, memory_bytes: u64) -> i32 {
     }
 }
 
-/// [`crate::reconcile::LoadWorkspace`] through this sandbox, off the async runtime.
+/// [`LoadWorkspace`] through this sandbox, off the async runtime.
+///
+/// [`LoadWorkspace`]: crate::sources::workspace::LoadWorkspace
 pub struct SandboxLoader {
     pub exe: PathBuf,
     pub path: PathBuf,
     pub limits: Limits,
 }
 
-impl crate::reconcile::LoadWorkspace for SandboxLoader {
-    async fn load(&self) -> Result<Workspace, String> {
+impl crate::sources::workspace::LoadWorkspace for SandboxLoader {
+    async fn load(&self) -> Result<Workspace, SandboxError> {
         let (exe, path, limits) = (self.exe.clone(), self.path.clone(), self.limits);
         tokio::task::spawn_blocking(move || evaluate(&exe, &path, limits))
             .await
-            .map_err(|e| format!("evaluation task failed: {e}"))?
-            .map_err(|e| e.to_string())
+            .map_err(|e| SandboxError::Crashed {
+                path: self.path.clone(),
+                cause: format!("could not be waited for: {e}"),
+            })?
     }
 }

@@ -82,13 +82,43 @@ impl Serialize for Tags {
     }
 }
 
-/// Where a backend's traffic goes. A unix backend still carries an address: sozu identifies
-/// backends by address within a cluster.
+/// A backend of a cluster, identified within it by `id`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct Backend {
     pub id: String,
-    pub address: SocketAddr,
-    pub unix_path: Option<PathBuf>,
+    pub address: Address,
+}
+
+/// Where a backend's traffic goes.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Address {
+    /// An IP address and port: what the agent sends sozu, DNS names resolved by the agent.
+    Ip(SocketAddr),
+    /// A UNIX socket. sozu still identifies a backend by an IP address within its cluster: the
+    /// request carries [`UNIX_BACKEND_IDENTITY`] beside the path.
+    Unix(PathBuf),
+    /// A DNS name and port left for sozu to resolve, once, when it loads a configuration file.
+    /// Only a rendered file holds one: the live path resolves names itself and sends addresses,
+    /// and the socket protocol has no way to name a host.
+    Name { name: String, port: u16 },
+}
+
+/// The address a unix backend is known by inside its cluster: each route has one unix backend
+/// at most, so one fixed identity is enough.
+pub const UNIX_BACKEND_IDENTITY: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 1);
+
+impl fmt::Display for Address {
+    /// As the workspace writes upstreams: `10.0.0.1:80`, `[fd00::1]:80`, `unix:///run/app.sock`,
+    /// `svc.ns:80`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Address::Ip(address) => write!(f, "{address}"),
+            Address::Unix(path) => write!(f, "unix://{}", path.display()),
+            Address::Name { name, port } => write!(f, "{name}:{port}"),
+        }
+    }
 }
 
 /// A private key in PEM. Kept out of `Debug`, `Display` and serialisation so that it cannot

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::reconcile::Status;
+use crate::api::{Status, Waiting};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
@@ -104,13 +104,60 @@ pub fn table(status: &Status) -> String {
                     (Some(t), false) => date(t),
                     (None, _) => "-".into(),
                 },
-                r.state.clone(),
+                match r.waiting_for.as_slice() {
+                    [] => r.state.to_string(),
+                    waiting => format!(
+                        "{} ({})",
+                        r.state,
+                        waiting
+                            .iter()
+                            .map(|w| match w {
+                                Waiting::Certificate => "certificate",
+                                Waiting::Dns => "dns",
+                            })
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                },
                 r.last_error.clone().unwrap_or_else(|| "-".into()),
             ]
         })
         .collect();
+    write_table(&mut out, &headers, &rows);
+    if !status.dns.is_empty() {
+        let dns_rows: Vec<[String; 4]> = status
+            .dns
+            .iter()
+            .map(|n| {
+                [
+                    n.name.clone(),
+                    n.addresses.join(",").if_empty("-"),
+                    match (&n.last_error, n.resolved) {
+                        (None, true) => "ok".into(),
+                        (None, false) => "resolving".into(),
+                        (Some(_), true) => {
+                            format!("failing ({}), last addresses kept", n.consecutive_failures)
+                        }
+                        (Some(_), false) => "never resolved".into(),
+                    },
+                    n.last_error.clone().unwrap_or_else(|| "-".into()),
+                ]
+            })
+            .collect();
+        out.push('\n');
+        write_table(
+            &mut out,
+            &["DNS NAME", "ADDRESSES", "STATE", "LAST ERROR"],
+            &dns_rows,
+        );
+    }
+    out
+}
+
+/// Columns padded to their widest cell; the last column is not padded.
+fn write_table<const N: usize>(out: &mut String, headers: &[&str; N], rows: &[[String; N]]) {
     let mut widths = headers.map(str::len);
-    for row in &rows {
+    for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
@@ -127,10 +174,9 @@ pub fn table(status: &Status) -> String {
         l.trim_end().to_owned()
     };
     let _ = writeln!(out, "{}", line(&headers.map(String::from)));
-    for row in &rows {
+    for row in rows {
         let _ = writeln!(out, "{}", line(row));
     }
-    out
 }
 
 trait IfEmpty {
@@ -150,7 +196,7 @@ impl IfEmpty for String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::{CertificateStatus, RouteStatus};
+    use crate::api::{CertificateStatus, RouteState, RouteStatus};
 
     #[test]
     fn one_row_per_route_with_both_fingerprints() {
@@ -170,7 +216,8 @@ mod tests {
                     served_fingerprints: vec!["bb".repeat(32)],
                     ..CertificateStatus::default()
                 },
-                state: "error".into(),
+                state: RouteState::Error,
+                waiting_for: vec![],
                 last_error: Some("boom".into()),
             }],
             ..Status::default()

@@ -1,73 +1,12 @@
-//! The admin HTTP endpoints: `/healthz` (the process is alive), `/readyz` (sozu holds the whole
-//! desired state, certificates included), `/metrics` (Prometheus text) and `/v1/state` (the
-//! agent's view per route, as JSON). All of them read the [`Status`] the loop publishes; none of
-//! them talks to sozu, so a scrape never competes with a reconcile.
+//! `/metrics`: a status snapshot as Prometheus text exposition (what `promtool check metrics`
+//! reads). Pure.
 
-use std::net::SocketAddr;
-
-use axum::extract::State;
-use axum::http::{header, StatusCode};
-use axum::response::IntoResponse;
-use axum::routing::get;
-use axum::{Json, Router};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 
-use crate::reconcile::{SharedStatus, Status};
-
-pub fn router(status: SharedStatus) -> Router {
-    Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/v1/state", get(state))
-        .with_state(status)
-}
-
-/// Serves until `shutdown` resolves.
-pub async fn serve(
-    address: SocketAddr,
-    status: SharedStatus,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(address).await?;
-    axum::serve(listener, router(status))
-        .with_graceful_shutdown(shutdown)
-        .await
-}
-
-fn snapshot(status: &SharedStatus) -> Status {
-    status.read().unwrap_or_else(|p| p.into_inner()).clone()
-}
-
-async fn readyz(State(status): State<SharedStatus>) -> impl IntoResponse {
-    if snapshot(&status).ready {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
-    }
-}
-
-async fn state(State(status): State<SharedStatus>) -> impl IntoResponse {
-    Json(snapshot(&status))
-}
-
-async fn metrics(State(status): State<SharedStatus>) -> impl IntoResponse {
-    match render_metrics(&snapshot(&status)) {
-        Ok(text) => (
-            StatusCode::OK,
-            [(
-                header::CONTENT_TYPE,
-                "text/plain; version=0.0.4; charset=utf-8",
-            )],
-            text,
-        )
-            .into_response(),
-        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-    }
-}
+use super::{RouteState, Status};
 
 /// Prometheus text exposition (what `promtool check metrics` reads) for a status snapshot. Pure.
-pub fn render_metrics(status: &Status) -> Result<String, prometheus::Error> {
+pub fn render(status: &Status) -> Result<String, prometheus::Error> {
     let registry = Registry::new();
     let gauge = |name: &str, help: &str, value: i64| -> Result<(), prometheus::Error> {
         let g = IntGauge::with_opts(Opts::new(name, help))?;
@@ -201,6 +140,13 @@ pub fn render_metrics(status: &Status) -> Result<String, prometheus::Error> {
         ),
         &["host"],
     )?;
+    let refused = IntGaugeVec::new(
+        Opts::new(
+            "private_ingress_certificate_refused",
+            "1 while the host's pair on disk is refused (the last good certificate keeps serving), by reason",
+        ),
+        &["host", "reason"],
+    )?;
     let served = IntGaugeVec::new(
         Opts::new(
             "private_ingress_certificate_served_info",
@@ -212,7 +158,7 @@ pub fn render_metrics(status: &Status) -> Result<String, prometheus::Error> {
     for route in &status.routes {
         route_ok
             .with_label_values(&[route.id.as_str(), route.host.as_str()])
-            .set(i64::from(route.state == "ok"));
+            .set(i64::from(route.state == RouteState::Ok));
         // Several routes can share a host: its certificate series once.
         if !hosts.insert(route.host.as_str()) {
             continue;
@@ -237,11 +183,47 @@ pub fn render_metrics(status: &Status) -> Result<String, prometheus::Error> {
                 .with_label_values(&[host])
                 .set(i64::try_from(t).unwrap_or(i64::MAX));
         }
+        if let Some(reason) = &route.certificate.error_reason {
+            refused.with_label_values(&[host, reason.as_str()]).set(1);
+        }
         for fingerprint in &route.certificate.served_fingerprints {
             served
                 .with_label_values(&[host, fingerprint.as_str()])
                 .set(1);
         }
+    }
+    let lookup_ok = IntGaugeVec::new(
+        Opts::new(
+            "private_ingress_dns_lookup_ok",
+            "1 when the latest lookup of the upstream name succeeded",
+        ),
+        &["name"],
+    )?;
+    let addresses = IntGaugeVec::new(
+        Opts::new(
+            "private_ingress_dns_addresses",
+            "Addresses in use for the upstream name (the last good answer); 0 until it first resolves",
+        ),
+        &["name"],
+    )?;
+    let lookup_failures = IntCounterVec::new(
+        Opts::new(
+            "private_ingress_dns_lookup_failures_total",
+            "Failed lookups of the upstream name",
+        ),
+        &["name"],
+    )?;
+    for name in &status.dns {
+        let label = [name.name.as_str()];
+        lookup_ok
+            .with_label_values(&label)
+            .set(i64::from(name.last_error.is_none() && name.resolved));
+        addresses
+            .with_label_values(&label)
+            .set(i64::try_from(name.addresses.len()).unwrap_or(i64::MAX));
+        lookup_failures
+            .with_label_values(&label)
+            .inc_by(name.failures);
     }
     for family in [
         route_ok,
@@ -249,10 +231,14 @@ pub fn render_metrics(status: &Status) -> Result<String, prometheus::Error> {
         not_before,
         expiring,
         last_rotation,
+        refused,
         served,
+        lookup_ok,
+        addresses,
     ] {
         registry.register(Box::new(family))?;
     }
     registry.register(Box::new(rotations))?;
+    registry.register(Box::new(lookup_failures))?;
     TextEncoder::new().encode_to_string(&registry.gather())
 }

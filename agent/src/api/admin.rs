@@ -1,0 +1,49 @@
+//! The admin HTTP endpoints: `/healthz` (the process is alive), `/readyz` (sozu holds the whole
+//! desired state, certificates included), `/metrics` (Prometheus text) and `/v1/state` (the
+//! agent's view per route, as JSON). All of them read what the loop and the DNS source publish;
+//! none of them talks to sozu, so a scrape never competes with a reconcile.
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+
+use super::Views;
+
+pub fn router(views: Views) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/v1/state", get(state))
+        .with_state(views)
+}
+
+async fn readyz(State(views): State<Views>) -> impl IntoResponse {
+    let ready = views.status.read().unwrap_or_else(|p| p.into_inner()).ready;
+    if ready {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    }
+}
+
+async fn state(State(views): State<Views>) -> impl IntoResponse {
+    Json(views.snapshot())
+}
+
+async fn metrics(State(views): State<Views>) -> impl IntoResponse {
+    match super::metrics::render(&views.snapshot()) {
+        Ok(text) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}

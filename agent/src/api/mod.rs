@@ -1,0 +1,172 @@
+//! The agent's view, as `/v1/state` serves it and `private-ingress status` reads it: the wire
+//! types, the admin HTTP server ([`admin`]) and the Prometheus rendering ([`metrics`]).
+//!
+//! The field names are public interface: extend, never rename.
+
+pub mod admin;
+pub mod metrics;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use serde::{Deserialize, Serialize};
+
+/// The agent's own view, served on `/v1/state` and read by `private-ingress status`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Status {
+    pub ready: bool,
+    pub workspace: WorkspaceStatus,
+    pub sozu: SozuStatus,
+    pub routes: Vec<RouteStatus>,
+    /// Each upstream DNS name the workspace uses.
+    #[serde(default)]
+    pub dns: Vec<DnsNameStatus>,
+    pub counters: Counters,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct WorkspaceStatus {
+    pub loaded: bool,
+    pub zone: Option<String>,
+    /// Why the latest edit was not applied (the last good workspace keeps serving).
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SozuStatus {
+    pub connected: bool,
+    /// Which sozu the agent talks to: its connection and worker processes.
+    pub generation: Option<String>,
+    pub last_error: Option<String>,
+    /// Unix seconds of the last reconcile that left sozu equal to the desired state.
+    pub last_converged: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct RouteStatus {
+    pub id: String,
+    pub host: String,
+    pub path_prefix: String,
+    pub upstream: String,
+    /// Backend addresses the route should have.
+    pub backends_desired: Vec<String>,
+    /// Backend addresses sozu has for the route.
+    pub backends_actual: Vec<String>,
+    pub certificate: CertificateStatus,
+    pub state: RouteState,
+    /// What a `pending` route waits for.
+    #[serde(default)]
+    pub waiting_for: Vec<Waiting>,
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RouteState {
+    /// Fully served.
+    Ok,
+    /// Not fully served yet: waiting for a certificate or for its upstream's first addresses.
+    #[default]
+    Pending,
+    /// Served as far as it can be, with a problem: see `last_error`.
+    Error,
+}
+
+impl std::fmt::Display for RouteState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RouteState::Ok => "ok",
+            RouteState::Pending => "pending",
+            RouteState::Error => "error",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Waiting {
+    /// No valid pair has been found for the host yet: its frontends wait.
+    Certificate,
+    /// The upstream's name has never resolved: the cluster has no backend yet.
+    Dns,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct CertificateStatus {
+    pub disk_fingerprint: Option<String>,
+    pub disk_not_before: Option<i64>,
+    pub disk_not_after: Option<i64>,
+    /// The pair served expires within the expiry warning (`--expiry-warning-days`): its renewal
+    /// is overdue.
+    pub expiring_soon: bool,
+    pub served_fingerprints: Vec<String>,
+    pub error: Option<String>,
+    /// Why the pair on disk was refused, as a stable name (see `CertError::reason`).
+    pub error_reason: Option<String>,
+    /// Certificates replaced in sozu for this host since the agent started.
+    pub rotations: u64,
+    /// Unix seconds of the last replacement.
+    pub last_rotation: Option<u64>,
+}
+
+/// One upstream DNS name, as the DNS source last saw it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct DnsNameStatus {
+    pub name: String,
+    /// The addresses in use: the last good answer, kept while lookups fail.
+    pub addresses: Vec<String>,
+    /// The name has resolved at least once.
+    pub resolved: bool,
+    /// Why the latest lookup failed; none when it succeeded.
+    pub last_error: Option<String>,
+    pub consecutive_failures: u32,
+    /// Failed lookups since the agent started.
+    pub failures: u64,
+    /// Unix seconds of the last successful lookup.
+    pub last_success: Option<i64>,
+    /// The TTL of the last answer, when the resolver gave one.
+    pub ttl_seconds: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Counters {
+    pub reconciles: u64,
+    pub reconcile_errors: u64,
+    pub sozu_requests: u64,
+    pub sozu_reconnects: u64,
+    pub workspace_errors: u64,
+    pub dns_failures: u64,
+    /// Distinct refused pairs (a pair failing again the same way is not counted again).
+    pub certificate_errors: u64,
+    /// The same, by reason.
+    pub certificate_errors_by_reason: BTreeMap<String, u64>,
+    /// Full resyncs: every pair and sozu's state read again (periodic).
+    pub resyncs: u64,
+    /// Times a file watcher's queue overflowed and events were lost.
+    pub watch_overflows: u64,
+}
+
+/// The loop's status, published after each pass.
+pub type SharedStatus = Arc<RwLock<Status>>;
+
+/// What the admin endpoints read: the loop's status and the DNS source's table.
+#[derive(Clone, Default)]
+pub struct Views {
+    pub status: SharedStatus,
+    pub dns: crate::sources::dns::DnsTable,
+}
+
+impl Views {
+    /// One consistent document: the loop's status with each DNS name's state.
+    pub fn snapshot(&self) -> Status {
+        let mut status = self
+            .status
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let dns = self.dns.lock().unwrap_or_else(|p| p.into_inner());
+        status.counters.dns_failures = dns.values().map(|n| n.failures).sum();
+        status.dns = dns.values().cloned().collect();
+        status
+    }
+}

@@ -1,0 +1,255 @@
+//! The loop: facts in, timers, the error policy, one pass at a time.
+//!
+//! | what happens | what the next pass does |
+//! |---|---|
+//! | the workspace changed, a DNS answer changed | recomputes everything, after asking sozu who it is |
+//! | a host's pair changed | the same, trusting the shadow without asking sozu first: a rotation costs one request |
+//! | sozu's socket came or went | asks sozu who it is; reads its state again if it is a new sozu |
+//! | resync (`--resync-interval`) | reads sozu's state and every pair again, repairs drift |
+//! | sozu could not be reached | nothing until the back-off ends (a new socket ends it early); facts keep arriving meanwhile |
+//! | a request was refused | only that request and what depends on it wait for their retry |
+//! | a served certificate enters its expiry warning | only the status changes |
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::time::Instant;
+
+use super::pass::PassOutcome;
+use super::policy::{Backoff, Refusals};
+use super::sync::SozuSync;
+use super::trackers::{CertTracker, DnsTracker, PairChange, WorkspaceTracker};
+use super::Proxy;
+use crate::api::{Counters, SharedStatus};
+use crate::clock::Clock;
+use crate::desired::Held;
+use crate::sources::{CertSource, Fact};
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Re-read sozu's state and every pair, and repair drift, this often; `None` disables.
+    pub resync: Option<Duration>,
+    /// After sozu could not be reached: the first wait, its ceiling, and how long sozu must stay
+    /// reachable before the waits start again from the first.
+    pub retry_min: Duration,
+    pub retry_max: Duration,
+    pub retry_reset: Duration,
+    /// A served certificate with less than this left is flagged (status, metric, one log line).
+    pub expiry_warning: Duration,
+    /// Seeds the back-off's jitter.
+    pub seed: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            resync: Some(Duration::from_secs(60)),
+            retry_min: Duration::from_millis(100),
+            retry_max: Duration::from_secs(10),
+            retry_reset: Duration::from_secs(30),
+            expiry_warning: Duration::from_secs(14 * 86_400),
+            seed: 0x5eed,
+        }
+    }
+}
+
+/// The loop and everything it keeps between passes.
+pub struct Agent<P, C> {
+    pub(super) settings: Settings,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) sozu: SozuSync<P>,
+    pub(super) cert_source: C,
+    pub(super) workspace: WorkspaceTracker,
+    pub(super) dns: DnsTracker,
+    pub(super) certs: CertTracker,
+    pub(super) refusals: Refusals,
+    pub(super) counters: Counters,
+    /// Routes held back by the last pass.
+    pub(super) held: BTreeMap<String, Held>,
+    /// Why the last pass could not reach sozu.
+    pub(super) sozu_error: Option<String>,
+    pub(super) last_converged: Option<u64>,
+    pub(super) status: SharedStatus,
+}
+
+/// What the next pass must do, gathered from facts and timers.
+#[derive(Debug, Default)]
+pub struct Work {
+    /// Something the whole desired state depends on changed: the workspace, a DNS answer, a
+    /// retry.
+    pub full: bool,
+    /// Hosts whose certificate to serve changed.
+    pub hosts: BTreeSet<String>,
+    /// Ask sozu who it is before trusting the shadow.
+    pub check_generation: bool,
+    /// Read sozu's whole state again.
+    pub resync: bool,
+    /// Only what is shown changed.
+    pub publish: bool,
+}
+
+impl Work {
+    fn needs_pass(&self) -> bool {
+        self.full || !self.hosts.is_empty() || self.check_generation || self.resync
+    }
+}
+
+impl<P: Proxy, C: CertSource> Agent<P, C> {
+    pub fn new(
+        proxy: P,
+        cert_source: C,
+        settings: Settings,
+        status: SharedStatus,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Agent {
+            settings,
+            clock,
+            sozu: SozuSync::new(proxy),
+            cert_source,
+            workspace: WorkspaceTracker::default(),
+            dns: DnsTracker::default(),
+            certs: CertTracker::default(),
+            refusals: Refusals::default(),
+            counters: Counters::default(),
+            held: BTreeMap::new(),
+            sozu_error: None,
+            last_converged: None,
+            status,
+        }
+    }
+
+    /// Runs until `shutdown` resolves or `facts` closes (every source gone), never in the middle
+    /// of a pass. Returns the proxy so that the caller can reuse it.
+    pub async fn run(
+        mut self,
+        mut facts: UnboundedReceiver<Fact>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> P {
+        let mut shutdown = std::pin::pin!(shutdown);
+        let mut backoff = Backoff::new(
+            self.settings.retry_min,
+            self.settings.retry_max,
+            self.settings.retry_reset,
+            self.settings.seed,
+        );
+        let mut retry_at: Option<Instant> = None;
+        let mut work = Work::default();
+        let mut next_resync = self.settings.resync.map(|d| Instant::now() + d);
+        self.publish();
+        loop {
+            let never = Instant::now() + Duration::from_secs(86_400 * 365);
+            let refusal_at = self.refusals.next_retry();
+            let expiry_at = self.next_expiry_flag();
+            tokio::select! {
+                _ = &mut shutdown => return self.sozu.into_proxy(),
+                fact = facts.recv() => {
+                    let Some(fact) = fact else {
+                        return self.sozu.into_proxy();
+                    };
+                    // A new socket is the sozu a back-off waits for.
+                    if matches!(fact, Fact::SozuSocket) {
+                        retry_at = None;
+                    }
+                    self.absorb(fact, &mut work);
+                    // Coalesce whatever else is already queued.
+                    while let Ok(fact) = facts.try_recv() {
+                        if matches!(fact, Fact::SozuSocket) {
+                            retry_at = None;
+                        }
+                        self.absorb(fact, &mut work);
+                    }
+                }
+                _ = tokio::time::sleep_until(retry_at.unwrap_or(never)), if retry_at.is_some() => {
+                    retry_at = None;
+                }
+                _ = tokio::time::sleep_until(next_resync.unwrap_or(never)), if next_resync.is_some() => {
+                    work.resync = true;
+                    self.cert_source.reread();
+                    next_resync = self.settings.resync.map(|d| Instant::now() + d);
+                }
+                _ = tokio::time::sleep_until(refusal_at.unwrap_or(never)),
+                    if refusal_at.is_some() && retry_at.is_none() => {
+                    work.full = true;
+                }
+                _ = tokio::time::sleep_until(expiry_at.unwrap_or(never)), if expiry_at.is_some() => {
+                    work.publish = true;
+                }
+            }
+            if retry_at.is_some() {
+                continue;
+            }
+            if work.needs_pass() {
+                match self.pass(std::mem::take(&mut work)).await {
+                    PassOutcome::Unreachable => {
+                        let wait = backoff.failed();
+                        tracing::warn!(
+                            error = self.sozu_error.as_deref().unwrap_or_default(),
+                            retry_in_ms = wait.as_millis() as u64,
+                            "sozu unreachable; retrying"
+                        );
+                        retry_at = Some(Instant::now() + wait);
+                        // Level-triggered: the retry recomputes everything, so no reason is lost.
+                        work.full = true;
+                        work.check_generation = true;
+                    }
+                    PassOutcome::Done => backoff.succeeded(Instant::now()),
+                }
+            } else if std::mem::take(&mut work.publish) {
+                self.publish();
+            }
+        }
+    }
+
+    /// Takes one fact into the trackers and notes what it asks of the next pass.
+    fn absorb(&mut self, fact: Fact, work: &mut Work) {
+        match fact {
+            Fact::Workspace(result) => {
+                if self.workspace.absorb(result, &mut self.counters) {
+                    work.full = true;
+                    if let Some(workspace) = &self.workspace.current {
+                        self.dns.retain(&crate::desired::upstream_names(workspace));
+                        self.certs
+                            .retain(&workspace.routes.iter().map(|r| r.host.as_str()).collect());
+                    }
+                }
+                work.publish = true;
+            }
+            Fact::Dns(name) => {
+                work.full |= self.dns.absorb(name);
+                work.publish = true;
+            }
+            Fact::Pairs(pairs) => {
+                for (host, read) in pairs {
+                    match self.certs.absorb(&host, read, &mut self.counters) {
+                        PairChange::Serve => {
+                            work.hosts.insert(host);
+                        }
+                        PairChange::Shown => work.publish = true,
+                        PairChange::None => {}
+                    }
+                }
+            }
+            Fact::SozuSocket => work.check_generation = true,
+            Fact::WatchOverflow => {
+                self.counters.watch_overflows += 1;
+                work.publish = true;
+            }
+        }
+    }
+
+    /// When the next served certificate enters its expiry warning, as a timer deadline.
+    fn next_expiry_flag(&self) -> Option<Instant> {
+        let now = self.clock.unix();
+        let warning = self.expiry_warning_seconds();
+        let at = self.certs.next_expiry_warning(now, warning)?;
+        let wait = u64::try_from(at.saturating_sub(now)).unwrap_or(0) + 1;
+        Some(Instant::now() + Duration::from_secs(wait))
+    }
+
+    pub(super) fn expiry_warning_seconds(&self) -> i64 {
+        i64::try_from(self.settings.expiry_warning.as_secs()).unwrap_or(i64::MAX)
+    }
+}

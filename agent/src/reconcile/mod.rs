@@ -1,0 +1,45 @@
+//! The level-triggered loop: whatever happened, recompute the desired state from the latest
+//! facts and apply the difference to sozu.
+//!
+//! - Sources ([`crate::sources`]) do the slow work (evaluating the workspace, DNS, reading
+//!   certificate pairs, watching sozu's socket) in tasks of their own and send [`Fact`]s.
+//! - [`trackers`] keep the latest facts.
+//! - [`driver`] runs the loop: facts in, timers (resync, retries, expiry flags), the error
+//!   [`policy`], one pass at a time; facts that arrive during a pass coalesce into the next.
+//! - [`pass`] is one pass: facts → desired state → plan → sozu, never waiting on DNS or a file.
+//! - [`sync`] keeps what the agent knows of sozu: which sozu, and a shadow of its state.
+//! - [`publish`] turns it all into the status the admin endpoints serve.
+//!
+//! The loop is generic over [`Proxy`] and [`CertSource`], so its timing and recovery are tested
+//! against in-memory fakes with paused time, facts fed straight in; `run` wires the real ones.
+//!
+//! [`Fact`]: crate::sources::Fact
+//! [`CertSource`]: crate::sources::CertSource
+
+pub mod driver;
+pub mod pass;
+pub mod policy;
+mod publish;
+pub mod sync;
+pub mod trackers;
+
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+
+pub use driver::{Agent, Settings};
+pub use policy::{should_resync, Generation};
+
+use crate::plan::{Op, Outcome};
+use crate::sozu::SozuError;
+use crate::state::Actual;
+
+/// What sozu is to the loop.
+pub trait Proxy: Send + 'static {
+    /// Which sozu answers: see [`should_resync`].
+    fn generation(&mut self) -> impl Future<Output = Result<Generation, SozuError>> + Send;
+    fn read_state(&mut self) -> impl Future<Output = Result<Actual, SozuError>> + Send;
+    /// Sends `ops` (see [`crate::sozu::phases::send_in_phases`]) and says what became of each.
+    fn apply(&mut self, ops: Vec<Op>) -> impl Future<Output = Vec<Outcome>> + Send;
+}

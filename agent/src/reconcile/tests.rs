@@ -1,0 +1,511 @@
+//! The loop against an in-memory sozu, with facts fed straight in and time paused.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::{Agent, Generation, Proxy, Settings};
+use crate::api::{RouteState, SharedStatus, Status, Waiting};
+use crate::clock::{Clock, TokioClock};
+use crate::plan::{self, Op, Outcome};
+use crate::sources::{CertSource, Fact, NameFact};
+use crate::sozu::phases::{send_in_phases, SendError};
+use crate::sozu::SozuError;
+use crate::state::{Actual, Certificate};
+use crate::workspace::{Route, Upstream};
+
+/// An in-memory sozu: applies operations as sozu would, can refuse, be down, and "restart".
+#[derive(Default)]
+struct FakeSozu {
+    actual: Actual,
+    restarts: i32,
+    down: bool,
+    /// Fingerprints sozu refuses to load.
+    refuse: BTreeSet<String>,
+    requests: usize,
+}
+
+#[derive(Clone, Default)]
+struct Fake(Arc<Mutex<FakeSozu>>);
+
+impl Proxy for Fake {
+    async fn generation(&mut self) -> Result<Generation, SozuError> {
+        let s = self.0.lock().unwrap();
+        if s.down {
+            return Err(SozuError::Connect {
+                path: "/run/sozu.sock".into(),
+                reason: "connection refused".into(),
+            });
+        }
+        Ok(Generation {
+            connection: 1,
+            workers: BTreeSet::from([100 + s.restarts]),
+        })
+    }
+    async fn read_state(&mut self) -> Result<Actual, SozuError> {
+        Ok(self.0.lock().unwrap().actual.clone())
+    }
+    async fn apply(&mut self, ops: Vec<Op>) -> Vec<Outcome> {
+        send_in_phases(&ops, 1, |_, op| {
+            let mut s = self.0.lock().unwrap();
+            if s.down {
+                return Err(SendError::Broken("EPIPE".into()));
+            }
+            s.requests += 1;
+            if let Op::AddCertificate { certificate, .. }
+            | Op::ReplaceCertificate { certificate, .. } = op
+            {
+                if s.refuse.contains(&certificate.fingerprint) {
+                    return Err(SendError::Refused("KeyMismatch".into()));
+                }
+            }
+            plan::apply(&mut s.actual, op);
+            Ok(())
+        })
+    }
+}
+
+#[derive(Clone, Default)]
+struct FakeCerts(Arc<AtomicUsize>);
+
+impl CertSource for FakeCerts {
+    fn reread(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+const A: &str = "a.in.example.org";
+const B: &str = "b.in.example.org";
+
+fn route(host: &str, upstream: Upstream) -> Route {
+    Route {
+        id: crate::workspace::route_id(host, "/"),
+        host: host.into(),
+        path_prefix: "/".into(),
+        upstream,
+    }
+}
+
+fn dns(name: &str) -> Upstream {
+    Upstream::Dns {
+        name: name.into(),
+        port: 80,
+    }
+}
+
+fn ip(address: &str) -> Upstream {
+    Upstream::Ip {
+        address: address.parse().unwrap(),
+    }
+}
+
+fn workspace(routes: Vec<Route>) -> Fact {
+    Fact::Workspace(Ok(Arc::new(crate::workspace::test_workspace(
+        std::path::Path::new("/tls"),
+        routes,
+    ))))
+}
+
+fn answer(name: &str, addresses: &[&str], error: Option<&str>) -> Fact {
+    Fact::Dns(NameFact {
+        name: name.into(),
+        addresses: (!addresses.is_empty()).then(|| {
+            addresses
+                .iter()
+                .map(|a| a.parse::<IpAddr>().unwrap())
+                .collect()
+        }),
+        error: error.map(str::to_owned),
+    })
+}
+
+/// A certificate for `host` valid from a day before `now` for `days`, parsed as the cert
+/// source would hand it over.
+fn certificate(host: &str, now: SystemTime, days: u64) -> Certificate {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec![host.to_owned()]).unwrap();
+    let since = now.duration_since(SystemTime::UNIX_EPOCH).unwrap();
+    params.not_before = rcgen::date_time_ymd(1970, 1, 1) + since - Duration::from_secs(86_400);
+    params.not_after =
+        rcgen::date_time_ymd(1970, 1, 1) + since + Duration::from_secs(days * 86_400);
+    let crt = params.self_signed(&key).unwrap().pem();
+    crate::certs::parse(
+        crt.as_bytes(),
+        std::path::Path::new("/tls/tls.crt"),
+        key.serialize_pem().as_bytes(),
+        std::path::Path::new("/tls/tls.key"),
+        host,
+        crate::clock::unix_seconds(now),
+    )
+    .unwrap()
+}
+
+struct Harness {
+    sozu: Fake,
+    certs: FakeCerts,
+    status: SharedStatus,
+    facts: UnboundedSender<Fact>,
+    clock: Arc<TokioClock>,
+}
+
+fn start(settings: Settings) -> Harness {
+    let sozu = Fake::default();
+    let certs = FakeCerts::default();
+    let status = SharedStatus::default();
+    let (facts, rx) = tokio::sync::mpsc::unbounded_channel();
+    // 2026-06-01.
+    let clock = Arc::new(TokioClock::starting_at(
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_780_272_000),
+    ));
+    let agent = Agent::new(
+        sozu.clone(),
+        certs.clone(),
+        settings,
+        status.clone(),
+        clock.clone(),
+    );
+    tokio::spawn(agent.run(rx, std::future::pending()));
+    Harness {
+        sozu,
+        certs,
+        status,
+        facts,
+        clock,
+    }
+}
+
+impl Harness {
+    fn send(&self, fact: Fact) {
+        self.facts.send(fact).unwrap();
+    }
+
+    fn pair(&self, host: &str, days: u64) -> Certificate {
+        let c = certificate(host, self.clock.now(), days);
+        self.send(Fact::Pairs(vec![(host.into(), Ok(c.clone()))]));
+        c
+    }
+
+    fn status(&self) -> Status {
+        self.status.read().unwrap().clone()
+    }
+
+    /// Waits (in paused time, so at no cost) until the status satisfies `test`.
+    async fn until(&self, what: &str, test: impl Fn(&Status) -> bool) -> Status {
+        for _ in 0..10_000 {
+            let status = self.status();
+            if test(&status) {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        panic!("{what}: {:#?}", self.status());
+    }
+
+    /// Fingerprints sozu holds for `host`.
+    fn served(&self, host: &str) -> Vec<String> {
+        let s = self.sozu.0.lock().unwrap();
+        s.actual
+            .certificates
+            .values()
+            .flat_map(|held| {
+                held.by_name()
+                    .named(host)
+                    .map(|(f, _)| f.to_owned())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// Hosts with an HTTPS frontend (an HTTP one only redirects, and needs no certificate).
+    fn hosts_routed(&self) -> BTreeSet<String> {
+        let s = self.sozu.0.lock().unwrap();
+        s.actual
+            .frontends
+            .iter()
+            .filter(|f| f.protocol == crate::state::Protocol::Https)
+            .map(|f| f.hostname.clone())
+            .collect()
+    }
+
+    fn backends(&self, host: &str) -> Vec<String> {
+        let s = self.sozu.0.lock().unwrap();
+        s.actual
+            .backends
+            .get(&crate::workspace::route_id(host, "/"))
+            .map(|b| b.values().map(|b| b.address.to_string()).collect())
+            .unwrap_or_default()
+    }
+}
+
+fn route_state(status: &Status, host: &str) -> Option<(RouteState, Vec<Waiting>)> {
+    let r = status.routes.iter().find(|r| r.host == host)?;
+    Some((r.state, r.waiting_for.clone()))
+}
+
+#[tokio::test(start_paused = true)]
+async fn converges_and_reports_ready() {
+    let h = start(Settings::default());
+    h.send(workspace(vec![
+        route(A, dns("a.svc")),
+        route(B, ip("10.0.0.2:80")),
+    ]));
+    h.send(answer("a.svc", &["10.0.0.1"], None));
+    h.pair(A, 90);
+    h.pair(B, 90);
+    let status = h.until("ready", |s| s.ready).await;
+    assert_eq!(h.hosts_routed(), BTreeSet::from([A.into(), B.into()]));
+    assert_eq!(h.backends(A), ["10.0.0.1:80"]);
+    assert!(status.routes.iter().all(|r| r.state == RouteState::Ok));
+}
+
+/// An IP route is served as soon as its pair is known, beside a DNS route whose name has never
+/// resolved: that one is shown waiting for DNS, and the agent is not ready.
+#[tokio::test(start_paused = true)]
+async fn a_route_needing_dns_waits_alone() {
+    let h = start(Settings::default());
+    h.send(workspace(vec![
+        route(A, ip("10.0.0.1:80")),
+        route(B, dns("never.svc")),
+    ]));
+    h.pair(A, 90);
+    h.pair(B, 90);
+    h.send(answer("never.svc", &[], Some("no answer within 5000 ms")));
+    let status = h
+        .until("the IP route served", |s| {
+            route_state(s, A).is_some_and(|r| r.0 == RouteState::Ok)
+        })
+        .await;
+    assert_eq!(h.backends(A), ["10.0.0.1:80"]);
+    assert_eq!(
+        route_state(&status, B),
+        Some((RouteState::Pending, vec![Waiting::Dns]))
+    );
+    let b = status.routes.iter().find(|r| r.host == B).unwrap();
+    assert_eq!(
+        b.last_error.as_deref(),
+        Some("resolving never.svc: no answer within 5000 ms")
+    );
+    assert!(!status.ready);
+    // The name resolves: the route gets its backend, and the agent is ready.
+    h.send(answer("never.svc", &["10.0.0.9"], None));
+    h.until("ready", |s| s.ready).await;
+    assert_eq!(h.backends(B), ["10.0.0.9:80"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_broken_edit_keeps_the_last_good_workspace_serving() {
+    let h = start(Settings::default());
+    h.send(workspace(vec![route(A, ip("10.0.0.1:80"))]));
+    h.pair(A, 90);
+    h.until("ready", |s| s.ready).await;
+    h.send(Fact::Workspace(Err("syntax error at ws.ncl:3:1".into())));
+    let status = h
+        .until("the error shown", |s| s.workspace.last_error.is_some())
+        .await;
+    assert_eq!(
+        status.workspace.last_error.as_deref(),
+        Some("syntax error at ws.ncl:3:1")
+    );
+    assert_eq!(status.counters.workspace_errors, 1);
+    assert_eq!(h.hosts_routed(), BTreeSet::from([A.into()]));
+    // The next good edit applies, and the error is cleared.
+    h.send(workspace(vec![route(B, ip("10.0.0.2:80"))]));
+    h.pair(B, 90);
+    h.until("the new workspace served", |s| {
+        s.ready && s.workspace.last_error.is_none() && s.routes.len() == 1
+    })
+    .await;
+    assert_eq!(h.hosts_routed(), BTreeSet::from([B.into()]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_dns_answer_moves_the_backends_and_a_failure_keeps_them() {
+    let h = start(Settings::default());
+    h.send(workspace(vec![route(A, dns("a.svc"))]));
+    h.send(answer("a.svc", &["10.0.0.1"], None));
+    h.pair(A, 90);
+    h.until("ready", |s| s.ready).await;
+    h.send(answer("a.svc", &["10.0.0.7", "fd00::7"], None));
+    h.until("moved", |_| {
+        h.backends(A) == ["10.0.0.7:80", "[fd00::7]:80"]
+    })
+    .await;
+    h.send(answer("a.svc", &["10.0.0.7", "fd00::7"], Some("SERVFAIL")));
+    let status = h
+        .until("the failure shown", |s| s.routes[0].last_error.is_some())
+        .await;
+    assert_eq!(h.backends(A), ["10.0.0.7:80", "[fd00::7]:80"]);
+    assert_eq!(status.routes[0].state, RouteState::Error);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restarted_sozu_gets_the_whole_state_back() {
+    let h = start(Settings::default());
+    h.send(workspace(vec![route(A, ip("10.0.0.1:80"))]));
+    h.pair(A, 90);
+    h.until("ready", |s| s.ready).await;
+    {
+        let mut s = h.sozu.0.lock().unwrap();
+        s.actual = Actual::default();
+        s.restarts += 1;
+    }
+    h.send(Fact::SozuSocket);
+    let status = h
+        .until("served again", |s| {
+            s.counters.sozu_reconnects == 1 && s.ready
+        })
+        .await;
+    assert_eq!(h.hosts_routed(), BTreeSet::from([A.into()]));
+    assert!(status.sozu.generation.unwrap().ends_with("workers 101"));
+}
+
+/// sozu down: the loop backs off (jittered, growing), absorbing facts meanwhile, and converges
+/// once sozu answers; a new socket ends the wait at once.
+#[tokio::test(start_paused = true)]
+async fn an_unreachable_sozu_is_retried_with_backoff_and_a_new_socket_ends_the_wait() {
+    let h = start(Settings::default());
+    h.sozu.0.lock().unwrap().down = true;
+    h.send(workspace(vec![route(A, ip("10.0.0.1:80"))]));
+    h.pair(A, 90);
+    h.until("the failure shown", |s| s.sozu.last_error.is_some())
+        .await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let failures = h.status().counters.reconcile_errors;
+    // 100 ms doubling (jittered) to 10 s: about eight attempts in 20 s, not two hundred.
+    assert!((5..=12).contains(&failures), "{failures}");
+    assert!(!h.status().ready);
+    h.sozu.0.lock().unwrap().down = false;
+    let started = tokio::time::Instant::now();
+    h.send(Fact::SozuSocket);
+    h.until("ready", |s| s.ready).await;
+    assert!(
+        started.elapsed() < Duration::from_millis(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(h.hosts_routed(), BTreeSet::from([A.into()]));
+}
+
+/// A certificate sozu refuses holds back only its own host, and is retried on its own
+/// schedule; another host's rotation meanwhile goes through at once.
+#[tokio::test(start_paused = true)]
+async fn a_refused_certificate_delays_no_other_host() {
+    let h = start(Settings::default());
+    h.send(workspace(vec![
+        route(A, ip("10.0.0.1:80")),
+        route(B, ip("10.0.0.2:80")),
+    ]));
+    let a = certificate(A, h.clock.now(), 90);
+    h.sozu
+        .0
+        .lock()
+        .unwrap()
+        .refuse
+        .insert(a.fingerprint.clone());
+    h.send(Fact::Pairs(vec![(A.into(), Ok(a.clone()))]));
+    h.pair(B, 90);
+    let status = h
+        .until("the refusal shown", |s| {
+            s.routes.iter().any(|r| r.last_error.is_some())
+                && route_state(s, B).is_some_and(|r| r.0 == RouteState::Ok)
+        })
+        .await;
+    assert!(!status.ready);
+    assert!(status.routes[0]
+        .last_error
+        .as_deref()
+        .unwrap()
+        .contains("KeyMismatch"));
+    assert_eq!(h.hosts_routed(), BTreeSet::from([B.into()]));
+    let requests = h.sozu.0.lock().unwrap().requests;
+    // B rotates: served at once, without waiting for A's retry.
+    let renewed = h.pair(B, 90);
+    h.until("B rotated", |_| {
+        h.served(B) == [renewed.fingerprint.clone()]
+    })
+    .await;
+    assert_eq!(
+        h.sozu.0.lock().unwrap().requests,
+        requests + 1,
+        "one request, A's not sent again"
+    );
+    // sozu takes A's certificate on a retry.
+    h.sozu.0.lock().unwrap().refuse.clear();
+    h.until("ready", |s| s.ready).await;
+    assert_eq!(h.served(A), [a.fingerprint]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_periodic_resync_reads_every_pair_and_repairs_drift() {
+    let h = start(Settings::default());
+    h.send(workspace(vec![route(A, ip("10.0.0.1:80"))]));
+    h.pair(A, 90);
+    h.until("ready", |s| s.ready).await;
+    // Someone removes the frontends behind the agent's back, same sozu.
+    h.sozu.0.lock().unwrap().actual.frontends.clear();
+    tokio::time::sleep(Duration::from_secs(59)).await;
+    assert!(h.hosts_routed().is_empty(), "not before the resync");
+    assert_eq!(h.certs.0.load(Ordering::SeqCst), 0);
+    let status = h.until("repaired", |s| s.counters.resyncs == 1).await;
+    assert_eq!(h.hosts_routed(), BTreeSet::from([A.into()]));
+    assert_eq!(h.certs.0.load(Ordering::SeqCst), 1, "every pair read again");
+    assert!(status.ready);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_pair_replaces_the_served_one_and_the_rotation_is_recorded() {
+    let h = start(Settings::default());
+    h.send(workspace(vec![route(A, ip("10.0.0.1:80"))]));
+    h.pair(A, 90);
+    h.until("ready", |s| s.ready).await;
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    let renewed = h.pair(A, 90);
+    let status = h
+        .until("rotated", |s| s.routes[0].certificate.rotations == 1)
+        .await;
+    assert_eq!(
+        h.served(A),
+        std::slice::from_ref(&renewed.fingerprint),
+        "exactly the new one"
+    );
+    assert_eq!(
+        status.routes[0].certificate.last_rotation,
+        Some(1_780_272_000 + 3600),
+        "at the clock's time"
+    );
+    // A refused pair on disk leaves the new one serving, and says why.
+    h.send(Fact::Pairs(vec![(
+        A.into(),
+        Err(crate::certs::CertError::KeyMismatch {
+            path: "/tls/a/tls.key".into(),
+        }),
+    )]));
+    let status = h
+        .until("refusal shown", |s| s.routes[0].certificate.error.is_some())
+        .await;
+    assert_eq!(
+        status.routes[0].certificate.error_reason.as_deref(),
+        Some("key_mismatch")
+    );
+    assert_eq!(status.counters.certificate_errors, 1);
+    assert_eq!(h.served(A), [renewed.fingerprint]);
+}
+
+/// The expiry flag turns on by itself when the served certificate enters the warning, no fact
+/// needed: 15 days left with a 14-day warning is not flagged, a day later it is.
+#[tokio::test(start_paused = true)]
+async fn a_served_certificate_is_flagged_when_it_enters_the_expiry_warning() {
+    let h = start(Settings::default());
+    h.send(workspace(vec![route(A, ip("10.0.0.1:80"))]));
+    h.pair(A, 15);
+    let status = h.until("ready", |s| s.ready).await;
+    assert!(!status.routes[0].certificate.expiring_soon);
+    tokio::time::sleep(Duration::from_secs(86_400 - 60)).await;
+    assert!(!h.status().routes[0].certificate.expiring_soon);
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert!(h.status().routes[0].certificate.expiring_soon);
+}

@@ -1,0 +1,215 @@
+//! The latest facts, one tracker per source: what the loop decides from. Absorbing a fact says
+//! whether it changes what sozu should hold (a pass is needed) or only what is shown.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use crate::api::Counters;
+use crate::certs::CertError;
+use crate::sources::NameFact;
+use crate::state::Certificate;
+use crate::workspace::Workspace;
+
+/// The workspace the loop applies, and why the latest edit was refused.
+#[derive(Debug, Default)]
+pub struct WorkspaceTracker {
+    pub current: Option<Arc<Workspace>>,
+    pub last_error: Option<String>,
+}
+
+impl WorkspaceTracker {
+    /// Returns whether the live workspace changed. A rejected edit leaves the last good one live.
+    pub fn absorb(
+        &mut self,
+        fact: Result<Arc<Workspace>, String>,
+        counters: &mut Counters,
+    ) -> bool {
+        match fact {
+            Ok(workspace) => {
+                self.last_error = None;
+                if self.current.as_deref() == Some(&*workspace) {
+                    return false;
+                }
+                self.current = Some(workspace);
+                true
+            }
+            Err(diagnostic) => {
+                counters.workspace_errors += 1;
+                self.last_error = Some(diagnostic);
+                false
+            }
+        }
+    }
+}
+
+/// Each upstream name's addresses in use, and the failure of its latest lookup.
+#[derive(Debug, Default)]
+pub struct DnsTracker {
+    resolved: BTreeMap<String, Vec<IpAddr>>,
+    errors: BTreeMap<String, String>,
+}
+
+impl DnsTracker {
+    /// Returns whether the name's addresses changed.
+    pub fn absorb(&mut self, fact: NameFact) -> bool {
+        match fact.error {
+            Some(error) => self.errors.insert(fact.name.clone(), error),
+            None => self.errors.remove(&fact.name),
+        };
+        let addresses: Option<Vec<IpAddr>> = fact.addresses.map(|a| a.to_vec());
+        if self.resolved.get(&fact.name) == addresses.as_ref() {
+            return false;
+        }
+        match addresses {
+            Some(addresses) => self.resolved.insert(fact.name, addresses),
+            None => self.resolved.remove(&fact.name),
+        };
+        true
+    }
+
+    /// Forgets names no longer used.
+    pub fn retain(&mut self, names: &BTreeSet<String>) {
+        self.resolved.retain(|n, _| names.contains(n));
+        self.errors.retain(|n, _| names.contains(n));
+    }
+
+    pub fn resolved(&self) -> &BTreeMap<String, Vec<IpAddr>> {
+        &self.resolved
+    }
+
+    pub fn error(&self, name: &str) -> Option<&str> {
+        self.errors.get(name).map(String::as_str)
+    }
+}
+
+/// Each host's pair: the last good one, which is what serves, and why the one on disk is refused.
+#[derive(Debug, Default)]
+pub struct CertTracker {
+    /// The last pair of each host that loaded and validated: it keeps serving while the files on
+    /// disk are missing, half-written or invalid.
+    last_good: BTreeMap<String, Certificate>,
+    /// The current failure of each host's pair on disk (message, reason), so each is logged and
+    /// counted once, and shown until fixed.
+    failures: BTreeMap<String, (String, &'static str)>,
+    /// Fingerprints already warned about as close to expiry.
+    expiry_warned: BTreeSet<String>,
+    /// Replacements per host: (count, Unix seconds of the last).
+    rotations: BTreeMap<String, (u64, u64)>,
+}
+
+/// Whether a pair changes what sozu should serve, or only what is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairChange {
+    None,
+    /// The certificate to serve changed (a first one, or a new one).
+    Serve,
+    /// Only the shown failure changed: the last good certificate keeps serving.
+    Shown,
+}
+
+impl CertTracker {
+    /// Takes a pair read from disk. A valid pair becomes the host's last good one; a refused pair
+    /// leaves the last good one serving and is reported until fixed, logged and counted once per
+    /// distinct failure rather than once per read.
+    pub fn absorb(
+        &mut self,
+        host: &str,
+        read: Result<Certificate, CertError>,
+        counters: &mut Counters,
+    ) -> PairChange {
+        match read {
+            Ok(certificate) => {
+                let shown = self.failures.remove(host).is_some();
+                if shown {
+                    tracing::info!(host, "certificate pair valid again");
+                }
+                if self.last_good.get(host) == Some(&certificate) {
+                    return if shown {
+                        PairChange::Shown
+                    } else {
+                        PairChange::None
+                    };
+                }
+                self.last_good.insert(host.to_owned(), certificate);
+                PairChange::Serve
+            }
+            Err(e) => {
+                let message = e.to_string();
+                if self.failures.get(host).map(|(m, _)| m) == Some(&message) {
+                    return PairChange::None;
+                }
+                tracing::warn!(host, reason = e.reason(), error = %message,
+                    kept_serving = self.last_good.contains_key(host),
+                    "certificate pair refused");
+                counters.certificate_errors += 1;
+                *counters
+                    .certificate_errors_by_reason
+                    .entry(e.reason().to_owned())
+                    .or_default() += 1;
+                self.failures.insert(host.to_owned(), (message, e.reason()));
+                PairChange::Shown
+            }
+        }
+    }
+
+    /// Forgets hosts no longer routed.
+    pub fn retain(&mut self, hosts: &BTreeSet<&str>) {
+        self.last_good.retain(|h, _| hosts.contains(h.as_str()));
+        self.failures.retain(|h, _| hosts.contains(h.as_str()));
+        self.rotations.retain(|h, _| hosts.contains(h.as_str()));
+    }
+
+    pub fn last_good(&self) -> &BTreeMap<String, Certificate> {
+        &self.last_good
+    }
+
+    /// Why the host's pair on disk is refused: (message, reason).
+    pub fn failure(&self, host: &str) -> Option<(&str, &'static str)> {
+        self.failures.get(host).map(|(m, r)| (m.as_str(), *r))
+    }
+
+    /// A certificate naming `names` replaced another in sozu at `now` (Unix seconds).
+    pub fn rotated(&mut self, names: &BTreeSet<String>, now: u64) {
+        for name in names {
+            let entry = self.rotations.entry(name.clone()).or_default();
+            entry.0 += 1;
+            entry.1 = now;
+        }
+    }
+
+    /// (count, Unix seconds of the last) of the host's replacements.
+    pub fn rotations(&self, host: &str) -> Option<(u64, u64)> {
+        self.rotations.get(host).copied()
+    }
+
+    /// Logs once per certificate that it is served with less than `warning` seconds left.
+    pub fn warn_expiring(&mut self, now: i64, warning: i64) {
+        let mut flagged = BTreeSet::new();
+        for (host, c) in &self.last_good {
+            if !expiring_soon(c, now, warning) {
+                continue;
+            }
+            if !self.expiry_warned.contains(&c.fingerprint) {
+                tracing::warn!(host, fingerprint = %c.fingerprint, not_after = c.not_after,
+                    "the certificate served expires soon; its renewal is overdue");
+            }
+            flagged.insert(c.fingerprint.clone());
+        }
+        self.expiry_warned = flagged;
+    }
+
+    /// When (Unix seconds) the next served certificate crosses into its expiry warning.
+    pub fn next_expiry_warning(&self, now: i64, warning: i64) -> Option<i64> {
+        self.last_good
+            .values()
+            .map(|c| c.not_after.saturating_sub(warning))
+            .filter(|&at| at > now)
+            .min()
+    }
+}
+
+/// Whether `certificate` has less than `warning` seconds left at `now`.
+pub fn expiring_soon(certificate: &Certificate, now: i64, warning: i64) -> bool {
+    certificate.not_after.saturating_sub(now) < warning
+}

@@ -1,0 +1,420 @@
+//! The DNS source: resolves every upstream name of the workspace, concurrently, each lookup with
+//! a deadline, each name on its own schedule, and publishes a name's addresses when they change.
+//!
+//! - Re-resolution follows the answer's TTL, within bounds ([`DnsSettings::min_interval`] to
+//!   [`DnsSettings::interval`]); without a TTL, the interval.
+//! - A failed or timed-out lookup keeps the last good answer, is retried sooner (doubling from
+//!   [`DnsSettings::retry_min`] up to the interval), and is reported per name.
+//! - A lookup that never answers holds up nothing but the next lookup of its own name.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::{Fact, NameFact, WorkspaceWatch};
+use crate::api::DnsNameStatus;
+use crate::clock::Clock;
+
+/// A resolver's answer: every address, and how long it may be kept, when the resolver says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub addresses: Vec<IpAddr>,
+    pub ttl: Option<Duration>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    #[error("no such name")]
+    NotFound,
+    #[error("no A or AAAA record")]
+    NoAddresses,
+    #[error("no answer within {} ms", .0.as_millis())]
+    TimedOut(Duration),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Name resolution for DNS upstreams.
+pub trait Resolve: Send + Sync + 'static {
+    fn resolve(&self, name: &str) -> impl Future<Output = Result<Answer, ResolveError>> + Send;
+}
+
+#[derive(Debug, Clone)]
+pub struct DnsSettings {
+    /// The longest a name goes without a lookup (`--dns-interval`), whatever its TTL.
+    pub interval: Duration,
+    /// The shortest, whatever its TTL: a TTL of 0 must not turn into a busy loop.
+    pub min_interval: Duration,
+    /// A lookup that has not answered by then has failed (`--dns-timeout-ms`).
+    pub timeout: Duration,
+    /// The first retry after a failure; each further failure doubles it, up to the interval.
+    pub retry_min: Duration,
+    /// Lookups in flight at once.
+    pub concurrency: usize,
+}
+
+impl Default for DnsSettings {
+    fn default() -> Self {
+        DnsSettings {
+            interval: Duration::from_secs(30),
+            min_interval: Duration::from_secs(5),
+            timeout: Duration::from_secs(5),
+            retry_min: Duration::from_secs(1),
+            concurrency: 64,
+        }
+    }
+}
+
+/// Every name's status, as `/v1/state` and `/metrics` show it; kept by the source.
+pub type DnsTable = Arc<Mutex<BTreeMap<String, DnsNameStatus>>>;
+
+struct Entry {
+    fact: NameFact,
+    status: DnsNameStatus,
+    next: Instant,
+    in_flight: bool,
+}
+
+struct Source<R> {
+    resolver: Arc<R>,
+    settings: DnsSettings,
+    facts: UnboundedSender<Fact>,
+    table: DnsTable,
+    clock: Arc<dyn Clock>,
+    names: BTreeMap<String, Entry>,
+    lookups: JoinSet<(String, Result<Answer, ResolveError>)>,
+}
+
+/// Starts the source. It follows the names of `workspace` and ends when `facts` closes or the
+/// workspace sender goes.
+pub fn spawn<R: Resolve>(
+    resolver: R,
+    settings: DnsSettings,
+    workspace: WorkspaceWatch,
+    facts: UnboundedSender<Fact>,
+    table: DnsTable,
+    clock: Arc<dyn Clock>,
+) -> tokio::task::JoinHandle<()> {
+    let source = Source {
+        resolver: Arc::new(resolver),
+        settings,
+        facts,
+        table,
+        clock,
+        names: BTreeMap::new(),
+        lookups: JoinSet::new(),
+    };
+    tokio::spawn(source.run(workspace))
+}
+
+impl<R: Resolve> Source<R> {
+    async fn run(mut self, mut workspace: WorkspaceWatch) {
+        self.follow(&workspace);
+        loop {
+            self.start_due();
+            let next = self
+                .names
+                .values()
+                .filter(|e| !e.in_flight)
+                .map(|e| e.next)
+                .min();
+            tokio::select! {
+                changed = workspace.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    self.follow(&workspace);
+                }
+                Some(done) = self.lookups.join_next(), if !self.lookups.is_empty() => {
+                    if let Ok((name, result)) = done {
+                        self.answered(&name, result);
+                    }
+                }
+                _ = tokio::time::sleep_until(next.unwrap_or_else(Instant::now)), if next.is_some() => {}
+            }
+            if self.facts.is_closed() {
+                return;
+            }
+        }
+    }
+
+    /// Takes the names of the latest workspace: new ones are looked up at once, gone ones are
+    /// forgotten (a lookup in flight for one is ignored when it answers).
+    fn follow(&mut self, workspace: &WorkspaceWatch) {
+        let wanted = workspace
+            .borrow()
+            .as_deref()
+            .map(crate::desired::upstream_names)
+            .unwrap_or_default();
+        self.names.retain(|name, _| wanted.contains(name));
+        let now = Instant::now();
+        for name in wanted {
+            self.names.entry(name.clone()).or_insert_with(|| Entry {
+                fact: NameFact {
+                    name: name.clone(),
+                    addresses: None,
+                    error: None,
+                },
+                status: DnsNameStatus {
+                    name,
+                    ..DnsNameStatus::default()
+                },
+                next: now,
+                in_flight: false,
+            });
+        }
+        self.publish_table();
+    }
+
+    fn start_due(&mut self) {
+        let now = Instant::now();
+        for (name, entry) in &mut self.names {
+            if self.lookups.len() >= self.settings.concurrency {
+                return;
+            }
+            if entry.in_flight || entry.next > now {
+                continue;
+            }
+            entry.in_flight = true;
+            let (resolver, name, timeout) =
+                (self.resolver.clone(), name.clone(), self.settings.timeout);
+            self.lookups.spawn(async move {
+                let result = tokio::time::timeout(timeout, resolver.resolve(&name))
+                    .await
+                    .unwrap_or(Err(ResolveError::TimedOut(timeout)));
+                (name, result)
+            });
+        }
+    }
+
+    fn answered(&mut self, name: &str, result: Result<Answer, ResolveError>) {
+        let Some(entry) = self.names.get_mut(name) else {
+            return;
+        };
+        entry.in_flight = false;
+        let now = Instant::now();
+        let result = result.and_then(|mut answer| {
+            answer.addresses.sort();
+            answer.addresses.dedup();
+            if answer.addresses.is_empty() {
+                Err(ResolveError::NoAddresses)
+            } else {
+                Ok(answer)
+            }
+        });
+        let before = entry.fact.clone();
+        let settings = &self.settings;
+        match result {
+            Ok(answer) => {
+                if before.error.is_some() {
+                    tracing::info!(name, "upstream name resolves again");
+                }
+                let wait = answer.ttl.unwrap_or(settings.interval).clamp(
+                    settings.min_interval.min(settings.interval),
+                    settings.interval,
+                );
+                entry.next = now + wait;
+                entry.status.consecutive_failures = 0;
+                entry.status.last_success = Some(self.clock.unix());
+                entry.status.ttl_seconds = answer.ttl.map(|t| t.as_secs());
+                entry.fact.addresses = Some(answer.addresses.into());
+                entry.fact.error = None;
+            }
+            Err(e) => {
+                let message = e.to_string();
+                if before.error.as_ref() != Some(&message) {
+                    tracing::warn!(name, error = %message,
+                        kept = before.addresses.as_ref().map_or(0, |a| a.len()),
+                        "upstream name lookup failed; the last addresses stay");
+                }
+                entry.status.consecutive_failures += 1;
+                entry.status.failures += 1;
+                let doublings = entry.status.consecutive_failures.saturating_sub(1).min(16);
+                entry.next =
+                    now + (settings.retry_min * 2u32.pow(doublings)).min(settings.interval);
+                entry.fact.error = Some(message);
+            }
+        }
+        entry.status.addresses = entry
+            .fact
+            .addresses
+            .iter()
+            .flat_map(|a| a.iter())
+            .map(IpAddr::to_string)
+            .collect();
+        entry.status.resolved = entry.fact.addresses.is_some();
+        entry.status.last_error = entry.fact.error.clone();
+        let status = entry.status.clone();
+        if entry.fact != before {
+            let _ = self.facts.send(Fact::Dns(entry.fact.clone()));
+        }
+        let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        table.insert(name.to_owned(), status);
+    }
+
+    fn publish_table(&self) {
+        let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        table.retain(|name, _| self.names.contains_key(name));
+        for (name, entry) in &self.names {
+            table
+                .entry(name.clone())
+                .or_insert_with(|| entry.status.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workspace::{Route, Upstream, Workspace};
+
+    /// What the fake says for a name: an answer or a failure, or `None` for never answering.
+    type Scripted = Option<Result<Answer, ResolveError>>;
+
+    /// Answers from a table; a name not in it does not exist.
+    #[derive(Clone, Default)]
+    struct Fake(Arc<Mutex<BTreeMap<String, Scripted>>>);
+
+    impl Fake {
+        fn set(&self, name: &str, answer: Scripted) {
+            self.0.lock().unwrap().insert(name.into(), answer);
+        }
+    }
+
+    impl Resolve for Fake {
+        async fn resolve(&self, name: &str) -> Result<Answer, ResolveError> {
+            let answer = self.0.lock().unwrap().get(name).cloned();
+            match answer {
+                Some(Some(answer)) => answer,
+                Some(None) => std::future::pending().await,
+                None => Err(ResolveError::NotFound),
+            }
+        }
+    }
+
+    fn answer(ip: &str, ttl: Option<u64>) -> Scripted {
+        Some(Ok(Answer {
+            addresses: vec![ip.parse().unwrap()],
+            ttl: ttl.map(Duration::from_secs),
+        }))
+    }
+
+    fn workspace(names: &[&str]) -> Arc<Workspace> {
+        let routes = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| Route {
+                id: format!("pi-r{i}.in.example.org"),
+                host: format!("r{i}.in.example.org"),
+                path_prefix: "/".into(),
+                upstream: Upstream::Dns {
+                    name: (*name).into(),
+                    port: 80,
+                },
+            })
+            .collect();
+        Arc::new(crate::workspace::test_workspace(
+            std::path::Path::new("/tls"),
+            routes,
+        ))
+    }
+
+    struct Running {
+        facts: tokio::sync::mpsc::UnboundedReceiver<Fact>,
+        table: DnsTable,
+        _workspace: tokio::sync::watch::Sender<Option<Arc<Workspace>>>,
+    }
+
+    fn start(fake: &Fake, names: &[&str]) -> Running {
+        let (ws_tx, ws_rx) = tokio::sync::watch::channel(Some(workspace(names)));
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let table = DnsTable::default();
+        let settings = DnsSettings {
+            interval: Duration::from_secs(30),
+            min_interval: Duration::from_secs(5),
+            timeout: Duration::from_secs(2),
+            retry_min: Duration::from_secs(1),
+            concurrency: 8,
+        };
+        let clock = Arc::new(crate::clock::TokioClock::starting_at(std::time::UNIX_EPOCH));
+        spawn(fake.clone(), settings, ws_rx, tx, table.clone(), clock);
+        Running {
+            facts: rx,
+            table,
+            _workspace: ws_tx,
+        }
+    }
+
+    async fn next_fact(running: &mut Running) -> (Instant, NameFact) {
+        match running.facts.recv().await {
+            Some(Fact::Dns(fact)) => (Instant::now(), fact),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_name_that_never_answers_holds_up_no_other_name() {
+        let fake = Fake::default();
+        fake.set("stalled.svc", None);
+        fake.set("ok.svc", answer("10.0.0.1", None));
+        let started = Instant::now();
+        let mut running = start(&fake, &["stalled.svc", "ok.svc"]);
+        let (at, fact) = next_fact(&mut running).await;
+        assert_eq!(fact.name, "ok.svc");
+        assert_eq!(at, started, "answered at once, beside a lookup that hangs");
+        let (at, fact) = next_fact(&mut running).await;
+        assert_eq!(fact.name, "stalled.svc");
+        assert_eq!(
+            at - started,
+            Duration::from_secs(2),
+            "failed at its deadline"
+        );
+        assert_eq!(fact.addresses, None);
+        assert_eq!(fact.error.as_deref(), Some("no answer within 2000 ms"));
+        let table = running.table.lock().unwrap().clone();
+        assert!(table["ok.svc"].resolved && !table["stalled.svc"].resolved);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn re_resolution_follows_the_ttl_within_bounds_and_failures_keep_the_last_answer() {
+        let fake = Fake::default();
+        fake.set("a.svc", answer("10.0.0.1", Some(8)));
+        let started = Instant::now();
+        let mut running = start(&fake, &["a.svc"]);
+        next_fact(&mut running).await;
+        // The TTL (8 s): the new answer is picked up then, not at the 30 s interval.
+        fake.set("a.svc", answer("10.0.0.2", Some(1)));
+        let (at, fact) = next_fact(&mut running).await;
+        assert_eq!(at - started, Duration::from_secs(8));
+        assert_eq!(
+            fact.addresses.as_deref(),
+            Some(&["10.0.0.2".parse().unwrap()][..])
+        );
+        // A TTL of 1 s is raised to the 5 s floor.
+        fake.set("a.svc", answer("10.0.0.3", Some(1)));
+        let (at, _) = next_fact(&mut running).await;
+        assert_eq!(at - started, Duration::from_secs(13));
+        // A failure keeps the addresses, is retried after 1 s, then 2 s, and its recovery shows.
+        fake.set("a.svc", Some(Err(ResolveError::Failed("SERVFAIL".into()))));
+        let (at, fact) = next_fact(&mut running).await;
+        assert_eq!(at - started, Duration::from_secs(18));
+        assert_eq!(
+            fact.addresses.as_deref(),
+            Some(&["10.0.0.3".parse().unwrap()][..])
+        );
+        assert_eq!(fact.error.as_deref(), Some("SERVFAIL"));
+        fake.set("a.svc", answer("10.0.0.3", None));
+        let (at, fact) = next_fact(&mut running).await;
+        assert_eq!(at - started, Duration::from_secs(19));
+        assert_eq!(fact.error, None);
+        let table = running.table.lock().unwrap().clone();
+        assert_eq!(table["a.svc"].failures, 1);
+        assert_eq!(table["a.svc"].consecutive_failures, 0);
+    }
+}

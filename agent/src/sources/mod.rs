@@ -1,0 +1,77 @@
+//! Sources: the slow inputs, each in a task of its own, publishing facts for the loop.
+//!
+//! A reconcile pass never waits on DNS, a file or an evaluation: each of those runs here, outside
+//! the pass, and what it learns reaches the loop as a [`Fact`], the latest word on one subject.
+//! The loop keeps the latest facts and decides; a source never touches sozu.
+//!
+//! | source | watches | publishes |
+//! |---|---|---|
+//! | [`workspace`] | the workspace's directory | the evaluated workspace, or why it was rejected; the last good one on a watch channel the other sources follow |
+//! | [`dns`] | the workspace's upstream names, each on its own schedule (the answer's TTL, within bounds) | a name's addresses and its latest failure, when either changes |
+//! | [`tlsdir`] (a [`CertSource`]) | `<tls dir>/<host>/` of each route host | each host's pair, read and validated |
+//! | [`sozu_socket`] | sozu's socket | that it was created or removed: sozu may have restarted |
+
+pub mod dns;
+pub mod resolver;
+pub mod sozu_socket;
+pub mod tlsdir;
+pub mod watcher;
+pub mod workspace;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use crate::certs::CertError;
+use crate::state::Certificate;
+use crate::workspace::Workspace;
+
+/// The latest good workspace, for the sources that follow it (DNS names, certificate hosts). An
+/// edit that fails leaves the last good one here.
+pub type WorkspaceWatch = tokio::sync::watch::Receiver<Option<Arc<Workspace>>>;
+
+/// What a source tells the loop.
+#[derive(Debug, Clone)]
+pub enum Fact {
+    /// The workspace was evaluated: the model, or why it was rejected (the diagnostic).
+    Workspace(Result<Arc<Workspace>, String>),
+    /// A DNS name's answer or failure changed.
+    Dns(NameFact),
+    /// Certificate pairs read and validated, by host.
+    Pairs(Vec<(String, Result<Certificate, CertError>)>),
+    /// sozu's socket was created or removed: sozu may have restarted.
+    SozuSocket,
+    /// A file watcher's queue overflowed and events were lost; its source has read everything
+    /// again.
+    WatchOverflow,
+}
+
+/// One upstream name as its source sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NameFact {
+    pub name: String,
+    /// The addresses in use: the last good answer, kept when a later lookup fails. `None` until
+    /// the name has resolved once.
+    pub addresses: Option<Arc<[IpAddr]>>,
+    /// Why the latest lookup failed; `None` when it succeeded.
+    pub error: Option<String>,
+}
+
+/// A source that could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot watch {}: {source}", path.display())]
+pub struct WatchError {
+    pub path: std::path::PathBuf,
+    pub source: notify::Error,
+}
+
+/// Where certificate pairs come from. A source publishes [`Fact::Pairs`] for the route hosts of
+/// the latest workspace: at start, whenever a pair may have changed, and when asked to read
+/// everything again. Each pair arrives validated ([`crate::certs::parse`]); which one serves,
+/// and when it goes to sozu, is the loop's decision.
+///
+/// The tls dir watcher ([`tlsdir::TlsDir`]) is one; an issuer that obtains certificates itself
+/// is another, without the loop changing.
+pub trait CertSource: Send + Sync + 'static {
+    /// Reads every pair again (a periodic resync), as if each had changed.
+    fn reread(&self);
+}

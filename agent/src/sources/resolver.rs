@@ -1,0 +1,106 @@
+//! The system's resolver configuration (`/etc/resolv.conf`: name servers, search domains,
+//! `ndots`; and `/etc/hosts`), through hickory's asynchronous stub resolver. Unlike
+//! `getaddrinfo`, it says how long an answer may be kept, and a lookup that never answers costs
+//! a future, not a thread.
+//!
+//! Both files are read again when they change (a kubelet rewrites a pod's resolv.conf, an
+//! operator edits hosts), at the next lookup.
+
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use hickory_resolver::config::{LookupIpStrategy, ResolveHosts};
+use hickory_resolver::TokioResolver;
+
+use super::dns::{Answer, Resolve, ResolveError};
+
+const RESOLV_CONF: &str = "/etc/resolv.conf";
+const HOSTS: &str = "/etc/hosts";
+
+/// [`Resolve`] as the system is configured.
+#[derive(Default)]
+pub struct SystemResolver {
+    loaded: Mutex<Option<Loaded>>,
+}
+
+struct Loaded {
+    resolver: Arc<TokioResolver>,
+    files: [Option<FileStamp>; 2],
+}
+
+/// What tells a changed file from an unchanged one without reading it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileStamp {
+    modified: Option<SystemTime>,
+    len: u64,
+    inode: u64,
+}
+
+fn stamp(path: &str) -> Option<FileStamp> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(Path::new(path)).ok().map(|m| FileStamp {
+        modified: m.modified().ok(),
+        len: m.len(),
+        inode: m.ino(),
+    })
+}
+
+impl SystemResolver {
+    /// The resolver for the files as they are now, built again when either changed.
+    fn current(&self) -> Result<Arc<TokioResolver>, ResolveError> {
+        let files = [stamp(RESOLV_CONF), stamp(HOSTS)];
+        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = loaded.as_ref().filter(|l| l.files == files) {
+            return Ok(l.resolver.clone());
+        }
+        let mut builder = TokioResolver::builder_tokio().map_err(|e| {
+            ResolveError::Failed(format!("cannot read the resolver configuration: {e}"))
+        })?;
+        let options = builder.options_mut();
+        // Every A and AAAA address, as getaddrinfo gives them.
+        options.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
+        options.use_hosts_file = ResolveHosts::Always;
+        // The DNS source keeps answers itself and asks again when they expire; a cache here
+        // would only hand back a stale or a negative answer.
+        options.cache_size = 0;
+        let resolver = Arc::new(
+            builder
+                .build()
+                .map_err(|e| ResolveError::Failed(format!("cannot build the resolver: {e}")))?,
+        );
+        if loaded.is_some() {
+            tracing::info!("resolver configuration changed; read again");
+        }
+        *loaded = Some(Loaded {
+            resolver: resolver.clone(),
+            files,
+        });
+        Ok(resolver)
+    }
+}
+
+impl Resolve for SystemResolver {
+    async fn resolve(&self, name: &str) -> Result<Answer, ResolveError> {
+        let resolver = self.current()?;
+        match resolver.lookup_ip(name).await {
+            Ok(lookup) => {
+                let ttl = lookup
+                    .valid_until()
+                    .saturating_duration_since(std::time::Instant::now());
+                let addresses: Vec<IpAddr> = lookup.iter().collect();
+                Ok(Answer {
+                    addresses,
+                    ttl: Some(ttl.max(Duration::ZERO)),
+                })
+            }
+            Err(e) if e.is_no_records_found() => Err(if e.is_nx_domain() {
+                ResolveError::NotFound
+            } else {
+                ResolveError::NoAddresses
+            }),
+            Err(e) => Err(ResolveError::Failed(e.to_string())),
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! A bulk change (a cold start, a restarted sozu, a large edit): listeners and certificates one
+//! request each, everything else as two state files that sozu loads itself (`LoadState`), as it
+//! loads its own configuration file, without a round trip per request.
+//!
+//! Listeners go by request because sozu loads a state file's listeners with checks of their own;
+//! certificates go by request so that no key is ever written to a file (and they depend on
+//! nothing but their listener). A refused certificate keeps its host's frontends out of the
+//! second file.
+
+use std::path::Path;
+use std::time::Instant;
+
+use super::proxy::{send_over, Lane};
+use super::SozuError;
+use crate::plan::{Op, Outcome};
+
+/// From this many requests on, a change goes as state files: a cold start or a restarted sozu
+/// of a dozen routes and up, never a rotation or an edit of a few routes.
+pub const BATCH_MIN: usize = 64;
+
+/// How one operation of a bulk change is delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Delivery {
+    /// One request each: listeners (sozu checks a state file's listeners its own way) and
+    /// certificates (so that no key is ever written to a file).
+    Request,
+    /// In the first state file, loaded while the certificates go: new clusters and backends
+    /// depend on nothing and nothing routes to them yet.
+    Early,
+    /// In the second state file, once the certificates are in: frontends (an HTTPS frontend
+    /// needs its certificate) and every removal.
+    Late,
+}
+
+fn delivery_of(op: &Op) -> Delivery {
+    match op {
+        Op::AddListener { .. }
+        | Op::ActivateListener { .. }
+        | Op::AddCertificate { .. }
+        | Op::ReplaceCertificate { .. }
+        | Op::RemoveCertificate { .. } => Delivery::Request,
+        Op::AddCluster { .. } | Op::AddBackend { .. } => Delivery::Early,
+        Op::RemoveFrontend(_)
+        | Op::AddFrontend(_)
+        | Op::RemoveBackend { .. }
+        | Op::RemoveCluster { .. } => Delivery::Late,
+    }
+}
+
+/// A bulk change (see the module): what became of each of `ops`, and why a state file
+/// failed, if one did.
+///
+/// sozu's main process and its worker each take their turn on every certificate request, so
+/// neither is busy all the time; the first file (new clusters and backends) fills those gaps
+/// instead of waiting its turn after them. It goes on its own connection, the certificates on
+/// the others.
+pub fn send_bulk(
+    clients: &[Lane],
+    ops: &[Op],
+    dir: &Path,
+    workers: usize,
+) -> (Vec<Outcome>, Option<String>) {
+    let pick = |delivery: Delivery| -> Vec<Op> {
+        ops.iter()
+            .filter(|op| delivery_of(op) == delivery)
+            .cloned()
+            .collect()
+    };
+    let (requests, early, late) = (
+        pick(Delivery::Request),
+        pick(Delivery::Early),
+        pick(Delivery::Late),
+    );
+    let load = |client: &Lane, file: &[Op], what: &str| {
+        if file.is_empty() {
+            return Ok(());
+        }
+        let mut client = client.lock().unwrap_or_else(|p| p.into_inner());
+        let started = Instant::now();
+        client.load_batch(file, dir, workers)?;
+        tracing::debug!(
+            requests = file.len(),
+            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+            "{what} loaded by sozu from a state file"
+        );
+        Ok::<(), SozuError>(())
+    };
+    let send_requests = |lanes: &[Lane]| {
+        let started = Instant::now();
+        let outcomes = send_over(lanes, &requests);
+        tracing::debug!(
+            requests = requests.len(),
+            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+            "listeners and certificates sent"
+        );
+        outcomes
+    };
+    let (request_outcomes, early_result) = match clients {
+        [first, rest @ ..] if !rest.is_empty() => std::thread::scope(|scope| {
+            let early_load = scope.spawn(|| load(first, &early, "clusters and backends"));
+            let outcomes = send_requests(rest);
+            let early_result = early_load.join().unwrap_or_else(|_| {
+                Err(SozuError::BatchFile {
+                    dir: dir.to_owned(),
+                    reason: "the loading thread panicked".into(),
+                })
+            });
+            (outcomes, early_result)
+        }),
+        // One connection: one thing at a time.
+        _ => {
+            let early_result = clients
+                .first()
+                .map_or(Ok(()), |c| load(c, &early, "clusters and backends"));
+            (send_requests(clients), early_result)
+        }
+    };
+
+    let broken = request_outcomes.iter().find_map(|o| match o {
+        Outcome::NotSent(reason) => Some(reason.clone()),
+        _ => None,
+    });
+    // A refused certificate holds back its host's frontends, as one request at a time would.
+    let refused: Vec<&Op> = requests
+        .iter()
+        .zip(&request_outcomes)
+        .filter(|(_, o)| matches!(o, Outcome::Refused(_)))
+        .map(|(op, _)| op)
+        .collect();
+    let held = |op: &Op| refused.iter().any(|r| crate::plan::depends_on(op, r));
+    let late: Vec<Op> = late.into_iter().filter(|op| !held(op)).collect();
+
+    let mut failure = None;
+    let early_outcome = match early_result {
+        Ok(()) => Outcome::Applied,
+        Err(e) => {
+            failure = Some(e.to_string());
+            Outcome::NotSent(e.to_string())
+        }
+    };
+    let late_outcome = match (&broken, &early_outcome) {
+        (Some(reason), _) | (None, Outcome::NotSent(reason)) => Outcome::NotSent(reason.clone()),
+        _ => match clients
+            .first()
+            .map_or(Ok(()), |c| load(c, &late, "frontends and removals"))
+        {
+            Ok(()) => Outcome::Applied,
+            Err(e) => {
+                failure = Some(e.to_string());
+                Outcome::NotSent(e.to_string())
+            }
+        },
+    };
+    if failure.is_none() && broken.is_none() && (!early.is_empty() || !late.is_empty()) {
+        tracing::info!(
+            requests = early.len() + late.len(),
+            "bulk change loaded by sozu from state files"
+        );
+    }
+
+    // Back in plan order.
+    let mut request_outcomes = request_outcomes.into_iter();
+    let outcomes = ops
+        .iter()
+        .map(|op| match delivery_of(op) {
+            Delivery::Request => request_outcomes.next().unwrap_or(Outcome::Skipped),
+            Delivery::Early => early_outcome.clone(),
+            Delivery::Late if held(op) => Outcome::Skipped,
+            Delivery::Late => late_outcome.clone(),
+        })
+        .collect();
+    (outcomes, failure)
+}

@@ -1,0 +1,409 @@
+//! One blocking connection to sozu's command socket: requests with a deadline, the state read
+//! back, and bulk state files loaded.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use sozu_command_lib::channel::Channel;
+use sozu_command_lib::proto::command::{
+    request::RequestType, response_content::ContentType, CertificateAndKey, FrontendFilters,
+    ListListeners, QueryCertificatesFilters, QueryClustersHashes, Request, Response,
+    ResponseContent, ResponseStatus, Status, WorkerRequest,
+};
+
+use super::request::to_request;
+use super::SozuError;
+use crate::plan::Op;
+use crate::state::{Actual, Address, Backend, Frontend, ListenerCertificates, Protocol};
+use crate::workspace::ID_PREFIX;
+
+/// Buffer sizes for each connection. The buffers start at a page and grow on demand up to the
+/// maximum (a state query for tens of thousands of routes fits). The agent keeps
+/// `--sozu-connections` connections with two buffers each, and a buffer's pages stay resident once
+/// written: at 32 connections, starting at 64 KiB cost about 2 MiB of resident memory at rest,
+/// for requests that are a few KiB (a certificate with its chain and key).
+const BUFFER_BYTES: u64 = 4 * 1024;
+const MAX_BUFFER_BYTES: u64 = 64_000_000;
+
+/// A blocking client for one sozu command socket.
+pub struct SozuClient {
+    path: PathBuf,
+    timeout: Duration,
+    channel: Option<Channel<Request, Response>>,
+    /// The backends of each owned cluster as last read, with the hash sozu gave the cluster then.
+    /// sozu's cluster hash covers the cluster, its backends and its frontends, so an unchanged
+    /// hash means unchanged backends: a resync of an unchanged sozu asks for no cluster by id.
+    clusters_read: BTreeMap<String, (u64, BTreeMap<String, Backend>)>,
+}
+
+impl SozuClient {
+    pub fn new(path: &Path, timeout: Duration) -> SozuClient {
+        SozuClient {
+            path: path.to_owned(),
+            timeout,
+            channel: None,
+            clusters_read: BTreeMap::new(),
+        }
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.channel.is_some()
+    }
+
+    /// Connects if not connected. Returns true when this call opened a new connection.
+    pub fn ensure_connected(&mut self) -> Result<bool, SozuError> {
+        if self.channel.is_some() {
+            return Ok(false);
+        }
+        let connect_error = |reason: String| SozuError::Connect {
+            path: self.path.clone(),
+            reason,
+        };
+        let path = self
+            .path
+            .to_str()
+            .ok_or_else(|| connect_error("the socket path is not UTF-8".into()))?;
+        let mut channel = Channel::from_path(path, BUFFER_BYTES, MAX_BUFFER_BYTES)
+            .map_err(|e| connect_error(e.to_string()))?;
+        channel
+            .blocking()
+            .map_err(|e| connect_error(e.to_string()))?;
+        self.channel = Some(channel);
+        Ok(true)
+    }
+
+    pub fn disconnect(&mut self) {
+        self.channel = None;
+    }
+
+    /// Sends one request and waits for its final answer, within the deadline.
+    fn request(&mut self, request: RequestType) -> Result<Option<ResponseContent>, SozuError> {
+        self.request_within(request, self.timeout)
+            .map(|r| r.content)
+    }
+
+    fn request_within(
+        &mut self,
+        request: RequestType,
+        timeout: Duration,
+    ) -> Result<Response, SozuError> {
+        let name = request_name(&request);
+        self.ensure_connected()?;
+        let result = self.exchange(request, &name, timeout);
+        if matches!(&result, Err(e) if !e.is_refusal()) {
+            self.channel = None;
+        }
+        result
+    }
+
+    fn exchange(
+        &mut self,
+        request: RequestType,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<Response, SozuError> {
+        let channel = self.channel.as_mut().ok_or_else(|| SozuError::Channel {
+            request: name.to_owned(),
+            reason: "not connected".into(),
+        })?;
+        channel
+            .write_message(&Request::from(request))
+            .map_err(|e| SozuError::Channel {
+                request: name.to_owned(),
+                reason: e.to_string(),
+            })?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(SozuError::Timeout {
+                    request: name.to_owned(),
+                    timeout,
+                });
+            }
+            let response = channel
+                .read_message_blocking_timeout(Some(remaining))
+                .map_err(|e| {
+                    if Instant::now() >= deadline {
+                        SozuError::Timeout {
+                            request: name.to_owned(),
+                            timeout,
+                        }
+                    } else {
+                        SozuError::Channel {
+                            request: name.to_owned(),
+                            reason: e.to_string(),
+                        }
+                    }
+                })?;
+            match response.status() {
+                ResponseStatus::Processing => continue,
+                ResponseStatus::Ok => return Ok(response),
+                ResponseStatus::Failure => {
+                    return Err(SozuError::Refused {
+                        request: name.to_owned(),
+                        message: response.message,
+                    })
+                }
+            }
+        }
+    }
+
+    /// The PIDs of sozu's workers: a new set means sozu (or a worker) restarted.
+    pub fn worker_pids(&mut self) -> Result<BTreeSet<i32>, SozuError> {
+        match self.request(RequestType::Status(Status {}))? {
+            Some(ResponseContent {
+                content_type: Some(ContentType::Workers(workers)),
+            }) => Ok(workers.vec.iter().map(|w| w.pid).collect()),
+            _ => Err(SozuError::Unexpected {
+                request: "status".into(),
+            }),
+        }
+    }
+
+    /// Reads everything the planner compares against: listeners, clusters, frontends, the
+    /// backends of the clusters the agent owns, and the certificates of the main state.
+    pub fn read_state(&mut self) -> Result<Actual, SozuError> {
+        let mut actual = Actual::default();
+
+        match self.request(RequestType::ListListeners(ListListeners {}))? {
+            Some(ResponseContent {
+                content_type: Some(ContentType::ListenersList(list)),
+            }) => {
+                for l in list.http_listeners.values() {
+                    actual
+                        .listeners
+                        .insert(l.address.into(), (Protocol::Http, l.active));
+                }
+                for l in list.https_listeners.values() {
+                    actual
+                        .listeners
+                        .insert(l.address.into(), (Protocol::Https, l.active));
+                }
+            }
+            _ => return Err(unexpected("list listeners")),
+        }
+
+        match self.request(RequestType::ListFrontends(FrontendFilters {
+            http: true,
+            https: true,
+            tcp: false,
+            domain: None,
+            cluster_id: None,
+        }))? {
+            Some(ResponseContent {
+                content_type: Some(ContentType::FrontendList(list)),
+            }) => {
+                let http = list.http_frontends.into_iter().map(|f| (Protocol::Http, f));
+                let https = list
+                    .https_frontends
+                    .into_iter()
+                    .map(|f| (Protocol::Https, f));
+                for (protocol, f) in http.chain(https) {
+                    actual.frontends.insert(Frontend {
+                        protocol,
+                        address: f.address.into(),
+                        hostname: f.hostname,
+                        path_prefix: f.path.value,
+                        cluster_id: f.cluster_id,
+                        tags: f.tags.into_iter().collect(),
+                    });
+                }
+            }
+            _ => return Err(unexpected("list frontends")),
+        }
+
+        let hashes = self.request(RequestType::QueryClustersHashes(QueryClustersHashes {}))?;
+        let hashes: BTreeMap<String, u64> =
+            main_content(hashes, "query clusters hashes", |c| match c {
+                ContentType::ClusterHashes(h) => Some(h.map.into_iter().collect()),
+                _ => None,
+            })?;
+        actual.clusters = hashes.keys().cloned().collect();
+
+        let mut read = std::mem::take(&mut self.clusters_read);
+        read.retain(|id, (hash, _)| hashes.get(id) == Some(hash));
+        for (id, (_, backends)) in &read {
+            actual.backends.insert(id.clone(), backends.clone());
+        }
+        let owned: Vec<(String, u64)> = hashes
+            .into_iter()
+            .filter(|(id, _)| id.starts_with(ID_PREFIX) && !read.contains_key(id))
+            .collect();
+        // Kept even if a query below fails: what it holds was read and is still current.
+        self.clusters_read = read;
+        for (id, hash) in owned {
+            let info = self.request(RequestType::QueryClusterById(id.clone()))?;
+            let backends: BTreeMap<String, Backend> =
+                main_content(info, "query cluster", |c| match c {
+                    ContentType::Clusters(list) => Some(
+                        list.vec
+                            .into_iter()
+                            .flat_map(|info| info.backends)
+                            .map(|b| {
+                                (
+                                    b.backend_id.clone(),
+                                    Backend {
+                                        id: b.backend_id,
+                                        address: match b.unix_path {
+                                            Some(path) => Address::Unix(PathBuf::from(path)),
+                                            None => Address::Ip(b.address.into()),
+                                        },
+                                    },
+                                )
+                            })
+                            .collect(),
+                    ),
+                    _ => None,
+                })?;
+            self.clusters_read
+                .insert(id.clone(), (hash, backends.clone()));
+            actual.backends.insert(id, backends);
+        }
+
+        let certificates = self.request(RequestType::QueryCertificatesFromTheState(
+            QueryCertificatesFilters::default(),
+        ))?;
+        let summaries = match certificates {
+            Some(ResponseContent {
+                content_type: Some(ContentType::CertificatesWithFingerprints(found)),
+            }) => {
+                let mut held = ListenerCertificates::default();
+                // The keys are dropped here, with the rest of the response.
+                for (fingerprint, cert) in &found.certs {
+                    held.insert(fingerprint, &cert_names(cert));
+                }
+                held
+            }
+            _ => return Err(unexpected("query certificates")),
+        };
+        // The main state does not say which listener holds which certificate; an HTTPS listener
+        // per workspace makes that moot, and a request naming a certificate the listener lacks is
+        // a no-op in sozu.
+        for (&address, &(protocol, _)) in &actual.listeners {
+            if protocol == Protocol::Https {
+                actual.certificates.insert(address, summaries.clone());
+            }
+        }
+        Ok(actual)
+    }
+
+    /// Sends one planned operation.
+    pub fn apply(&mut self, op: &Op) -> Result<(), SozuError> {
+        self.request(to_request(op)?).map(|_| ())
+    }
+
+    /// Sends `ops` as one state file that sozu loads itself (`LoadState`): sozu applies them in
+    /// order, as it does its own configuration file, without a round trip each. `dir` must be
+    /// readable by sozu at the same path (the socket's directory: in a pod, the volume both
+    /// containers mount). The file holds certificate keys; it is created private to this user
+    /// and removed as soon as sozu answers.
+    ///
+    /// sozu skips an entry its state refuses without failing the load, so success is taken only
+    /// when every entry was acknowledged by each of `workers` workers.
+    pub fn load_batch(&mut self, ops: &[Op], dir: &Path, workers: usize) -> Result<(), SozuError> {
+        use std::io::Write;
+        let file_error = |reason: String| SozuError::BatchFile {
+            dir: dir.to_owned(),
+            reason,
+        };
+        let mut file = tempfile::Builder::new()
+            .prefix(".private-ingress-")
+            .suffix(".state")
+            .tempfile_in(dir)
+            .map_err(|e| file_error(e.to_string()))?;
+        {
+            let mut out = std::io::BufWriter::new(file.as_file_mut());
+            for (i, op) in ops.iter().enumerate() {
+                let entry = WorkerRequest::new(format!("pi-{i}"), Request::from(to_request(op)?));
+                serde_json::to_writer(&mut out, &entry).map_err(|e| file_error(e.to_string()))?;
+                out.write_all(b"\n\0")
+                    .map_err(|e| file_error(e.to_string()))?;
+            }
+            out.flush().map_err(|e| file_error(e.to_string()))?;
+        }
+        let path = file
+            .path()
+            .to_str()
+            .ok_or_else(|| file_error("the path is not UTF-8".into()))?
+            .to_owned();
+        tracing::debug!(
+            entries = ops.len(),
+            bytes = file.as_file().metadata().map(|m| m.len()).unwrap_or(0),
+            "bulk state file written"
+        );
+        // sozu's own deadline for a replay grows with its size; so does this one.
+        let timeout = self.timeout + Duration::from_millis(ops.len() as u64);
+        let answer = self.request_within(RequestType::LoadState(path), timeout)?;
+        let expected = ops.len() * workers;
+        match acknowledged(&answer.message) {
+            Some((ok, 0)) if ok == expected => Ok(()),
+            _ => Err(SozuError::BatchIncomplete {
+                message: format!("{} ({expected} acknowledgements expected)", answer.message),
+            }),
+        }
+    }
+}
+
+/// (acknowledged, failed) from sozu 2.3.3's answer to a state load: "Successfully loaded state
+/// from path P, N ok messages, M errors".
+fn acknowledged(message: &str) -> Option<(usize, usize)> {
+    let mut parts = message.rsplit(", ");
+    let errors = parts.next()?.strip_suffix(" errors")?.parse().ok()?;
+    let ok = parts.next()?.strip_suffix(" ok messages")?.parse().ok()?;
+    Some((ok, errors))
+}
+
+fn unexpected(request: &str) -> SozuError {
+    SozuError::Unexpected {
+        request: request.into(),
+    }
+}
+
+/// Scattered queries answer with one entry per worker plus `main`, the main process's state.
+fn main_content<T>(
+    content: Option<ResponseContent>,
+    request: &str,
+    extract: impl FnOnce(ContentType) -> Option<T>,
+) -> Result<T, SozuError> {
+    let content = content
+        .and_then(|c| c.content_type)
+        .ok_or_else(|| unexpected(request))?;
+    let content = match content {
+        ContentType::WorkerResponses(mut responses) => responses
+            .map
+            .remove("main")
+            .and_then(|c| c.content_type)
+            .ok_or_else(|| unexpected(request))?,
+        other => other,
+    };
+    extract(content).ok_or_else(|| unexpected(request))
+}
+
+fn cert_names(cert: &CertificateAndKey) -> BTreeSet<String> {
+    if !cert.names.is_empty() {
+        return cert.names.iter().map(|n| n.to_ascii_lowercase()).collect();
+    }
+    crate::certs::names_of_pem(cert.certificate.as_bytes()).unwrap_or_default()
+}
+/// The request's kind only (sozu's own short name): its fields may hold key material.
+pub(crate) fn request_name(request: &RequestType) -> String {
+    sozu_command_lib::proto::display::format_request_type(request).to_owned()
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_load_answer_gives_its_counts() {
+        let message = "Successfully loaded state from path /run/sozu/.private-ingress-x.state, \
+                       4000 ok messages, 0 errors";
+        assert_eq!(acknowledged(message), Some((4000, 0)));
+        assert_eq!(
+            acknowledged("loading state: 3 ok messages, 1 errors, timed out: false"),
+            None,
+            "a failure's wording is not a success's"
+        );
+    }
+}

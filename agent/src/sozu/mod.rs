@@ -1,0 +1,52 @@
+//! The only code that talks to sozu's command socket (sozu-command-lib 2.3.3).
+//!
+//! - [`client`]: one blocking connection; every request has a deadline. sozu answers a mutation
+//!   with `PROCESSING` and then `OK` once every worker applied it, or `FAILURE`; a query answers
+//!   `OK` with content. Any channel error drops the connection, and the next request reconnects.
+//! - [`request`]: a planned operation as sozu's request.
+//! - [`phases`]: a plan sent phase after phase over several connections.
+//! - [`bulk`]: a bulk change (a cold start, a restarted sozu) as state files that sozu loads
+//!   itself (`LoadState`) instead of thousands of round trips.
+//! - [`proxy`]: [`crate::reconcile::Proxy`] over all of it, on tokio's blocking pool.
+//!
+//! Certificate queries on the main state return private keys: they are dropped in [`client`],
+//! on receipt; only fingerprints and names leave this module.
+
+pub mod bulk;
+pub mod client;
+pub mod phases;
+pub mod proxy;
+pub mod request;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use client::SozuClient;
+pub use proxy::SozuProxy;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SozuError {
+    #[error("cannot connect to sozu at {}: {reason}", path.display())]
+    Connect { path: PathBuf, reason: String },
+    #[error("sozu connection lost during `{request}`: {reason}")]
+    Channel { request: String, reason: String },
+    #[error("sozu did not answer `{request}` within {} ms", timeout.as_millis())]
+    Timeout { request: String, timeout: Duration },
+    #[error("sozu refused `{request}`: {message}")]
+    Refused { request: String, message: String },
+    #[error("sozu answered `{request}` with unexpected content")]
+    Unexpected { request: String },
+    #[error("cannot write the bulk state file in {}: {reason}", dir.display())]
+    BatchFile { dir: PathBuf, reason: String },
+    #[error("sozu loaded the bulk state only in part: {message}")]
+    BatchIncomplete { message: String },
+    #[error("the sozu client task failed: {reason}")]
+    Task { reason: String },
+}
+
+impl SozuError {
+    /// A refusal leaves the connection usable; every other error means reconnecting.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, SozuError::Refused { .. })
+    }
+}

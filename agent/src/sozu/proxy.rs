@@ -1,0 +1,132 @@
+//! [`Proxy`] over a real sozu: blocking clients on tokio's blocking pool. Queries go through the
+//! first connection; a plan's independent requests are spread over all of them, and a bulk change
+//! goes as state files ([`super::bulk`]).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use super::bulk::{send_bulk, BATCH_MIN};
+use super::phases::{send_in_phases, SendError};
+use super::{SozuClient, SozuError};
+use crate::plan::{Op, Outcome};
+use crate::reconcile::{Generation, Proxy};
+use crate::state::Actual;
+
+/// One connection, shared by the thread that uses it.
+pub type Lane = Arc<Mutex<SozuClient>>;
+
+pub struct SozuProxy {
+    lanes: Vec<Lane>,
+    /// Counts the connections the first lane opened: each may be to another sozu.
+    connection: u64,
+    /// Where bulk state files go (see [`SozuClient::load_batch`]); `None`: never in bulk.
+    batch_dir: Option<PathBuf>,
+    /// sozu's worker count, as of the last generation check.
+    workers: usize,
+}
+
+impl SozuProxy {
+    /// `clients` are connections to the same socket (at least one).
+    pub fn new(clients: Vec<SozuClient>) -> SozuProxy {
+        SozuProxy {
+            lanes: clients
+                .into_iter()
+                .map(|c| Arc::new(Mutex::new(c)))
+                .collect(),
+            connection: 0,
+            batch_dir: None,
+            workers: 1,
+        }
+    }
+
+    /// Sends bulk changes as state files written in `dir` (which sozu must read at the same path).
+    pub fn with_batches(mut self, dir: PathBuf) -> SozuProxy {
+        self.batch_dir = Some(dir);
+        self
+    }
+
+    async fn with_first<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut SozuClient) -> Result<T, SozuError> + Send + 'static,
+    ) -> Result<T, SozuError> {
+        let lane = self.lanes.first().cloned().ok_or_else(|| SozuError::Task {
+            reason: "no sozu connection configured".into(),
+        })?;
+        tokio::task::spawn_blocking(move || f(&mut lock(&lane)))
+            .await
+            .map_err(|e| SozuError::Task {
+                reason: e.to_string(),
+            })?
+    }
+}
+
+fn lock(lane: &Lane) -> std::sync::MutexGuard<'_, SozuClient> {
+    lane.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Sends `ops` over every lane, phase after phase, one request each.
+pub fn send_over(lanes: &[Lane], ops: &[Op]) -> Vec<Outcome> {
+    send_in_phases(ops, lanes.len(), |lane, op| {
+        match lock(&lanes[lane]).apply(op) {
+            Ok(()) => Ok(()),
+            Err(SozuError::Refused { message, .. }) => Err(SendError::Refused(message)),
+            Err(e) => Err(SendError::Broken(e.to_string())),
+        }
+    })
+}
+
+impl Proxy for SozuProxy {
+    async fn generation(&mut self) -> Result<Generation, SozuError> {
+        let (new_connection, workers) = self
+            .with_first(|c| {
+                let new = c.ensure_connected()?;
+                Ok((new, c.worker_pids()?))
+            })
+            .await?;
+        if new_connection {
+            self.connection += 1;
+            // The other lanes may still talk to the previous sozu: reconnect them too.
+            for lane in &self.lanes[1..] {
+                lock(lane).disconnect();
+            }
+        }
+        self.workers = workers.len().max(1);
+        Ok(Generation {
+            connection: self.connection,
+            workers,
+        })
+    }
+
+    async fn read_state(&mut self) -> Result<Actual, SozuError> {
+        self.with_first(|c| c.read_state()).await
+    }
+
+    /// A change of [`BATCH_MIN`] requests or more goes in bulk ([`send_bulk`]). When sozu does
+    /// not load a state file in full, the file's requests count as not sent (the loop reads
+    /// sozu's state again) and bulk loading is turned off for good: from then on, one request at
+    /// a time, each refusal reported on its own.
+    async fn apply(&mut self, ops: Vec<Op>) -> Vec<Outcome> {
+        let count = ops.len();
+        let lanes = self.lanes.clone();
+        let batch = self
+            .batch_dir
+            .clone()
+            .filter(|_| count >= BATCH_MIN)
+            .map(|dir| (dir, self.workers));
+        let result = tokio::task::spawn_blocking(move || match batch {
+            Some((dir, workers)) => send_bulk(&lanes, &ops, &dir, workers),
+            None => (send_over(&lanes, &ops), None),
+        })
+        .await;
+        match result {
+            Ok((outcomes, None)) => outcomes,
+            Ok((outcomes, Some(reason))) => {
+                tracing::warn!(error = %reason,
+                    "sozu did not load the bulk change; sending requests one at a time from now on");
+                self.batch_dir = None;
+                outcomes
+            }
+            Err(e) => vec![Outcome::NotSent(e.to_string()); count],
+        }
+    }
+}
