@@ -286,7 +286,6 @@ pub fn parse(
             });
         }
     }
-    verify_signatures(&parsed, crt_path)?;
 
     if std::str::from_utf8(key).is_ok_and(|k| k.contains("ENCRYPTED")) {
         return Err(CertError::EncryptedKey {
@@ -317,6 +316,10 @@ pub fn parse(
             path: key_path.to_owned(),
         });
     }
+
+    // After the key: a key sozu cannot load is the better diagnosis for a P-521 or DSA pair,
+    // whose signatures ring cannot verify either.
+    verify_signatures(&parsed, crt_path)?;
 
     let validity = leaf.validity();
     if now < validity.not_before.timestamp() {

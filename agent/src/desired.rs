@@ -8,8 +8,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
+use crate::plan;
 use crate::state::{
-    Address, Backend, Certificate, Desired, Frontend, Protocol, Tags, OWNER_TAG, ROUTE_TAG,
+    Actual, Address, Backend, Certificate, Desired, Frontend, Protocol, Tags, OWNER_TAG, ROUTE_TAG,
 };
 use crate::workspace::{Route, Upstream, Workspace};
 
@@ -78,6 +79,53 @@ pub fn build(
         .frontends
         .retain(|f| certificates.contains_key(&f.hostname));
     (desired, held)
+}
+
+/// Keeps what sozu already holds for the routes whose facts the agent does not have yet, instead
+/// of tearing it down: the backends of a route whose DNS name has not resolved yet, and the
+/// certificate (with the route's frontends) of a host without a validated pair. A restarted
+/// agent finds a serving sozu, and its first pass comes before its first lookups and reads.
+/// Once the fact arrives, the route follows it like any other.
+pub fn adopt(
+    desired: &mut Desired,
+    held: &mut BTreeMap<String, Held>,
+    workspace: &Workspace,
+    actual: &Actual,
+) {
+    for route in &workspace.routes {
+        if !matches!(route.upstream, Upstream::Dns { .. }) {
+            continue;
+        }
+        let unresolved = desired
+            .clusters
+            .get(&route.id)
+            .is_some_and(BTreeMap::is_empty);
+        if let Some(present) = actual.backends.get(&route.id).filter(|_| unresolved) {
+            desired.clusters.insert(route.id.clone(), present.clone());
+        }
+    }
+    let Some(https) = desired.https_address else {
+        return;
+    };
+    let Some(present) = actual.certificates.get(&https) else {
+        return;
+    };
+    let by_name = present.by_name();
+    for route in &workspace.routes {
+        if held.get(&route.id) != Some(&Held::NoCertificate) {
+            continue;
+        }
+        let kept = by_name
+            .named(&route.host)
+            .find(|(_, names)| plan::owned_certificate(names, &desired.zone));
+        if let Some((fingerprint, _)) = kept {
+            desired.kept_certificates.insert(fingerprint.to_owned());
+            desired
+                .frontends
+                .extend(frontends(route, https, workspace.listeners.http));
+            held.remove(&route.id);
+        }
+    }
 }
 
 /// A route's frontends: HTTPS (hostname + path prefix) and HTTP, which the cluster's

@@ -192,16 +192,12 @@ fn plan_certificates(actual: &Actual, desired: &Desired, address: SocketAddr, op
     let none = ListenerCertificates::default();
     let present = actual.certificates.get(&address).unwrap_or(&none);
     let present_by_name = present.by_name();
-    let owned = |names: &[String]| {
-        !names.is_empty()
-            && names
-                .iter()
-                .all(|n| in_zone(n.trim_start_matches("*."), &desired.zone))
-    };
+    let owned = |names: &[String]| owned_certificate(names, &desired.zone);
     let wanted: BTreeSet<&str> = desired
         .certificates
         .values()
         .map(|c| c.fingerprint.as_str())
+        .chain(desired.kept_certificates.iter().map(String::as_str))
         .collect();
     let mut sent: BTreeSet<&str> = BTreeSet::new();
     let mut removed: BTreeSet<&str> = BTreeSet::new();
@@ -241,6 +237,14 @@ fn plan_certificates(actual: &Actual, desired: &Desired, address: SocketAddr, op
             removed.insert(fingerprint);
         }
     }
+}
+
+/// Whether a certificate naming `names` is the agent's: every name in the workspace zone.
+pub fn owned_certificate(names: &[String], zone: &str) -> bool {
+    !names.is_empty()
+        && names
+            .iter()
+            .all(|n| in_zone(n.trim_start_matches("*."), zone))
 }
 
 /// What became of one planned request.

@@ -169,6 +169,9 @@ pub struct Desired {
     pub frontends: BTreeSet<Frontend>,
     /// Certificates on the HTTPS listener, one per host.
     pub certificates: BTreeMap<String, Certificate>,
+    /// Fingerprints of certificates sozu already holds that stay as they are: those of hosts
+    /// whose pair the agent has not validated yet (see `desired::adopt`).
+    pub kept_certificates: BTreeSet<String>,
     /// The HTTPS listener the certificates live on.
     pub https_address: Option<SocketAddr>,
     /// Hosts the agent manages certificates for; certificates naming only hosts inside this zone

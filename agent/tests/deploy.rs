@@ -706,14 +706,36 @@ spec:
     assert_eq!(added_lines(&k8s_before, &k8s_after), counted(&expected));
 }
 
-/// sozu 2.3.3 itself accepts the bootstrap configuration shipped in the ConfigMap. Needs the
-/// pinned sozu (`SOZU_BIN`, set by scripts/test); without it the check is reported as skipped.
+/// The pinned sozu: `SOZU_BIN`, else where `scripts/ensure-sozu` installs it. Missing, the test
+/// fails and says how to get it, rather than passing without checking anything.
+fn sozu_bin() -> std::path::PathBuf {
+    if let Some(path) = std::env::var_os("SOZU_BIN").filter(|p| !p.is_empty()) {
+        return path.into();
+    }
+    let cache = std::env::var_os("SOZU_CACHE_DIR")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME")
+                .map(|d| std::path::PathBuf::from(d).join("private-ingress"))
+        })
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(|d| std::path::PathBuf::from(d).join(".cache/private-ingress"))
+        })
+        .unwrap_or_default();
+    let bin = cache.join("sozu-2.3.3/bin/sozu");
+    assert!(
+        bin.is_file(),
+        "sozu 2.3.3 not found at {}: run scripts/ensure-sozu (or scripts/test), or set SOZU_BIN",
+        bin.display()
+    );
+    bin
+}
+
+/// sozu 2.3.3 itself accepts the bootstrap configuration shipped in the ConfigMap.
 #[test]
 fn sozu_accepts_the_bootstrap_configuration() {
-    let Some(sozu) = std::env::var_os("SOZU_BIN") else {
-        eprintln!("SOZU_BIN is not set: skipping sozu's own check of the bootstrap configuration");
-        return;
-    };
+    let sozu = sozu_bin();
     let docs = documents(&render(&reference(), "k8s"));
     let config = find(&docs, "ConfigMap")[0]["data"]["sozu.toml"]
         .as_str()

@@ -89,13 +89,20 @@ pub enum Kind {
     FifoAsCert,
     /// `tls.crt` a link to `/dev/zero`: reading it would never end.
     EndlessDevice,
+    /// The host in the subject's common name only, no subject alternative name: clients ignore
+    /// the common name.
+    CommonNameOnly,
+    /// A good leaf with one byte of its serial number changed on disk: it parses and matches its
+    /// key, but its signature no longer verifies.
+    AlteredLeaf,
 }
 
 impl Kind {
     /// Every kind, in an order where no two neighbours share a reason, so a test that writes them
     /// one after the other sees the reported reason change at every step (and the agent counts
     /// each refusal once).
-    pub const ALL: [Kind; 30] = [
+    pub const ALL: [Kind; 32] = [
+        Kind::CommonNameOnly,
         Kind::MismatchedKey,
         Kind::EndlessDevice,
         Kind::Expired,
@@ -126,6 +133,7 @@ impl Kind {
         Kind::DirectoryAsCert,
         Kind::DsaTraditionalKey,
         Kind::FifoAsCert,
+        Kind::AlteredLeaf,
     ];
 
     /// A short human name, for messages.
@@ -161,6 +169,8 @@ impl Kind {
             Kind::GarbageAfterLeaf => "chain with garbage after the leaf",
             Kind::FifoAsCert => "named pipe in place of tls.crt",
             Kind::EndlessDevice => "tls.crt a link to /dev/zero",
+            Kind::CommonNameOnly => "host in the common name only",
+            Kind::AlteredLeaf => "leaf altered on disk",
         }
     }
 
@@ -190,6 +200,8 @@ impl Kind {
             }
             Kind::CertInKeyFile | Kind::EmptyKey => "no_key",
             Kind::LeafNotDer | Kind::GarbageAfterLeaf => "bad_leaf",
+            Kind::CommonNameOnly => "no_san",
+            Kind::AlteredLeaf => "bad_signature",
         }
     }
 }
@@ -399,6 +411,15 @@ impl Volume {
                     keys: vec![good.key],
                 }
             }
+            Kind::CommonNameOnly => {
+                let key = KeyPair::generate().expect("generate a key");
+                let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+                params.distinguished_name.push(DnType::CommonName, HOST);
+                let crt = params.self_signed(&key).expect("self-sign").pem();
+                let key = key.serialize_pem();
+                text(&crt, &key, vec![key.clone()])
+            }
+            Kind::AlteredLeaf => text(&altered(&good.crt), &good.key, vec![good.key.clone()]),
         }
     }
 }
@@ -479,6 +500,29 @@ fn fixture_pair(
     key: &str,
 ) -> Written {
     text(crt, key, vec![key.to_owned()])
+}
+
+/// `pem` with the last byte of its DER flipped: a byte of the signature, so the certificate still
+/// parses and still matches its key, but its signature no longer verifies.
+fn altered(pem: &str) -> String {
+    use base64::Engine as _;
+    use rustls::pki_types::pem::PemObject;
+    let der = rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes())
+        .expect("a PEM certificate");
+    let mut der = der.to_vec();
+    if let Some(last) = der.last_mut() {
+        *last ^= 0x01;
+    }
+    let body = base64::engine::general_purpose::STANDARD.encode(&der);
+    let lines: Vec<&str> = body
+        .as_bytes()
+        .chunks(64)
+        .map(|l| std::str::from_utf8(l).expect("base64 is ASCII"))
+        .collect();
+    format!(
+        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+        lines.join("\n")
+    )
 }
 
 /// `pem` with its first four base64 characters (`MIIB`/`MIIC`: a DER SEQUENCE header) replaced

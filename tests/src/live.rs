@@ -569,37 +569,49 @@ impl Stack {
         self.start_agent_as(cmd, args, env);
     }
 
-    /// Starts the agent in a mount namespace of its own in which `hosts` is its `/etc/hosts`, so
-    /// that the system resolver (getaddrinfo) answers what the test writes there, and only that:
-    /// its `nsswitch.conf` names no DNS, so a name missing from the file fails at once instead of
-    /// going to a name server off this machine. Needs `unshare` and the right to mount (root);
-    /// returns false, starting nothing, without them.
-    pub fn start_agent_with_hosts_file(&mut self, hosts: &Path, args: &[&str]) -> bool {
-        let nsswitch = self.dir.path().join("nsswitch.conf");
-        std::fs::write(&nsswitch, "hosts: files\n").expect("write nsswitch.conf");
+    /// Starts the agent in a mount namespace of its own in which `hosts` is its `/etc/hosts` and
+    /// `resolv_conf` its `/etc/resolv.conf`: the system's resolver configuration, which the agent
+    /// reads, says only what the test writes. Needs `unshare` and the right to mount (root, as in
+    /// CI); panics without them rather than testing nothing.
+    pub fn start_agent_with_resolver(&mut self, hosts: &Path, resolv_conf: &Path, args: &[&str]) {
         let allowed = Command::new("unshare")
             .args(["--mount", "sh", "-c", "mount --bind /etc/hosts /etc/hosts"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success());
-        if !allowed {
-            return false;
-        }
+        assert!(
+            allowed,
+            "this test gives the agent its own /etc/hosts and /etc/resolv.conf: it needs unshare \
+             and the right to mount (root)"
+        );
         let mut cmd = Command::new("unshare");
         cmd.args([
             "--mount",
             "sh",
             "-c",
-            "mount --bind \"$1\" /etc/hosts && mount --bind \"$2\" /etc/nsswitch.conf \
+            "mount --bind \"$1\" /etc/hosts && mount --bind \"$2\" /etc/resolv.conf \
              && shift 2 && exec \"$@\"",
             "sh",
         ])
         .arg(hosts)
-        .arg(&nsswitch)
+        .arg(resolv_conf)
         .arg(agent_bin());
         self.start_agent_as(cmd, args, &[("RUST_LOG", "info")]);
-        true
+    }
+
+    /// Waits until the running agent has logged a line containing `needle`.
+    pub fn wait_agent_log(&self, needle: &str, timeout: Duration) {
+        let log = self
+            .dir
+            .path()
+            .join(format!("agent.{}.log", self.agent_runs));
+        eventually_every(Duration::from_millis(1), timeout, needle, || {
+            std::fs::read_to_string(&log)
+                .ok()
+                .filter(|text| text.contains(needle))
+                .map(|_| ())
+        });
     }
 
     /// Runs `cmd` (the agent, or a wrapper that ends by running it) with the usual flags.
@@ -690,6 +702,58 @@ impl Stack {
             }
         }
         out
+    }
+}
+
+/// A name server that never answers: it takes every query on UDP and TCP port 53 of a loopback
+/// address of its own and drops it, as a cluster DNS does while it restarts or when a
+/// NetworkPolicy drops DNS. Binding port 53 needs root.
+pub struct SilentNameServer {
+    pub address: std::net::Ipv4Addr,
+    stop: Arc<AtomicBool>,
+    _tcp: TcpListener,
+}
+
+impl SilentNameServer {
+    pub fn start() -> SilentNameServer {
+        let (udp, tcp, address) = (1..=250u8)
+            .find_map(|last| {
+                let address = Ipv4Addr::new(127, 53, 53, last);
+                let udp = std::net::UdpSocket::bind((address, 53)).ok()?;
+                let tcp = TcpListener::bind((address, 53)).ok()?;
+                Some((udp, tcp, address))
+            })
+            .expect("a loopback address with port 53 free (binding port 53 needs root)");
+        udp.set_read_timeout(Some(Duration::from_millis(100)))
+            .expect("read timeout");
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while !stopped.load(Ordering::Relaxed) {
+                // Swallowed.
+                let _ = udp.recv_from(&mut buf);
+            }
+        });
+        SilentNameServer {
+            address,
+            stop,
+            _tcp: tcp,
+        }
+    }
+
+    /// A resolv.conf naming only this server, with glibc's default timing spelled out.
+    pub fn resolv_conf(&self) -> String {
+        format!(
+            "nameserver {}\noptions timeout:5 attempts:2\n",
+            self.address
+        )
+    }
+}
+
+impl Drop for SilentNameServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
     }
 }
 

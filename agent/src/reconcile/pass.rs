@@ -7,10 +7,13 @@ use tokio::time::Instant as TokioInstant;
 
 use super::driver::{Agent, Work};
 use super::Proxy;
-use crate::desired;
+use std::collections::BTreeMap;
+
+use crate::desired::{self, Held};
 use crate::plan::{self, Op, Outcome};
 use crate::sources::CertSource;
 use crate::state::Desired;
+use crate::workspace::Workspace;
 
 /// How a pass ended, for the loop's error policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,8 +40,8 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             return PassOutcome::Done;
         };
         let started = Instant::now();
-        let (want, held) = desired::build(&workspace, self.dns.resolved(), self.certs.last_good());
-        self.held = held;
+        let (mut want, mut held) =
+            desired::build(&workspace, self.dns.resolved(), self.certs.last_good());
         step_took(started, "desired state built");
 
         // A pass for certificates alone trusts the shadow: a restart announces itself (a socket
@@ -46,7 +49,11 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         let only_certificates =
             !work.full && !work.check_generation && !work.resync && !work.hosts.is_empty();
         let sent_before = self.counters.sozu_requests;
-        let outcome = match self.sync(&want, !only_certificates).await {
+        let synced = self
+            .sync(&workspace, &mut want, &mut held, !only_certificates)
+            .await;
+        self.held = held;
+        let outcome = match synced {
             Ok(refused) => {
                 self.sozu_error = None;
                 if refused {
@@ -78,7 +85,13 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
     /// Brings sozu to `want`: asks who it is (unless the shadow is trusted), reads its state when
     /// the shadow is gone, plans, holds back what waits for a retry, applies. Returns whether a
     /// request was refused; an error means sozu could not be reached.
-    async fn sync(&mut self, want: &Desired, check_generation: bool) -> Result<bool, String> {
+    async fn sync(
+        &mut self,
+        workspace: &Workspace,
+        want: &mut Desired,
+        held: &mut BTreeMap<String, Held>,
+        check_generation: bool,
+    ) -> Result<bool, String> {
         if check_generation || !self.sozu.is_known() {
             let started = Instant::now();
             if self.sozu.check().await.map_err(|e| e.to_string())? {
@@ -88,6 +101,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         }
         let actual = self.sozu.actual().await.map_err(|e| e.to_string())?;
         let started = Instant::now();
+        desired::adopt(want, held, workspace, actual);
         let planned = plan::plan(actual, want);
         step_took(started, "changes planned");
         let now = TokioInstant::now();

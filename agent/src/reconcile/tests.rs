@@ -509,3 +509,58 @@ async fn a_served_certificate_is_flagged_when_it_enters_the_expiry_warning() {
     tokio::time::sleep(Duration::from_secs(120)).await;
     assert!(h.status().routes[0].certificate.expiring_soon);
 }
+
+/// A restarted agent finds sozu serving: until its first reads and lookups it keeps what sozu
+/// holds (certificates, frontends, backends) instead of tearing it down, and once the facts
+/// match, it sends nothing at all.
+#[tokio::test(start_paused = true)]
+async fn a_restarted_agent_keeps_what_sozu_serves_until_its_facts_arrive() {
+    let first = start(Settings::default());
+    let routes = || vec![route(A, dns("a.svc")), route(B, ip("10.0.0.2:80"))];
+    first.send(workspace(routes()));
+    first.send(answer("a.svc", &["10.0.0.1"], None));
+    let a = first.pair(A, 90);
+    let b = first.pair(B, 90);
+    first.until("ready", |s| s.ready).await;
+
+    // The second agent, on the same sozu, before any pair or answer.
+    let sozu = first.sozu.clone();
+    let before = sozu.0.lock().unwrap().actual.clone();
+    let requests = sozu.0.lock().unwrap().requests;
+    let status = SharedStatus::default();
+    let (facts, rx) = tokio::sync::mpsc::unbounded_channel();
+    let agent = Agent::new(
+        sozu.clone(),
+        FakeCerts::default(),
+        Settings::default(),
+        status.clone(),
+        first.clock.clone(),
+    );
+    tokio::spawn(agent.run(rx, std::future::pending()));
+    let second = Harness {
+        sozu,
+        certs: FakeCerts::default(),
+        status,
+        facts,
+        clock: first.clock.clone(),
+    };
+    second.send(workspace(routes()));
+    second
+        .until("a pass made", |s| s.counters.reconciles >= 1)
+        .await;
+    assert_eq!(
+        second.sozu.0.lock().unwrap().actual,
+        before,
+        "nothing torn down"
+    );
+    assert_eq!(second.sozu.0.lock().unwrap().requests, requests);
+    second.send(answer("a.svc", &["10.0.0.1"], None));
+    second.send(Fact::Pairs(vec![(A.into(), Ok(a)), (B.into(), Ok(b))]));
+    second.until("ready", |s| s.ready).await;
+    assert_eq!(second.sozu.0.lock().unwrap().actual, before);
+    assert_eq!(
+        second.sozu.0.lock().unwrap().requests,
+        requests,
+        "not one request"
+    );
+}

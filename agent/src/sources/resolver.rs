@@ -3,6 +3,10 @@
 //! `getaddrinfo`, it says how long an answer may be kept, and a lookup that never answers costs
 //! a future, not a thread.
 //!
+//! A name in `/etc/hosts` is answered from it alone, as the C library does (`hosts: files dns`):
+//! hickory would otherwise ask the name servers for the address family the file lacks, and a
+//! stalled name server would stall a name the file answers.
+//!
 //! Both files are read again when they change (a kubelet rewrites a pod's resolv.conf, an
 //! operator edits hosts), at the next lookup.
 
@@ -12,7 +16,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use hickory_resolver::config::{LookupIpStrategy, ResolveHosts};
-use hickory_resolver::TokioResolver;
+use hickory_resolver::lookup_ip::LookupIp;
+use hickory_resolver::proto::op::Query;
+use hickory_resolver::proto::rr::{Name, RecordType};
+use hickory_resolver::{Hosts, TokioResolver};
 
 use super::dns::{Answer, Resolve, ResolveError};
 
@@ -27,6 +34,7 @@ pub struct SystemResolver {
 
 struct Loaded {
     resolver: Arc<TokioResolver>,
+    hosts: Arc<Hosts>,
     files: [Option<FileStamp>; 2],
 }
 
@@ -48,12 +56,12 @@ fn stamp(path: &str) -> Option<FileStamp> {
 }
 
 impl SystemResolver {
-    /// The resolver for the files as they are now, built again when either changed.
-    fn current(&self) -> Result<Arc<TokioResolver>, ResolveError> {
+    /// The resolver and the hosts file as they are now, read again when either file changed.
+    fn current(&self) -> Result<(Arc<TokioResolver>, Arc<Hosts>), ResolveError> {
         let files = [stamp(RESOLV_CONF), stamp(HOSTS)];
         let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(l) = loaded.as_ref().filter(|l| l.files == files) {
-            return Ok(l.resolver.clone());
+            return Ok((l.resolver.clone(), l.hosts.clone()));
         }
         let mut builder = TokioResolver::builder_tokio().map_err(|e| {
             ResolveError::Failed(format!("cannot read the resolver configuration: {e}"))
@@ -61,7 +69,8 @@ impl SystemResolver {
         let options = builder.options_mut();
         // Every A and AAAA address, as getaddrinfo gives them.
         options.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
-        options.use_hosts_file = ResolveHosts::Always;
+        // The hosts file is read here instead (see the module).
+        options.use_hosts_file = ResolveHosts::Never;
         // The DNS source keeps answers itself and asks again when they expire; a cache here
         // would only hand back a stale or a negative answer.
         options.cache_size = 0;
@@ -70,20 +79,39 @@ impl SystemResolver {
                 .build()
                 .map_err(|e| ResolveError::Failed(format!("cannot build the resolver: {e}")))?,
         );
+        let hosts = Arc::new(Hosts::from_system().unwrap_or_default());
         if loaded.is_some() {
             tracing::info!("resolver configuration changed; read again");
         }
         *loaded = Some(Loaded {
             resolver: resolver.clone(),
+            hosts: hosts.clone(),
             files,
         });
-        Ok(resolver)
+        Ok((resolver, hosts))
     }
+}
+
+/// Every address the hosts file gives `name`, if it names it.
+fn from_hosts(hosts: &Hosts, name: &str) -> Option<Vec<IpAddr>> {
+    let name: Name = name.parse().ok()?;
+    let found: Vec<IpAddr> = [RecordType::A, RecordType::AAAA]
+        .into_iter()
+        .filter_map(|kind| hosts.lookup_static_host(&Query::query(name.clone(), kind)))
+        .flat_map(|lookup| LookupIp::from(lookup).iter().collect::<Vec<_>>())
+        .collect();
+    (!found.is_empty()).then_some(found)
 }
 
 impl Resolve for SystemResolver {
     async fn resolve(&self, name: &str) -> Result<Answer, ResolveError> {
-        let resolver = self.current()?;
+        let (resolver, hosts) = self.current()?;
+        if let Some(addresses) = from_hosts(&hosts, name) {
+            return Ok(Answer {
+                addresses,
+                ttl: None,
+            });
+        }
         match resolver.lookup_ip(name).await {
             Ok(lookup) => {
                 let ttl = lookup

@@ -221,64 +221,6 @@ fn a_broken_edit_keeps_the_last_good_state_serving() {
     );
 }
 
-/// The upstream name resolves through the system resolver (getaddrinfo), reading an /etc/hosts
-/// the test writes (bind-mounted in the agent's own mount namespace). Its answer moves from one
-/// address to another: requests follow, and the old backend is dropped. Then the name stops
-/// resolving: the last addresses keep serving and /v1/state says why.
-#[test]
-fn a_changed_dns_answer_moves_the_backends_and_a_failed_lookup_keeps_them() {
-    let mut stack = Stack::new();
-    let backends = Backend::start_on_one_port(&["first-address", "second-address"]);
-    let hosts = stack.dir.path().join("hosts");
-    let name = "pi-upstream";
-    let answer = |backend: &Backend| format!("{} {name}\n", backend.address.ip());
-    std::fs::write(&hosts, answer(&backends[0])).unwrap();
-    certificate(&stack.tls_dir(), &host(0));
-    stack.write_workspace(&stack.workspace_text(&[RouteSpec {
-        host: host(0),
-        upstream: name.into(),
-        port: Some(backends[0].address.port()),
-    }]));
-    stack.start_sozu();
-    if !stack.start_agent_with_hosts_file(&hosts, &["--dns-interval", "1"]) {
-        eprintln!("skipped: cannot give the agent its own /etc/hosts (needs unshare and root)");
-        return;
-    }
-    stack.wait_ready(READY);
-    let body = || https_get(stack.https, &host(0), "/").map(|s| s.body);
-    assert_eq!(body().as_deref(), Ok("first-address"));
-
-    // In place, as an edit of /etc/hosts would be: the bind mount follows the same file.
-    std::fs::write(&hosts, answer(&backends[1])).unwrap();
-    eventually(
-        Duration::from_secs(10),
-        "requests on the new address",
-        || (body().as_deref() == Ok("second-address")).then_some(()),
-    );
-    // The old address is gone from sozu, not just outnumbered.
-    for _ in 0..20 {
-        assert_eq!(body().as_deref(), Ok("second-address"));
-    }
-
-    // The name stops resolving: the last answer stays, and the route says why.
-    std::fs::write(&hosts, "").unwrap();
-    let error = eventually(
-        Duration::from_secs(10),
-        "the lookup failure reported",
-        || {
-            stack.state()?["routes"][0]["last_error"]
-                .as_str()
-                .filter(|e| e.contains(name))
-                .map(str::to_owned)
-        },
-    );
-    assert!(error.starts_with(&format!("resolving {name}")), "{error}");
-    std::thread::sleep(Duration::from_millis(1500));
-    for _ in 0..20 {
-        assert_eq!(body().as_deref(), Ok("second-address"));
-    }
-}
-
 /// A resync reads again only the clusters whose hash sozu reports changed; a change made behind
 /// the agent's back still shows, and is undone: a backend removed with sozu's own command line
 /// comes back, and the other route is served throughout.

@@ -9,5 +9,9 @@ mod live;
 /// Certificate rotation: every way a certificate can land on disk switches what clients see.
 mod rotation;
 
+/// Upstream names through the system's resolver configuration: answers that change, a resolver
+/// that never answers.
+mod dns;
+
 /// Bad certificate pairs: refused with their reason while the last good pair keeps serving.
 mod bad_input;

@@ -1,7 +1,8 @@
 use std::time::{Duration, Instant};
 
 use private_ingress_tests::live::{
-    atomic_write, certificate, eventually, fingerprint_of_pem, https_get, Backend, KeepAlive, Stack,
+    atomic_write, certificate, eventually, fingerprint_of_pem, https_get, Backend, KeepAlive,
+    RouteSpec, Stack,
 };
 
 const HOST: &str = "app.in.example.org";
@@ -233,5 +234,72 @@ fn fifty_rotations_under_load_fail_no_request() {
     assert_eq!(
         state["routes"][0]["certificate"]["served_fingerprints"],
         serde_json::json!([old])
+    );
+}
+
+/// A pair swapped while the agent starts is served without waiting for a resync (there is none
+/// here): the agent restarted beside a running sozu, again and again, with a swap of a random
+/// host's pair as soon as it has logged its workspace loaded, between its first read of the
+/// pairs and the watches that guard them.
+#[test]
+fn a_pair_swapped_while_the_agent_starts_is_served_without_a_resync() {
+    const HOSTS: usize = 300;
+    const RESTARTS: u32 = 10;
+    let mut stack = Stack::new();
+    let backend = Backend::start("app");
+    let hosts: Vec<String> = (0..HOSTS).map(|i| format!("h{i}.in.example.org")).collect();
+    for host in &hosts {
+        certificate(&stack.tls_dir(), host);
+    }
+    let routes: Vec<RouteSpec> = hosts
+        .iter()
+        .map(|host| RouteSpec {
+            host: host.clone(),
+            upstream: backend.address.ip().to_string(),
+            port: Some(backend.address.port()),
+        })
+        .collect();
+    stack.write_workspace(&stack.workspace_text(&routes));
+    stack.start_sozu();
+    let args = ["--resync-interval", "0"];
+    stack.start_agent_with(&args, &[("RUST_LOG", "info")]);
+    stack.wait_ready(Duration::from_secs(30));
+    // A fixed sequence of hosts (a seeded generator, so a failure repeats).
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut latencies = Vec::new();
+    for restart in 1..=RESTARTS {
+        assert!(stack.stop_agent(), "the agent stopped on SIGTERM");
+        stack.start_agent_with(&args, &[("RUST_LOG", "info")]);
+        stack.wait_agent_log("workspace loaded", Duration::from_secs(20));
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let host = &hosts[(rng % HOSTS as u64) as usize];
+        let swapped = Instant::now();
+        let pair = rcgen::generate_simple_self_signed(vec![host.clone()]).unwrap();
+        atomic_write(
+            &stack.tls_dir().join(host),
+            &pair.cert.pem(),
+            &pair.signing_key.serialize_pem(),
+            restart,
+        );
+        let new = fingerprint_of_pem(&pair.cert.pem());
+        eventually(
+            Duration::from_secs(3),
+            &format!("restart {restart}: {host}'s new certificate served"),
+            || {
+                https_get(stack.https, host, "/")
+                    .ok()
+                    .filter(|s| s.fingerprint == new)
+            },
+        );
+        latencies.push(swapped.elapsed());
+    }
+    latencies.sort();
+    eprintln!(
+        "swapped while the agent starts ({HOSTS} hosts): served after {:.0} ms (median), {:.0} ms \
+         (max) of {RESTARTS}",
+        latencies[latencies.len() / 2].as_secs_f64() * 1e3,
+        latencies[latencies.len() - 1].as_secs_f64() * 1e3
     );
 }
