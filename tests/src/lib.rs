@@ -125,3 +125,4 @@ pub fn run(cmd: &mut Command) -> (i32, String, String) {
 pub mod bench;
 pub mod corpus;
 pub mod live;
+pub mod soak;

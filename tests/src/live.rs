@@ -643,6 +643,13 @@ impl Stack {
         }
     }
 
+    /// SIGKILL to the agent, as a crash or an OOM kill would end it.
+    pub fn kill_agent(&mut self) {
+        if let Some(mut p) = self.agent.take() {
+            p.kill();
+        }
+    }
+
     pub fn state(&self) -> Option<serde_json::Value> {
         let body = ureq::get(&format!("http://{}/v1/state", self.admin))
             .call()

@@ -15,3 +15,6 @@ mod dns;
 
 /// Bad certificate pairs: refused with their reason while the last good pair keeps serving.
 mod bad_input;
+
+/// A seeded, randomised soak: rotations, bad pairs, edits, kills and restarts.
+mod soak;

@@ -1,0 +1,47 @@
+//! A long soak: `cargo bench -p private-ingress-tests --bench soak -- [--seed N]... [--minutes M]
+//! [--hosts H]`. Runs each seed in turn for M minutes (default 10) and prints what each did and
+//! found; exits non-zero when a checkpoint failed. See `private_ingress_tests::soak`.
+
+use std::time::Duration;
+
+use private_ingress_tests::soak::{run, SoakConfig};
+
+fn main() {
+    let mut seeds = Vec::new();
+    let mut minutes = 10.0_f64;
+    let mut hosts = 20;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().unwrap_or_else(|| panic!("{arg} needs a value"));
+        match arg.as_str() {
+            "--seed" => seeds.push(value().parse().expect("--seed takes a number")),
+            "--minutes" => minutes = value().parse().expect("--minutes takes a number"),
+            "--hosts" => hosts = value().parse().expect("--hosts takes a number"),
+            // cargo bench passes --bench.
+            _ => {}
+        }
+    }
+    if seeds.is_empty() {
+        seeds.push(1);
+    }
+    let mut failed = false;
+    for seed in seeds {
+        let report = run(&SoakConfig {
+            seed,
+            duration: Duration::from_secs_f64(minutes * 60.0),
+            hosts,
+        });
+        println!(
+            "seed {seed}: {minutes} min, {hosts} hosts, {} checkpoints, slowest convergence {:?}",
+            report.checkpoints, report.slowest_convergence
+        );
+        println!("  actions: {:?}", report.actions);
+        for failure in &report.failures {
+            println!("  FAILED: {failure}");
+        }
+        failed |= !report.failures.is_empty();
+    }
+    if failed {
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,300 @@
+//! A seeded, randomised soak of the live agent and a real sozu: rotations, bad pairs (refused
+//! while the last good one serves), workspace edits (written in place, so sometimes read half
+//! written), sozu killed, the agent killed or stopped and started again, in an order drawn from a
+//! seed. Every few actions a checkpoint waits for the agent to converge and checks what clients
+//! see: each routed host presents its latest good certificate and reaches its own backend; a
+//! host removed from the workspace no longer presents its certificate.
+//!
+//! Periodic resyncs are off, so a lost event shows as a failure instead of being repaired a
+//! minute later. The same seed replays the same actions (their timing still varies).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use crate::live::{atomic_write, fingerprint_of_pem, https_get, Backend, RouteSpec, Stack};
+
+#[derive(Debug, Clone)]
+pub struct SoakConfig {
+    pub seed: u64,
+    pub duration: Duration,
+    pub hosts: usize,
+}
+
+#[derive(Debug, Default)]
+pub struct SoakReport {
+    /// Actions taken, by kind.
+    pub actions: BTreeMap<&'static str, u32>,
+    pub checkpoints: u32,
+    /// What a checkpoint found wrong, with the actions that led there.
+    pub failures: Vec<String>,
+    /// The slowest checkpoint's wait for convergence.
+    pub slowest_convergence: Duration,
+}
+
+/// xorshift64*: small, seeded, the same sequence everywhere.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// How a pair can be bad on disk, each refused by the agent while the last good one serves.
+const BAD: [&str; 4] = ["truncated", "mismatched key", "expired", "wrong name"];
+
+struct Soak {
+    stack: Stack,
+    _backends: Vec<Backend>,
+    hosts: Vec<String>,
+    ports: Vec<std::net::SocketAddr>,
+    routed: BTreeSet<usize>,
+    /// The latest good certificate written for each host.
+    latest: Vec<String>,
+    generation: Vec<u32>,
+    rng: Rng,
+    log: VecDeque<String>,
+    report: SoakReport,
+}
+
+const AGENT_ARGS: [&str; 2] = ["--resync-interval", "0"];
+
+pub fn run(config: &SoakConfig) -> SoakReport {
+    let stack = Stack::new();
+    let hosts: Vec<String> = (0..config.hosts)
+        .map(|i| format!("soak{i}.in.example.org"))
+        .collect();
+    let backends: Vec<Backend> = (0..config.hosts)
+        .map(|i| Backend::start(&format!("backend-{i}")))
+        .collect();
+    let ports = backends.iter().map(|b| b.address).collect();
+    let mut soak = Soak {
+        stack,
+        _backends: backends,
+        hosts,
+        ports,
+        routed: (0..config.hosts).collect(),
+        latest: Vec::new(),
+        generation: vec![0; config.hosts],
+        rng: Rng(config.seed.max(1)),
+        log: VecDeque::new(),
+        report: SoakReport::default(),
+    };
+    for host in 0..config.hosts {
+        let fingerprint = soak.write_good(host);
+        soak.latest.push(fingerprint);
+    }
+    soak.write_workspace();
+    soak.stack.start_sozu();
+    soak.stack
+        .start_agent_with(&AGENT_ARGS, &[("RUST_LOG", "info")]);
+    soak.checkpoint();
+    let deadline = Instant::now() + config.duration;
+    let mut actions = 0u32;
+    while Instant::now() < deadline {
+        soak.act();
+        actions += 1;
+        std::thread::sleep(Duration::from_millis(soak.rng.below(250) as u64));
+        if actions.is_multiple_of(8) {
+            soak.checkpoint();
+        }
+    }
+    soak.checkpoint();
+    if !soak.report.failures.is_empty() {
+        eprintln!("{}", soak.stack.logs());
+    }
+    soak.report
+}
+
+impl Soak {
+    fn note(&mut self, action: &'static str, detail: String) {
+        *self.report.actions.entry(action).or_default() += 1;
+        self.log.push_back(format!("{action}: {detail}"));
+        if self.log.len() > 24 {
+            self.log.pop_front();
+        }
+    }
+
+    fn act(&mut self) {
+        let roll = self.rng.below(100);
+        let host = self.rng.below(self.hosts.len());
+        match roll {
+            0..=34 => {
+                let fingerprint = self.write_good(host);
+                self.latest[host] = fingerprint;
+                self.note("rotate", self.hosts[host].clone());
+            }
+            35..=49 => self.bad_then_fixed(host),
+            50..=59 => {
+                // Every host in turn in a burst, as a mass renewal does.
+                for h in 0..self.hosts.len() {
+                    self.latest[h] = self.write_good(h);
+                }
+                self.note("renew all", String::new());
+            }
+            60..=71 => {
+                if self.routed.remove(&host) {
+                    self.note("remove route", self.hosts[host].clone());
+                } else {
+                    self.routed.insert(host);
+                    self.note("add route", self.hosts[host].clone());
+                }
+                self.write_workspace();
+            }
+            72..=79 => {
+                self.stack.kill_sozu();
+                self.stack.start_sozu();
+                self.note("kill sozu", String::new());
+            }
+            80..=89 => {
+                self.stack.kill_agent();
+                self.stack
+                    .start_agent_with(&AGENT_ARGS, &[("RUST_LOG", "info")]);
+                self.note("kill agent", String::new());
+            }
+            _ => {
+                let stopped = self.stack.stop_agent();
+                self.stack
+                    .start_agent_with(&AGENT_ARGS, &[("RUST_LOG", "info")]);
+                self.note("restart agent", format!("stopped cleanly: {stopped}"));
+            }
+        }
+    }
+
+    /// A bad pair, left on disk a moment, during which the last good one must keep serving,
+    /// then a good one.
+    fn bad_then_fixed(&mut self, host: usize) {
+        let kind = BAD[self.rng.below(BAD.len())];
+        self.write_bad(host, kind);
+        self.note("bad pair", format!("{} ({kind})", self.hosts[host]));
+        std::thread::sleep(Duration::from_millis(50 + self.rng.below(200) as u64));
+        if self.routed.contains(&host) {
+            if let Ok(seen) = https_get(self.stack.https, &self.hosts[host], "/") {
+                if seen.fingerprint != self.latest[host] {
+                    self.fail(format!(
+                        "{} served {} while its bad pair was on disk; the last good was {}",
+                        self.hosts[host], seen.fingerprint, self.latest[host]
+                    ));
+                }
+            }
+        }
+        self.latest[host] = self.write_good(host);
+    }
+
+    fn write_good(&mut self, host: usize) -> String {
+        let pair = rcgen::generate_simple_self_signed(vec![self.hosts[host].clone()])
+            .expect("a certificate");
+        let (crt, key) = (pair.cert.pem(), pair.signing_key.serialize_pem());
+        self.swap(host, &crt, &key);
+        fingerprint_of_pem(&crt)
+    }
+
+    fn write_bad(&mut self, host: usize, kind: &str) {
+        let name = self.hosts[host].clone();
+        let good = rcgen::generate_simple_self_signed(vec![name.clone()]).expect("a certificate");
+        let (crt, key) = (good.cert.pem(), good.signing_key.serialize_pem());
+        let (crt, key) = match kind {
+            "truncated" => (crt[..crt.len() / 2].to_owned(), key),
+            "mismatched key" => {
+                let other = rcgen::KeyPair::generate().expect("a key");
+                (crt, other.serialize_pem())
+            }
+            "expired" => {
+                let key_pair = rcgen::KeyPair::generate().expect("a key");
+                let mut params =
+                    rcgen::CertificateParams::new(vec![name]).expect("certificate parameters");
+                params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+                params.not_after = rcgen::date_time_ymd(2001, 1, 1);
+                let crt = params.self_signed(&key_pair).expect("self-signed").pem();
+                (crt, key_pair.serialize_pem())
+            }
+            _ => {
+                let other = rcgen::generate_simple_self_signed(vec!["other.in.example.org".into()])
+                    .expect("a certificate");
+                (other.cert.pem(), other.signing_key.serialize_pem())
+            }
+        };
+        self.swap(host, &crt, &key);
+    }
+
+    fn swap(&mut self, host: usize, crt: &str, key: &str) {
+        self.generation[host] += 1;
+        atomic_write(
+            &self.stack.tls_dir().join(&self.hosts[host]),
+            crt,
+            key,
+            self.generation[host],
+        );
+    }
+
+    fn write_workspace(&mut self) {
+        let routes: Vec<RouteSpec> = self
+            .routed
+            .iter()
+            .map(|&i| RouteSpec {
+                host: self.hosts[i].clone(),
+                upstream: self.ports[i].ip().to_string(),
+                port: Some(self.ports[i].port()),
+            })
+            .collect();
+        let text = self.stack.workspace_text(&routes);
+        self.stack.write_workspace(&text);
+    }
+
+    /// Waits for what clients see to match the model; records a failure if it does not within
+    /// the bound.
+    fn checkpoint(&mut self) {
+        self.report.checkpoints += 1;
+        let started = Instant::now();
+        let bound = Duration::from_secs(15);
+        loop {
+            let wrong = self.mismatches();
+            if wrong.is_empty() {
+                let took = started.elapsed();
+                self.report.slowest_convergence = self.report.slowest_convergence.max(took);
+                return;
+            }
+            if started.elapsed() > bound {
+                self.fail(format!(
+                    "not converged {bound:?} after the last action: {}",
+                    wrong.join("; ")
+                ));
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn mismatches(&self) -> Vec<String> {
+        let mut wrong = Vec::new();
+        for (i, host) in self.hosts.iter().enumerate() {
+            let seen = https_get(self.stack.https, host, "/");
+            if self.routed.contains(&i) {
+                match seen {
+                    Ok(s)
+                        if s.fingerprint == self.latest[i] && s.body == format!("backend-{i}") => {}
+                    other => wrong.push(format!("{host}: {other:?}")),
+                }
+            } else if let Ok(s) = seen {
+                if s.fingerprint == self.latest[i] {
+                    wrong.push(format!("{host} is out of the workspace but still served"));
+                }
+            }
+        }
+        wrong
+    }
+
+    fn fail(&mut self, what: String) {
+        let history: Vec<&str> = self.log.iter().map(String::as_str).collect();
+        self.report
+            .failures
+            .push(format!("{what}\n  after: {}", history.join("\n         ")));
+    }
+}
