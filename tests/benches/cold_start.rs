@@ -8,6 +8,10 @@
 //!
 //!     cargo bench -p private-ingress-tests --bench cold_start [-- 10 1000] [--rounds N]
 //!
+//! With `PRIVATE_INGRESS_BASELINE_BIN` set to another build of the agent (say, the previous
+//! release), each round also starts that one the same way, and the table gains its median and
+//! the ratio of this build's to it.
+//!
 //! `COLD_START_LOGS=1` prints the agent's log after the first round's start (with
 //! `AGENT_LOG=private_ingress=debug`, the time each step of the first pass took).
 
@@ -35,6 +39,7 @@ const SOZU_SETTLE: Duration = Duration::from_millis(500);
 
 struct Round {
     agent: Duration,
+    baseline: Option<Duration>,
     sozu: Duration,
     agent_cpu: u64,
     its_sozu_cpu: u64,
@@ -61,6 +66,9 @@ fn main() {
     };
     // Build (or find) the agent before any clock starts.
     let _ = agent_bin();
+    let baseline = std::env::var_os("PRIVATE_INGRESS_BASELINE_BIN")
+        .filter(|p| !p.is_empty())
+        .map(std::path::PathBuf::from);
     println!(
         "{:>7}  {:>6}  {:>20}  {:>20}  {:>7}  {:>17}  {:>16}  {:>22}  {:>14}",
         "routes",
@@ -146,8 +154,24 @@ fn main() {
             let sozu = start.elapsed();
             let sozu_alone_cpu = tree_cpu_ms(stack.sozu_pid().unwrap_or(0));
             stack.kill_sozu();
+
+            // The baseline build of the agent, as the agent above.
+            let baseline = baseline.as_ref().map(|bin| {
+                stack.start_sozu();
+                std::thread::sleep(SOZU_SETTLE);
+                let start = Instant::now();
+                stack.start_agent_from(bin, &[], &[("RUST_LOG", "info")]);
+                poll(timeout, "the baseline agent's /readyz", || {
+                    stack.ready().then_some(())
+                });
+                let took = start.elapsed();
+                stack.stop_agent();
+                stack.kill_sozu();
+                took
+            });
             results.push(Round {
                 agent,
+                baseline,
                 sozu,
                 agent_cpu,
                 its_sozu_cpu,
@@ -160,6 +184,7 @@ fn main() {
         let sozu: Vec<f64> = results.iter().map(|r| ms(r.sozu)).collect();
         let cpu =
             |f: fn(&Round) -> u64| median(&results.iter().map(|r| f(r) as f64).collect::<Vec<_>>());
+        let baseline: Vec<f64> = results.iter().filter_map(|r| r.baseline.map(ms)).collect();
         println!(
             "{:>7}  {:>6}  {:>20}  {:>20}  {:>6.2}x  {:>5.1} / {:>5.1} MiB  {:>16}  {:>10.0} + {:>5.0} ms  {:>11.0} ms",
             n,
@@ -174,6 +199,14 @@ fn main() {
             cpu(|r| r.its_sozu_cpu),
             cpu(|r| r.sozu_alone_cpu),
         );
+        if !baseline.is_empty() {
+            println!(
+                "{:>7}  baseline build → ready {}; this build / baseline {:.2}x",
+                n,
+                spread(&baseline),
+                median(&agent) / median(&baseline)
+            );
+        }
     }
     println!(
         "agent→ready: from starting the agent beside an empty sozu (running for {} ms) to /readyz 200",

@@ -9,8 +9,13 @@
 //! `--out` (default docs/) as rotation-peers.md and rotation-peers.svg. bench/run-peers installs
 //! the peers and runs this.
 //!
+//! With `--baseline`: the same, between this build and another build of the agent
+//! (`PRIVATE_INGRESS_BASELINE_BIN`), in the same run; the table is printed, nothing written.
+//!
 //!     cargo bench -p private-ingress-tests --bench rotation [-- --rotations 100 --hosts 1000]
 //!     bench/run-peers [--rotations 100] [--rounds 5] [--out DIR]
+//!     PRIVATE_INGRESS_BASELINE_BIN=old/private-ingress cargo bench -p private-ingress-tests \
+//!         --bench rotation -- --baseline [--rotations 100] [--rounds 5]
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -26,6 +31,7 @@ use private_ingress_tests::live::Backend;
 
 struct Args {
     peers: bool,
+    baseline: bool,
     rotations: usize,
     rounds: usize,
     hosts: usize,
@@ -36,6 +42,7 @@ struct Args {
 fn args() -> Args {
     let mut args = Args {
         peers: false,
+        baseline: false,
         rotations: 100,
         rounds: 5,
         hosts: 1_000,
@@ -47,6 +54,7 @@ fn args() -> Args {
         let mut value = |name: &str| it.next().unwrap_or_else(|| panic!("{name} needs a value"));
         match arg.as_str() {
             "--peers" => args.peers = true,
+            "--baseline" => args.baseline = true,
             "--rotations" => args.rotations = value("--rotations").parse().expect("--rotations N"),
             "--hosts" => args.hosts = value("--hosts").parse().expect("--hosts N"),
             "--rounds" => args.rounds = value("--rounds").parse().expect("--rounds N"),
@@ -58,7 +66,7 @@ fn args() -> Args {
             // cargo bench passes --bench to every harness = false target.
             "--bench" => {}
             other => panic!(
-                "unknown argument {other}; use --peers, --rotations N, --rounds N, --hosts N, --after-switch-ms N, --out DIR"
+                "unknown argument {other}; use --peers, --baseline, --rotations N, --rounds N, --hosts N, --after-switch-ms N, --out DIR"
             ),
         }
     }
@@ -87,8 +95,19 @@ fn main() {
         pairs.len(),
         started.elapsed()
     );
-    if args.peers {
-        peers(&args, &pairs);
+    if args.baseline {
+        let contenders = vec![
+            contenders().remove(0),
+            Contender {
+                name: "baseline build",
+                version: ours::baseline_version,
+                start: ours::baseline_start,
+            },
+        ];
+        compare(&args, &pairs, &contenders);
+    } else if args.peers {
+        let rows = compare(&args, &pairs, &contenders());
+        write_report(&args, &rows);
     } else {
         ours(&args, &pairs);
     }
@@ -209,10 +228,9 @@ fn start(
 }
 
 /// All systems run at once; they take turns, `--rounds` turns of `rotations / rounds` each under
-/// load, so that noise from the rest of the machine spreads over all of them.
-fn peers(args: &Args, pairs: &[workload::Pair]) {
+/// load, so that noise from the rest of the machine spreads over all of them. Prints the table.
+fn compare(args: &Args, pairs: &[workload::Pair], contenders: &[Contender]) -> Vec<Row> {
     let workload = workload(args, true);
-    let contenders = contenders();
     let mut running: Vec<_> = contenders
         .iter()
         .map(|c| {
@@ -258,8 +276,12 @@ fn peers(args: &Args, pairs: &[workload::Pair]) {
             }),
         })
         .collect();
-    let table = report::text(&rows);
-    println!("\n{table}");
+    println!("\n{}", report::text(&rows));
+    rows
+}
+
+/// The peers' table and plot, into `--out`.
+fn write_report(args: &Args, rows: &[Row]) {
     let machine = report::machine();
     let date = std::process::Command::new("date")
         .args(["-u", "+%Y-%m-%d"])
@@ -267,7 +289,7 @@ fn peers(args: &Args, pairs: &[workload::Pair]) {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
         .unwrap_or_default();
     let svg = report::svg(
-        &rows,
+        rows,
         &format!(
             "Certificate rotation, {} rotations under load",
             args.rotations
@@ -283,7 +305,7 @@ fn peers(args: &Args, pairs: &[workload::Pair]) {
         rotations = args.rotations,
         rounds = args.rounds.clamp(1, args.rotations.max(1)),
         after = args.after_switch.as_millis(),
-        table = report::markdown(&rows),
+        table = report::markdown(rows),
     );
     std::fs::create_dir_all(&args.out).expect("create the output directory");
     let md_path = args.out.join("rotation-peers.md");

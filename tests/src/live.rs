@@ -569,6 +569,11 @@ impl Stack {
         self.start_agent_as(cmd, args, env);
     }
 
+    /// Starts another build of the agent (a baseline a benchmark compares with).
+    pub fn start_agent_from(&mut self, bin: &Path, args: &[&str], env: &[(&str, &str)]) {
+        self.start_agent_as(Command::new(bin), args, env);
+    }
+
     /// Starts the agent in a mount namespace of its own in which `hosts` is its `/etc/hosts` and
     /// `resolv_conf` its `/etc/resolv.conf`: the system's resolver configuration, which the agent
     /// reads, says only what the test writes. Needs `unshare` and the right to mount (root, as in

@@ -41,11 +41,46 @@ pub fn start(start: &Start) -> Result<Box<dyn System>, String> {
     Ok(Box::new(ours))
 }
 
+/// Another build of the agent to compare with, in the same run: `PRIVATE_INGRESS_BASELINE_BIN`
+/// (say, the previous release, built from an earlier commit).
+pub fn baseline_bin() -> Option<PathBuf> {
+    std::env::var_os("PRIVATE_INGRESS_BASELINE_BIN")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+}
+
+pub fn baseline_version() -> Result<String, String> {
+    let bin = baseline_bin().ok_or("PRIVATE_INGRESS_BASELINE_BIN is not set")?;
+    version_line(Command::new(&bin).arg("--version"), "private-ingress")
+        .map(|v| format!("{v} ({})", bin.display()))
+}
+
+pub fn baseline_start(start: &Start) -> Result<Box<dyn System>, String> {
+    let bin = baseline_bin().ok_or("PRIVATE_INGRESS_BASELINE_BIN is not set")?;
+    let ours = serve_with(
+        Some(&bin),
+        &[(super::HOST.to_owned(), start.first)],
+        start.backend.address,
+        "warn",
+    )?;
+    Ok(Box::new(ours))
+}
+
 /// sozu and the agent serving one route per host, each host's directory written the AtomicWriter
 /// way with its pair (under [`cert_root`], the workspace's `tls_dir`); returns once `/readyz`
 /// answers. `log` is the agent's `RUST_LOG`: warnings only when measuring (it logs every rotation
 /// at info level), its debug timings for [`split`]. Also used by the mass renewal.
 pub fn serve(hosts: &[(String, &Pair)], backend: SocketAddr, log: &str) -> Result<Ours, String> {
+    serve_with(None, hosts, backend, log)
+}
+
+/// [`serve`] with the agent binary `bin` (this build's when `None`).
+pub fn serve_with(
+    bin: Option<&std::path::Path>,
+    hosts: &[(String, &Pair)],
+    backend: SocketAddr,
+    log: &str,
+) -> Result<Ours, String> {
     let mut stack = Stack::new();
     let certs = cert_root();
     let routes: Vec<RouteSpec> = hosts
@@ -67,7 +102,10 @@ pub fn serve(hosts: &[(String, &Pair)], backend: SocketAddr, log: &str) -> Resul
     );
     stack.write_workspace(&text.replace(&tls_dir(&stack.tls_dir()), &tls_dir(certs.path())));
     stack.start_sozu();
-    stack.start_agent_with(&[], &[("RUST_LOG", log)]);
+    match bin {
+        Some(bin) => stack.start_agent_from(bin, &[], &[("RUST_LOG", log)]),
+        None => stack.start_agent_with(&[], &[("RUST_LOG", log)]),
+    }
     let timeout = START_TIMEOUT + Duration::from_millis(20 * hosts.len() as u64);
     let deadline = Instant::now() + timeout;
     while !stack.ready() {
