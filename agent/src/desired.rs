@@ -1,9 +1,17 @@
 //! The one mapping from a workspace to sozu's state: listeners, one cluster per route with its
 //! backends, an HTTPS frontend and an HTTP frontend (redirecting) per route, and the hosts'
 //! certificates. Both the live agent and `render --format sozu-toml` start from [`routes`], so a
-//! route field is mapped once, whichever way it reaches sozu.
+//! route field is mapped once, whichever way it reaches sozu. The live state is built whole
+//! ([`build`]) and then kept up to date one host ([`host`]) or one route's cluster ([`cluster`])
+//! at a time, by the same functions.
 //!
-//! Pure: the caller brings the DNS answers and the validated certificates.
+//! What the agent does not know yet, it keeps: a restarted agent finds a serving sozu, and its
+//! first pass comes before its first reads and lookups. So a route whose DNS name has not
+//! resolved yet keeps the backends sozu has for it, and a host without a validated pair keeps
+//! the agent's certificate sozu serves for it, with its frontends. Once the fact arrives, the
+//! route follows it like any other.
+//!
+//! Pure: the caller brings the DNS answers, the validated certificates and sozu's state.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
@@ -12,7 +20,7 @@ use crate::plan;
 use crate::state::{
     Actual, Address, Backend, Certificate, Desired, Frontend, Protocol, Tags, OWNER_TAG, ROUTE_TAG,
 };
-use crate::workspace::{Route, Upstream, Workspace};
+use crate::workspace::{Listeners, Route, Upstream, Workspace};
 
 /// How a route's DNS upstream becomes backends.
 #[derive(Clone, Copy)]
@@ -38,12 +46,10 @@ pub enum Held {
 pub fn routes(workspace: &Workspace, names: Names<'_>) -> Desired {
     let https = workspace.listeners.https;
     let http = workspace.listeners.http;
-    let mut desired = Desired {
-        listeners: BTreeMap::from([(https, Protocol::Https), (http, Protocol::Http)]),
-        https_address: Some(https),
-        zone: workspace.zone.clone(),
-        ..Desired::default()
-    };
+    let mut desired = Desired::default();
+    desired.listeners = BTreeMap::from([(https, Protocol::Https), (http, Protocol::Http)]);
+    desired.https_address = Some(https);
+    desired.zone = workspace.zone.clone();
     for route in &workspace.routes {
         desired
             .clusters
@@ -54,78 +60,108 @@ pub fn routes(workspace: &Workspace, names: Names<'_>) -> Desired {
 }
 
 /// The live desired state: [`routes`] with the resolved addresses, each host's validated
-/// certificate, and the frontends of hosts without one held back. Returns the routes held back,
-/// by route id.
+/// certificate, and the frontends of hosts without one held back; with `actual`, what sozu
+/// already serves for the routes whose facts are not known yet is kept ([`host`], [`cluster`]).
+/// Returns the routes held back, by route id.
 pub fn build(
     workspace: &Workspace,
     resolved: &BTreeMap<String, Vec<IpAddr>>,
     certificates: &BTreeMap<String, Certificate>,
+    actual: Option<&Actual>,
 ) -> (Desired, BTreeMap<String, Held>) {
     let mut desired = routes(workspace, Names::Resolved(resolved));
     let mut held = BTreeMap::new();
-    for route in &workspace.routes {
-        match certificates.get(&route.host) {
-            Some(certificate) => {
-                desired
-                    .certificates
-                    .insert(route.host.clone(), certificate.clone());
-            }
-            None => {
-                held.insert(route.id.clone(), Held::NoCertificate);
-            }
+    if let Some(actual) = actual {
+        for route in &workspace.routes {
+            cluster(&mut desired, route, resolved, Some(actual));
         }
     }
-    desired
-        .frontends
-        .retain(|f| certificates.contains_key(&f.hostname));
+    let mut by_host: BTreeMap<&str, Vec<&Route>> = BTreeMap::new();
+    for route in &workspace.routes {
+        by_host.entry(&route.host).or_default().push(route);
+    }
+    let listeners = workspace.listeners;
+    for (name, routes) in by_host {
+        let certificate = certificates.get(name);
+        host(
+            &mut desired,
+            &mut held,
+            name,
+            &routes,
+            listeners,
+            certificate,
+            actual,
+        );
+    }
     (desired, held)
 }
 
-/// Keeps what sozu already holds for the routes whose facts the agent does not have yet, instead
-/// of tearing it down: the backends of a route whose DNS name has not resolved yet, and the
-/// certificate (with the route's frontends) of a host without a validated pair. A restarted
-/// agent finds a serving sozu, and its first pass comes before its first lookups and reads.
-/// Once the fact arrives, the route follows it like any other.
-pub fn adopt(
+/// Sets what `host` serves: its certificate and its routes' frontends. Without a validated
+/// certificate, the routes' frontends wait (clients would otherwise get sozu's default
+/// certificate), unless sozu already serves one of the agent's for the host: a restarted agent
+/// keeps it until the host's pair is read (see the module).
+pub fn host(
     desired: &mut Desired,
     held: &mut BTreeMap<String, Held>,
-    workspace: &Workspace,
-    actual: &Actual,
+    name: &str,
+    routes: &[&Route],
+    listeners: Listeners,
+    certificate: Option<&Certificate>,
+    actual: Option<&Actual>,
 ) {
-    for route in &workspace.routes {
-        if !matches!(route.upstream, Upstream::Dns { .. }) {
-            continue;
-        }
-        let unresolved = desired
-            .clusters
-            .get(&route.id)
-            .is_some_and(BTreeMap::is_empty);
-        if let Some(present) = actual.backends.get(&route.id).filter(|_| unresolved) {
-            desired.clusters.insert(route.id.clone(), present.clone());
-        }
-    }
-    let Some(https) = desired.https_address else {
-        return;
+    let kept = || {
+        let https = desired.https_address?;
+        actual?
+            .certificates
+            .get(&https)?
+            .named(name)
+            .find(|(_, names)| plan::owned_certificate(names, &desired.zone))
+            .map(|(fingerprint, _)| fingerprint.to_owned())
     };
-    let Some(present) = actual.certificates.get(&https) else {
-        return;
-    };
-    let by_name = present.by_name();
-    for route in &workspace.routes {
-        if held.get(&route.id) != Some(&Held::NoCertificate) {
-            continue;
+    let served = match (certificate, kept()) {
+        (Some(certificate), _) => {
+            desired.set_certificate(name, certificate.clone());
+            true
         }
-        let kept = by_name
-            .named(&route.host)
-            .find(|(_, names)| plan::owned_certificate(names, &desired.zone));
-        if let Some((fingerprint, _)) = kept {
-            desired.kept_certificates.insert(fingerprint.to_owned());
-            desired
-                .frontends
-                .extend(frontends(route, https, workspace.listeners.http));
+        (None, Some(fingerprint)) => {
+            desired.keep_certificate(name, &fingerprint);
+            true
+        }
+        (None, None) => {
+            desired.clear_certificate(name);
+            false
+        }
+    };
+    for route in routes {
+        let [https, http] = frontends(route, listeners.https, listeners.http);
+        if served {
             held.remove(&route.id);
+            desired.frontends.insert(https);
+            desired.frontends.insert(http);
+        } else {
+            held.insert(route.id.clone(), Held::NoCertificate);
+            desired.frontends.remove(&https);
+            desired.frontends.remove(&http);
         }
     }
+}
+
+/// Sets a route's cluster and its backends from what its upstream resolves to. A DNS name that
+/// has not resolved yet keeps the backends sozu already has for the cluster, if any (see the
+/// module).
+pub fn cluster(
+    desired: &mut Desired,
+    route: &Route,
+    resolved: &BTreeMap<String, Vec<IpAddr>>,
+    actual: Option<&Actual>,
+) {
+    let mut wanted = backends(route, Names::Resolved(resolved));
+    if wanted.is_empty() && matches!(route.upstream, Upstream::Dns { .. }) {
+        if let Some(present) = actual.and_then(|a| a.backends.get(&route.id)) {
+            wanted = present.clone();
+        }
+    }
+    desired.clusters.insert(route.id.clone(), wanted);
 }
 
 /// A route's frontends: HTTPS (hostname + path prefix) and HTTP, which the cluster's

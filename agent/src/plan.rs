@@ -13,7 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 use crate::state::{
-    in_zone, Actual, Backend, Certificate, Desired, Frontend, ListenerCertificates, Protocol,
+    frontends_of, in_zone, Actual, Backend, Certificate, Desired, Frontend, ListenerCertificates,
+    Protocol,
 };
 use crate::workspace::ID_PREFIX;
 
@@ -113,71 +114,96 @@ fn short(fingerprint: &str) -> &str {
     fingerprint.get(..16).unwrap_or(fingerprint)
 }
 
+/// What a plan covers: everything, or only some hosts (their certificates and frontends) and
+/// some clusters (whether they exist, and their backends). A pass about one host's certificate
+/// plans that host alone, in time independent of the number of routes; planning each host and
+/// each cluster of the workspace is planning everything, with the same code.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scope {
+    pub everything: bool,
+    pub hosts: BTreeSet<String>,
+    pub clusters: BTreeSet<String>,
+}
+
+impl Scope {
+    pub fn everything() -> Scope {
+        Scope {
+            everything: true,
+            ..Scope::default()
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        !self.everything && self.hosts.is_empty() && self.clusters.is_empty()
+    }
+
+    pub fn extend(&mut self, other: Scope) {
+        self.everything |= other.everything;
+        self.hosts.extend(other.hosts);
+        self.clusters.extend(other.clusters);
+    }
+}
+
+/// Every request that turns `actual` into `desired`.
 pub fn plan(actual: &Actual, desired: &Desired) -> Vec<Op> {
+    plan_scope(actual, desired, &Scope::everything())
+}
+
+/// The requests that turn `actual` into `desired` within `scope`.
+pub fn plan_scope(actual: &Actual, desired: &Desired, scope: &Scope) -> Vec<Op> {
     let mut ops = Vec::new();
-
-    // 1. Listeners.
-    for (&address, &protocol) in &desired.listeners {
-        match actual.listeners.get(&address) {
-            None => {
-                ops.push(Op::AddListener { protocol, address });
-                ops.push(Op::ActivateListener { protocol, address });
-            }
-            Some(&(_, false)) => ops.push(Op::ActivateListener { protocol, address }),
-            Some(&(_, true)) => {}
-        }
-    }
-
-    // 2. Clusters, 3. their new backends.
-    for (id, backends) in &desired.clusters {
-        if !actual.clusters.contains(id) {
-            ops.push(Op::AddCluster { id: id.clone() });
-        }
-        let present = actual.backends.get(id);
-        for backend in backends.values() {
-            if present.and_then(|p| p.get(&backend.id)) != Some(backend) {
-                ops.push(Op::AddBackend {
-                    cluster_id: id.clone(),
-                    backend: backend.clone(),
-                });
+    let none = ListenerCertificates::default();
+    let present = desired
+        .https_address
+        .and_then(|address| actual.certificates.get(&address))
+        .unwrap_or(&none);
+    let mut certificates = CertificatePlan {
+        present,
+        sent: BTreeSet::new(),
+        removed: BTreeSet::new(),
+    };
+    if scope.everything {
+        // 1. Listeners.
+        for (&address, &protocol) in &desired.listeners {
+            match actual.listeners.get(&address) {
+                None => {
+                    ops.push(Op::AddListener { protocol, address });
+                    ops.push(Op::ActivateListener { protocol, address });
+                }
+                Some(&(_, false)) => ops.push(Op::ActivateListener { protocol, address }),
+                Some(&(_, true)) => {}
             }
         }
-    }
-
-    // 4. Certificates.
-    if let Some(address) = desired.https_address {
-        plan_certificates(actual, desired, address, &mut ops);
-    }
-
-    // 5. Frontends the agent owns and no longer wants, 6. new frontends.
-    for frontend in &actual.frontends {
-        if frontend.is_owned() && !desired.frontends.contains(frontend) {
-            ops.push(Op::RemoveFrontend(frontend.clone()));
+        // Every cluster and every host either side knows of.
+        let clusters: BTreeSet<&str> = desired
+            .clusters
+            .keys()
+            .map(String::as_str)
+            .chain(actual.clusters.iter().map(String::as_str))
+            .chain(actual.backends.keys().map(String::as_str))
+            .collect();
+        for id in clusters {
+            plan_cluster(actual, desired, id, &mut ops);
         }
-    }
-    for frontend in &desired.frontends {
-        if !actual.frontends.contains(frontend) {
-            ops.push(Op::AddFrontend(frontend.clone()));
+        let hosts: BTreeSet<&str> = desired
+            .frontends
+            .iter()
+            .chain(actual.frontends.iter().filter(|f| f.is_owned()))
+            .map(|f| f.hostname.as_str())
+            .chain(desired.hosts_with_certificates())
+            .chain(present.names())
+            .collect();
+        for host in hosts {
+            certificates.plan_host(desired, host, &mut ops);
+            plan_frontends(actual, desired, host, &mut ops);
         }
-    }
-
-    // 7. Stale backends of kept clusters, 8. clusters no longer wanted (with their backends).
-    for (id, present) in &actual.backends {
-        let Some(wanted) = desired.clusters.get(id) else {
-            continue;
-        };
-        for backend in present.values() {
-            if wanted.get(&backend.id) != Some(backend) {
-                ops.push(Op::RemoveBackend {
-                    cluster_id: id.clone(),
-                    backend: backend.clone(),
-                });
-            }
+    } else {
+        for id in &scope.clusters {
+            plan_cluster(actual, desired, id, &mut ops);
         }
-    }
-    for id in &actual.clusters {
-        if id.starts_with(ID_PREFIX) && !desired.clusters.contains_key(id) {
-            ops.push(Op::RemoveCluster { id: id.clone() });
+        for host in &scope.hosts {
+            certificates.plan_host(desired, host, &mut ops);
+            plan_frontends(actual, desired, host, &mut ops);
         }
     }
     // Group by phase (stable, so the order above holds within each): every operation of a
@@ -186,55 +212,110 @@ pub fn plan(actual: &Actual, desired: &Desired) -> Vec<Op> {
     ops
 }
 
-/// Exactly one certificate per host on the HTTPS listener: SNI serves the longest-lived of
-/// several, so a stale certificate left beside a renewed one could keep serving.
-fn plan_certificates(actual: &Actual, desired: &Desired, address: SocketAddr, ops: &mut Vec<Op>) {
-    let none = ListenerCertificates::default();
-    let present = actual.certificates.get(&address).unwrap_or(&none);
-    let present_by_name = present.by_name();
-    let owned = |names: &[String]| owned_certificate(names, &desired.zone);
-    let wanted: BTreeSet<&str> = desired
-        .certificates
-        .values()
-        .map(|c| c.fingerprint.as_str())
-        .chain(desired.kept_certificates.iter().map(String::as_str))
-        .collect();
-    let mut sent: BTreeSet<&str> = BTreeSet::new();
-    let mut removed: BTreeSet<&str> = BTreeSet::new();
-
-    for (host, certificate) in &desired.certificates {
-        let fingerprint = certificate.fingerprint.as_str();
-        if present.contains(fingerprint) || sent.contains(fingerprint) {
-            continue;
-        }
-        // Replace one of ours when there is one, so the switch has no gap.
-        let old = present_by_name
-            .named(host)
-            .find(|(old, names)| owned(names) && !wanted.contains(old) && !removed.contains(old));
-        match old {
-            Some((old, _)) => {
-                ops.push(Op::ReplaceCertificate {
-                    address,
-                    old_fingerprint: old.to_owned(),
-                    certificate: certificate.clone(),
-                });
-                removed.insert(old);
+/// A cluster: created with its new backends before anything routes to it; its stale backends
+/// removed after the new ones are in (a cluster never drops to zero backends during a change);
+/// removed, with its backends, when no route wants it any more (the agent's clusters only).
+fn plan_cluster(actual: &Actual, desired: &Desired, id: &str, ops: &mut Vec<Op>) {
+    let present = actual.backends.get(id);
+    match desired.clusters.get(id) {
+        Some(wanted) => {
+            if !actual.clusters.contains(id) {
+                ops.push(Op::AddCluster { id: id.to_owned() });
             }
-            None => ops.push(Op::AddCertificate {
-                address,
-                certificate: certificate.clone(),
-            }),
+            for backend in wanted.values() {
+                if present.and_then(|p| p.get(&backend.id)) != Some(backend) {
+                    ops.push(Op::AddBackend {
+                        cluster_id: id.to_owned(),
+                        backend: backend.clone(),
+                    });
+                }
+            }
+            for backend in present.into_iter().flat_map(BTreeMap::values) {
+                if wanted.get(&backend.id) != Some(backend) {
+                    ops.push(Op::RemoveBackend {
+                        cluster_id: id.to_owned(),
+                        backend: backend.clone(),
+                    });
+                }
+            }
         }
-        sent.insert(fingerprint);
+        None => {
+            if id.starts_with(ID_PREFIX) && actual.clusters.contains(id) {
+                ops.push(Op::RemoveCluster { id: id.to_owned() });
+            }
+        }
     }
-    // Every other certificate of ours: for a host that now has another, or that left the workspace.
-    for (fingerprint, names) in present.iter() {
-        if owned(names) && !wanted.contains(fingerprint) && !removed.contains(fingerprint) {
-            ops.push(Op::RemoveCertificate {
-                address,
-                fingerprint: fingerprint.to_owned(),
-            });
-            removed.insert(fingerprint);
+}
+
+/// A host's frontends: the agent's that are no longer wanted go, the wanted ones that are
+/// missing come.
+fn plan_frontends(actual: &Actual, desired: &Desired, host: &str, ops: &mut Vec<Op>) {
+    for frontend in frontends_of(&actual.frontends, host) {
+        if frontend.is_owned() && !desired.frontends.contains(frontend) {
+            ops.push(Op::RemoveFrontend(frontend.clone()));
+        }
+    }
+    for frontend in frontends_of(&desired.frontends, host) {
+        if !actual.frontends.contains(frontend) {
+            ops.push(Op::AddFrontend(frontend.clone()));
+        }
+    }
+}
+
+/// The certificates of a plan. Exactly one certificate per host on the HTTPS listener: SNI
+/// serves the longest-lived of several, so a stale certificate left beside a renewed one could
+/// keep serving.
+struct CertificatePlan<'a> {
+    present: &'a ListenerCertificates,
+    /// Fingerprints added or replacing another in this plan (a certificate naming two hosts
+    /// goes once).
+    sent: BTreeSet<String>,
+    /// Fingerprints replaced or removed in this plan.
+    removed: BTreeSet<String>,
+}
+
+impl CertificatePlan<'_> {
+    fn plan_host(&mut self, desired: &Desired, host: &str, ops: &mut Vec<Op>) {
+        let Some(address) = desired.https_address else {
+            return;
+        };
+        let owned = |names: &[String]| owned_certificate(names, &desired.zone);
+        if let Some(certificate) = desired.certificates().get(host) {
+            let fingerprint = certificate.fingerprint.as_str();
+            if !self.present.contains(fingerprint) && !self.sent.contains(fingerprint) {
+                // Replace one of ours when there is one, so the switch has no gap.
+                let old = self.present.named(host).find(|(old, names)| {
+                    owned(names) && !desired.is_wanted(old) && !self.removed.contains(*old)
+                });
+                match old {
+                    Some((old, _)) => {
+                        ops.push(Op::ReplaceCertificate {
+                            address,
+                            old_fingerprint: old.to_owned(),
+                            certificate: certificate.clone(),
+                        });
+                        self.removed.insert(old.to_owned());
+                    }
+                    None => ops.push(Op::AddCertificate {
+                        address,
+                        certificate: certificate.clone(),
+                    }),
+                }
+                self.sent.insert(fingerprint.to_owned());
+            }
+        }
+        // Every other certificate of ours naming the host: it has another, or left the workspace.
+        for (fingerprint, names) in self.present.named(host) {
+            if owned(names)
+                && !desired.is_wanted(fingerprint)
+                && !self.removed.contains(fingerprint)
+            {
+                ops.push(Op::RemoveCertificate {
+                    address,
+                    fingerprint: fingerprint.to_owned(),
+                });
+                self.removed.insert(fingerprint.to_owned());
+            }
         }
     }
 }
@@ -294,19 +375,28 @@ pub fn depends_on(later: &Op, failed: &Op) -> bool {
     }
 }
 
-/// The hosts or cluster ids a request concerns, to attribute its failure to routes.
-pub fn concerns(op: &Op) -> Vec<String> {
+/// The hosts and clusters a request concerns: where its failure shows, and what a plan must
+/// cover to send it again.
+pub fn scope_of(op: &Op) -> Scope {
+    let mut scope = Scope::default();
     match op {
-        Op::AddCluster { id } | Op::RemoveCluster { id } => vec![id.clone()],
+        Op::AddCluster { id } | Op::RemoveCluster { id } => {
+            scope.clusters.insert(id.clone());
+        }
         Op::AddBackend { cluster_id, .. } | Op::RemoveBackend { cluster_id, .. } => {
-            vec![cluster_id.clone()]
+            scope.clusters.insert(cluster_id.clone());
         }
         Op::AddCertificate { certificate, .. } | Op::ReplaceCertificate { certificate, .. } => {
-            certificate.names.iter().cloned().collect()
+            scope.hosts.extend(certificate.names.iter().cloned());
         }
-        Op::AddFrontend(f) | Op::RemoveFrontend(f) => vec![f.hostname.clone()],
-        _ => vec![],
+        Op::AddFrontend(f) | Op::RemoveFrontend(f) => {
+            scope.hosts.insert(f.hostname.clone());
+        }
+        Op::AddListener { .. } | Op::ActivateListener { .. } | Op::RemoveCertificate { .. } => {
+            scope.everything = true;
+        }
     }
+    scope
 }
 
 /// Applies `ops` to `actual` as sozu would, for the in-memory proxy used in tests and for keeping
@@ -444,7 +534,7 @@ mod tests {
             .iter()
             .map(|c| (c.names.iter().next().unwrap().clone(), c.clone()))
             .collect();
-        crate::desired::build(ws, &BTreeMap::new(), &certificates).0
+        crate::desired::build(ws, &BTreeMap::new(), &certificates, None).0
     }
 
     fn converge(actual: &mut Actual, desired: &Desired) -> Vec<Op> {
@@ -619,7 +709,7 @@ mod tests {
     #[test]
     fn a_route_without_a_certificate_gets_no_frontend_yet() {
         let ws = workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]);
-        let (want, held) = crate::desired::build(&ws, &BTreeMap::new(), &BTreeMap::new());
+        let (want, held) = crate::desired::build(&ws, &BTreeMap::new(), &BTreeMap::new(), None);
         assert!(want.frontends.is_empty());
         assert_eq!(held.len(), 1);
         assert!(want.clusters.contains_key("pi-a.in.example.org"));

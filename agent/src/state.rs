@@ -32,12 +32,13 @@ impl fmt::Display for Protocol {
 }
 
 /// A frontend as sozu identifies it: (protocol, address, hostname, path prefix) routes to a
-/// cluster.
+/// cluster. Ordered by hostname first, so that a host's frontends are one range of a set
+/// ([`frontends_of`]): a pass about one host looks at that host's frontends alone.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct Frontend {
+    pub hostname: String,
     pub protocol: Protocol,
     pub address: SocketAddr,
-    pub hostname: String,
     pub path_prefix: String,
     pub cluster_id: Option<String>,
     pub tags: Tags,
@@ -47,6 +48,22 @@ impl Frontend {
     pub fn is_owned(&self) -> bool {
         self.tags.get(OWNER_TAG.0) == Some(OWNER_TAG.1)
     }
+}
+
+/// The frontends of `host` in `set`: one range, thanks to the order of [`Frontend`].
+pub fn frontends_of<'a>(
+    set: &'a BTreeSet<Frontend>,
+    host: &'a str,
+) -> impl Iterator<Item = &'a Frontend> + 'a {
+    let first = Frontend {
+        hostname: host.to_owned(),
+        protocol: Protocol::Http,
+        address: SocketAddr::from(([0, 0, 0, 0], 0)),
+        path_prefix: String::new(),
+        cluster_id: None,
+        tags: Tags::default(),
+    };
+    set.range(first..).take_while(move |f| f.hostname == host)
 }
 
 /// A frontend's tags, sorted by name, each name once. A sorted list rather than a map: a frontend
@@ -167,11 +184,14 @@ pub struct Desired {
     /// Cluster id → its backends by backend id.
     pub clusters: BTreeMap<String, BTreeMap<String, Backend>>,
     pub frontends: BTreeSet<Frontend>,
-    /// Certificates on the HTTPS listener, one per host.
-    pub certificates: BTreeMap<String, Certificate>,
-    /// Fingerprints of certificates sozu already holds that stay as they are: those of hosts
-    /// whose pair the agent has not validated yet (see `desired::adopt`).
-    pub kept_certificates: BTreeSet<String>,
+    /// Certificates on the HTTPS listener, one per host; see [`Desired::set_certificate`].
+    certificates: BTreeMap<String, Certificate>,
+    /// Certificates sozu already holds that stay as they are, by host: those of hosts whose
+    /// pair the agent has not validated yet (see `crate::desired`).
+    kept: BTreeMap<String, String>,
+    /// How many hosts want each fingerprint (served or kept): whether one of sozu's
+    /// certificates may go is one look-up, not a scan of every host.
+    wanted: BTreeMap<String, usize>,
     /// The HTTPS listener the certificates live on.
     pub https_address: Option<SocketAddr>,
     /// Hosts the agent manages certificates for; certificates naming only hosts inside this zone
@@ -179,25 +199,105 @@ pub struct Desired {
     pub zone: String,
 }
 
-/// The certificates on one listener, by fingerprint.
+impl Desired {
+    /// The certificate to serve for `host`, in place of any other (served or kept).
+    pub fn set_certificate(&mut self, host: &str, certificate: Certificate) {
+        self.clear_certificate(host);
+        self.want(&certificate.fingerprint);
+        self.certificates.insert(host.to_owned(), certificate);
+    }
+
+    /// Keeps sozu's certificate `fingerprint` for `host`, in place of any other.
+    pub fn keep_certificate(&mut self, host: &str, fingerprint: &str) {
+        self.clear_certificate(host);
+        self.want(fingerprint);
+        self.kept.insert(host.to_owned(), fingerprint.to_owned());
+    }
+
+    /// No certificate for `host`.
+    pub fn clear_certificate(&mut self, host: &str) {
+        let old = self
+            .certificates
+            .remove(host)
+            .map(|c| c.fingerprint)
+            .or_else(|| self.kept.remove(host));
+        if let Some(old) = old {
+            if let Some(count) = self.wanted.get_mut(&old) {
+                *count -= 1;
+                if *count == 0 {
+                    self.wanted.remove(&old);
+                }
+            }
+        }
+    }
+
+    fn want(&mut self, fingerprint: &str) {
+        *self.wanted.entry(fingerprint.to_owned()).or_default() += 1;
+    }
+
+    /// The certificates to serve, by host.
+    pub fn certificates(&self) -> &BTreeMap<String, Certificate> {
+        &self.certificates
+    }
+
+    /// The fingerprint kept for `host`, if any.
+    pub fn kept(&self, host: &str) -> Option<&str> {
+        self.kept.get(host).map(String::as_str)
+    }
+
+    /// Whether some host wants the certificate `fingerprint` (to serve, or kept as it is).
+    pub fn is_wanted(&self, fingerprint: &str) -> bool {
+        self.wanted.contains_key(fingerprint)
+    }
+
+    /// Every host with a certificate to serve or keep.
+    pub fn hosts_with_certificates(&self) -> impl Iterator<Item = &str> {
+        self.certificates
+            .keys()
+            .chain(self.kept.keys())
+            .map(String::as_str)
+    }
+}
+
+/// The certificates on one listener, by fingerprint, and by the names they cover.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListenerCertificates {
     /// Fingerprint → the names it covers, sorted. A boxed slice rather than a set: a set's first
     /// node has room for eleven names, and a certificate names one or two hosts.
     by_fingerprint: BTreeMap<String, Box<[String]>>,
+    /// Name → the fingerprints covering it: kept up to date, so that a pass about one host
+    /// finds that host's certificates in one look-up instead of indexing every certificate.
+    by_name: BTreeMap<String, Vec<String>>,
 }
 
 impl ListenerCertificates {
     /// Adds a certificate; one already there under that fingerprint stays as it is.
     pub fn insert(&mut self, fingerprint: &str, names: &BTreeSet<String>) {
-        if !self.by_fingerprint.contains_key(fingerprint) {
-            self.by_fingerprint
-                .insert(fingerprint.to_owned(), names.iter().cloned().collect());
+        if self.by_fingerprint.contains_key(fingerprint) {
+            return;
         }
+        for name in names {
+            self.by_name
+                .entry(name.clone())
+                .or_default()
+                .push(fingerprint.to_owned());
+        }
+        self.by_fingerprint
+            .insert(fingerprint.to_owned(), names.iter().cloned().collect());
     }
 
     pub fn remove(&mut self, fingerprint: &str) {
-        self.by_fingerprint.remove(fingerprint);
+        let Some(names) = self.by_fingerprint.remove(fingerprint) else {
+            return;
+        };
+        for name in names.iter() {
+            if let Some(fingerprints) = self.by_name.get_mut(name) {
+                fingerprints.retain(|f| f != fingerprint);
+                if fingerprints.is_empty() {
+                    self.by_name.remove(name);
+                }
+            }
+        }
     }
 
     pub fn contains(&self, fingerprint: &str) -> bool {
@@ -211,37 +311,18 @@ impl ListenerCertificates {
             .map(|(f, n)| (f.as_str(), &n[..]))
     }
 
-    /// An index by name, for a pass that looks up every route's host: scanning every
-    /// certificate per route instead is quadratic in the number of routes. Built per pass rather
-    /// than kept, so the shadow of sozu's state stays as small as it was.
-    pub fn by_name(&self) -> NameIndex<'_> {
-        let mut index: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        for (fingerprint, names) in &self.by_fingerprint {
-            for name in names.iter() {
-                index.entry(name).or_default().push(fingerprint);
-            }
-        }
-        NameIndex {
-            certificates: self,
-            index,
-        }
+    /// Every name a certificate covers.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.by_name.keys().map(String::as_str)
     }
-}
 
-/// [`ListenerCertificates`] by name; see [`ListenerCertificates::by_name`].
-pub struct NameIndex<'a> {
-    certificates: &'a ListenerCertificates,
-    index: BTreeMap<&'a str, Vec<&'a str>>,
-}
-
-impl<'a> NameIndex<'a> {
     /// The certificates covering `name` exactly (as sozu indexes them): (fingerprint, names).
-    pub fn named(&self, name: &str) -> impl Iterator<Item = (&'a str, &'a [String])> + '_ {
-        self.index
+    pub fn named<'a>(&'a self, name: &str) -> impl Iterator<Item = (&'a str, &'a [String])> + 'a {
+        self.by_name
             .get(name)
             .into_iter()
             .flatten()
-            .filter_map(|f| self.certificates.by_fingerprint.get_key_value(*f))
+            .filter_map(|f| self.by_fingerprint.get_key_value(f))
             .map(|(f, n)| (f.as_str(), &n[..]))
     }
 }
@@ -286,10 +367,7 @@ mod tests {
         held.insert("aa", &names(&["a.example.org", "b.example.org"]));
         held.insert("bb", &names(&["b.example.org"]));
         let named = |held: &ListenerCertificates, name: &str| -> Vec<String> {
-            held.by_name()
-                .named(name)
-                .map(|(f, _)| f.to_owned())
-                .collect()
+            held.named(name).map(|(f, _)| f.to_owned()).collect()
         };
         assert_eq!(named(&held, "b.example.org"), ["aa", "bb"]);
         held.remove("aa");

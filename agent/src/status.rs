@@ -196,7 +196,7 @@ impl IfEmpty for String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{CertificateStatus, RouteState, RouteStatus};
+    use crate::api::{CertificateStatus, DnsNameStatus, RouteState, RouteStatus, Waiting};
 
     #[test]
     fn one_row_per_route_with_both_fingerprints() {
@@ -231,6 +231,49 @@ mod tests {
         );
         assert!(
             lines[2].contains("2030-03-17 (expiring)") && lines[2].ends_with("boom"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_route_waiting_for_dns_says_so_and_each_name_has_a_row() {
+        let status = Status {
+            routes: vec![RouteStatus {
+                host: "b.in.example.org".into(),
+                path_prefix: "/".into(),
+                upstream: "never.svc:80".into(),
+                state: RouteState::Pending,
+                waiting_for: vec![Waiting::Dns],
+                last_error: Some("resolving never.svc: no answer within 5000 ms".into()),
+                ..RouteStatus::default()
+            }],
+            dns: vec![
+                DnsNameStatus {
+                    name: "never.svc".into(),
+                    last_error: Some("no answer within 5000 ms".into()),
+                    consecutive_failures: 3,
+                    failures: 3,
+                    ..DnsNameStatus::default()
+                },
+                DnsNameStatus {
+                    name: "ok.svc".into(),
+                    addresses: vec!["10.0.0.1".into(), "fd00::1".into()],
+                    resolved: true,
+                    ..DnsNameStatus::default()
+                },
+            ],
+            ..Status::default()
+        };
+        let text = table(&status);
+        let lines: Vec<_> = text.lines().collect();
+        assert!(lines[2].contains("pending (dns)"), "{text}");
+        assert!(lines[4].starts_with("DNS NAME"), "{text}");
+        assert!(
+            lines[5].starts_with("never.svc") && lines[5].contains("never resolved"),
+            "{text}"
+        );
+        assert!(
+            lines[6].contains("10.0.0.1,fd00::1") && lines[6].contains("ok"),
             "{text}"
         );
     }

@@ -169,8 +169,11 @@ impl Soak {
     }
 
     /// A bad pair, left on disk a moment, during which the last good one must keep serving,
-    /// then a good one.
+    /// then a good one. From a converged state, so that the last good one is known to serve: a
+    /// good pair overwritten before the agent read it (its host just added, the agent just
+    /// restarted) was never the agent's to serve.
     fn bad_then_fixed(&mut self, host: usize) {
+        self.checkpoint();
         let kind = BAD[self.rng.below(BAD.len())];
         self.write_bad(host, kind);
         self.note("bad pair", format!("{} ({kind})", self.hosts[host]));

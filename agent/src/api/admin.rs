@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::Router;
 
 use super::Views;
 
@@ -21,7 +21,7 @@ pub fn router(views: Views) -> Router {
 }
 
 async fn readyz(State(views): State<Views>) -> impl IntoResponse {
-    let ready = views.status.read().unwrap_or_else(|p| p.into_inner()).ready;
+    let ready = views.status.load().head.ready;
     if ready {
         (StatusCode::OK, "ready\n")
     } else {
@@ -30,20 +30,24 @@ async fn readyz(State(views): State<Views>) -> impl IntoResponse {
 }
 
 async fn state(State(views): State<Views>) -> impl IntoResponse {
-    Json(views.snapshot())
-}
-
-async fn metrics(State(views): State<Views>) -> impl IntoResponse {
-    match super::metrics::render(&views.snapshot()) {
-        Ok(text) => (
+    match views.state_json() {
+        Ok(body) => (
             StatusCode::OK,
-            [(
-                header::CONTENT_TYPE,
-                "text/plain; version=0.0.4; charset=utf-8",
-            )],
-            text,
+            [(header::CONTENT_TYPE, "application/json")],
+            body,
         )
             .into_response(),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
+}
+
+async fn metrics(State(views): State<Views>) -> impl IntoResponse {
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        views.metrics(),
+    )
 }

@@ -1,244 +1,299 @@
-//! `/metrics`: a status snapshot as Prometheus text exposition (what `promtool check metrics`
-//! reads). Pure.
+//! `/metrics`: Prometheus text exposition (what `promtool check metrics` reads). Pure.
+//!
+//! Each route's lines are rendered when the route's status changes and kept with it
+//! ([`RouteMetrics`]); a scrape copies them out under their family's header. At 10,000 routes a
+//! scrape is a few megabytes copied, not ten thousand label sets built: it costs the loop
+//! nothing and takes the CPU from a rotation for a few milliseconds at most.
 
-use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+use std::fmt::Write as _;
 
-use super::{RouteState, Status};
+use super::{Counters, DnsNameStatus, RouteState, RouteStatus, Snapshot};
 
-/// Prometheus text exposition (what `promtool check metrics` reads) for a status snapshot. Pure.
-pub fn render(status: &Status) -> Result<String, prometheus::Error> {
-    let registry = Registry::new();
-    let gauge = |name: &str, help: &str, value: i64| -> Result<(), prometheus::Error> {
-        let g = IntGauge::with_opts(Opts::new(name, help))?;
-        g.set(value);
-        registry.register(Box::new(g))
-    };
-    let counter = |name: &str, help: &str, value: u64| -> Result<(), prometheus::Error> {
-        let c = IntCounter::with_opts(Opts::new(name, help))?;
-        c.inc_by(value);
-        registry.register(Box::new(c))
-    };
+/// The families whose lines come from each route: (name, type, help). Host-wide ones are
+/// rendered by a host's first route only.
+const ROUTE_FAMILIES: [(&str, &str, &str); 8] = [
+    (
+        "private_ingress_route_ok",
+        "gauge",
+        "1 when the route is fully served",
+    ),
+    (
+        "private_ingress_certificate_not_after_seconds",
+        "gauge",
+        "Expiry of the host's certificate on disk, Unix seconds",
+    ),
+    (
+        "private_ingress_certificate_not_before_seconds",
+        "gauge",
+        "Start of validity of the host's certificate on disk, Unix seconds",
+    ),
+    (
+        "private_ingress_certificate_expiring_soon",
+        "gauge",
+        "1 when the host's certificate expires within the expiry warning (renewal overdue)",
+    ),
+    (
+        "private_ingress_certificate_last_rotation_timestamp_seconds",
+        "gauge",
+        "When the host's certificate was last replaced, Unix seconds",
+    ),
+    (
+        "private_ingress_certificate_refused",
+        "gauge",
+        "1 while the host's pair on disk is refused (the last good certificate keeps serving), by reason",
+    ),
+    (
+        "private_ingress_certificate_served_info",
+        "gauge",
+        "The certificate sozu serves for the host, by fingerprint (SHA-256 of the leaf)",
+    ),
+    (
+        "private_ingress_certificate_rotations_total",
+        "counter",
+        "Certificates replaced in sozu, per host",
+    ),
+];
+
+/// One route's lines, one string per family of [`ROUTE_FAMILIES`] (empty when it has none).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RouteMetrics([String; ROUTE_FAMILIES.len()]);
+
+impl RouteMetrics {
+    /// The lines of `route`; with `host_wide`, its host's certificate lines too (one route of
+    /// each host carries them).
+    pub fn of(route: &RouteStatus, host_wide: bool) -> RouteMetrics {
+        let mut lines: [String; ROUTE_FAMILIES.len()] = Default::default();
+        let host = [("host", route.host.as_str())];
+        sample(
+            &mut lines[0],
+            ROUTE_FAMILIES[0].0,
+            &[("host", &route.host), ("route", &route.id)],
+            i64::from(route.state == RouteState::Ok),
+        );
+        if host_wide {
+            let c = &route.certificate;
+            if let Some(t) = c.disk_not_after {
+                sample(&mut lines[1], ROUTE_FAMILIES[1].0, &host, t);
+            }
+            if let Some(t) = c.disk_not_before {
+                sample(&mut lines[2], ROUTE_FAMILIES[2].0, &host, t);
+            }
+            if c.disk_fingerprint.is_some() {
+                sample(
+                    &mut lines[3],
+                    ROUTE_FAMILIES[3].0,
+                    &host,
+                    i64::from(c.expiring_soon),
+                );
+            }
+            if let Some(t) = c.last_rotation {
+                let t = i64::try_from(t).unwrap_or(i64::MAX);
+                sample(&mut lines[4], ROUTE_FAMILIES[4].0, &host, t);
+            }
+            if let Some(reason) = &c.error_reason {
+                let labels = [("host", route.host.as_str()), ("reason", reason.as_str())];
+                sample(&mut lines[5], ROUTE_FAMILIES[5].0, &labels, 1);
+            }
+            for fingerprint in &c.served_fingerprints {
+                let labels = [
+                    ("fingerprint", fingerprint.as_str()),
+                    ("host", route.host.as_str()),
+                ];
+                sample(&mut lines[6], ROUTE_FAMILIES[6].0, &labels, 1);
+            }
+            let rotations = i64::try_from(c.rotations).unwrap_or(i64::MAX);
+            sample(&mut lines[7], ROUTE_FAMILIES[7].0, &host, rotations);
+        }
+        RouteMetrics(lines)
+    }
+}
+
+/// The whole exposition: the agent's own figures, every route's lines, every upstream name's.
+pub fn render(snapshot: &Snapshot, counters: &Counters, dns: &[DnsNameStatus]) -> String {
+    let routes = snapshot.routes.len();
+    let mut out = String::with_capacity(4096 + routes * 600);
+    let head = &snapshot.head;
     gauge(
+        &mut out,
         "private_ingress_ready",
         "1 when sozu holds the whole desired state, certificates included",
-        i64::from(status.ready),
-    )?;
+        i64::from(head.ready),
+    );
     gauge(
+        &mut out,
         "private_ingress_workspace_valid",
         "1 when the latest workspace edit was accepted (else the last good one serves)",
-        i64::from(status.workspace.loaded && status.workspace.last_error.is_none()),
-    )?;
+        i64::from(head.workspace.loaded && head.workspace.last_error.is_none()),
+    );
     gauge(
+        &mut out,
         "private_ingress_routes",
         "Routes in the live workspace",
-        status.routes.len() as i64,
-    )?;
-    let c = &status.counters;
+        i64::try_from(routes).unwrap_or(i64::MAX),
+    );
     for (name, help, value) in [
         (
             "private_ingress_reconciles_total",
             "Reconcile passes",
-            c.reconciles,
+            counters.reconciles,
         ),
         (
             "private_ingress_reconcile_errors_total",
-            "Reconcile passes that failed and were retried",
-            c.reconcile_errors,
+            "Reconcile passes that failed or had a request refused",
+            counters.reconcile_errors,
         ),
         (
             "private_ingress_sozu_requests_total",
             "Requests sent to sozu's command socket",
-            c.sozu_requests,
+            counters.sozu_requests,
         ),
         (
             "private_ingress_sozu_reconnects_total",
             "Times sozu changed (restart, new workers, reconnect) and its state was read again",
-            c.sozu_reconnects,
+            counters.sozu_reconnects,
         ),
         (
             "private_ingress_workspace_errors_total",
             "Workspace edits rejected (syntax, contract, evaluation)",
-            c.workspace_errors,
+            counters.workspace_errors,
         ),
         (
             "private_ingress_dns_failures_total",
             "Failed upstream name lookups",
-            c.dns_failures,
+            counters.dns_failures,
         ),
         (
             "private_ingress_resyncs_total",
             "Full resyncs: every certificate pair and sozu's state read again",
-            c.resyncs,
+            counters.resyncs,
         ),
         (
             "private_ingress_watch_overflows_total",
-            "Times the file watcher's queue overflowed (each followed by a resync)",
-            c.watch_overflows,
+            "Times a file watcher's queue overflowed (its source then read everything again)",
+            counters.watch_overflows,
         ),
         (
             "private_ingress_certificate_errors_total",
             "Distinct certificate pairs refused before reaching sozu",
-            c.certificate_errors,
+            counters.certificate_errors,
         ),
     ] {
-        counter(name, help, value)?;
+        header(&mut out, name, "counter", help);
+        sample(
+            &mut out,
+            name,
+            &[],
+            i64::try_from(value).unwrap_or(i64::MAX),
+        );
     }
-
-    let failures = IntCounterVec::new(
-        Opts::new(
-            "private_ingress_certificate_failures_total",
+    if !counters.certificate_errors_by_reason.is_empty() {
+        let name = "private_ingress_certificate_failures_total";
+        header(
+            &mut out,
+            name,
+            "counter",
             "Distinct certificate pairs refused before reaching sozu, by reason",
-        ),
-        &["reason"],
-    )?;
-    for (reason, count) in &c.certificate_errors_by_reason {
-        failures
-            .with_label_values(&[reason.as_str()])
-            .inc_by(*count);
-    }
-    registry.register(Box::new(failures))?;
-
-    let route_ok = IntGaugeVec::new(
-        Opts::new(
-            "private_ingress_route_ok",
-            "1 when the route is fully served",
-        ),
-        &["route", "host"],
-    )?;
-    let not_after = IntGaugeVec::new(
-        Opts::new(
-            "private_ingress_certificate_not_after_seconds",
-            "Expiry of the host's certificate on disk, Unix seconds",
-        ),
-        &["host"],
-    )?;
-    let not_before = IntGaugeVec::new(
-        Opts::new(
-            "private_ingress_certificate_not_before_seconds",
-            "Start of validity of the host's certificate on disk, Unix seconds",
-        ),
-        &["host"],
-    )?;
-    let expiring = IntGaugeVec::new(
-        Opts::new(
-            "private_ingress_certificate_expiring_soon",
-            "1 when the host's certificate expires within the expiry warning (renewal overdue)",
-        ),
-        &["host"],
-    )?;
-    let rotations = IntCounterVec::new(
-        Opts::new(
-            "private_ingress_certificate_rotations_total",
-            "Certificates replaced in sozu, per host",
-        ),
-        &["host"],
-    )?;
-    let last_rotation = IntGaugeVec::new(
-        Opts::new(
-            "private_ingress_certificate_last_rotation_timestamp_seconds",
-            "When the host's certificate was last replaced, Unix seconds",
-        ),
-        &["host"],
-    )?;
-    let refused = IntGaugeVec::new(
-        Opts::new(
-            "private_ingress_certificate_refused",
-            "1 while the host's pair on disk is refused (the last good certificate keeps serving), by reason",
-        ),
-        &["host", "reason"],
-    )?;
-    let served = IntGaugeVec::new(
-        Opts::new(
-            "private_ingress_certificate_served_info",
-            "The certificate sozu serves for the host, by fingerprint (SHA-256 of the leaf)",
-        ),
-        &["host", "fingerprint"],
-    )?;
-    let mut hosts = std::collections::BTreeSet::new();
-    for route in &status.routes {
-        route_ok
-            .with_label_values(&[route.id.as_str(), route.host.as_str()])
-            .set(i64::from(route.state == RouteState::Ok));
-        // Several routes can share a host: its certificate series once.
-        if !hosts.insert(route.host.as_str()) {
-            continue;
-        }
-        let host = route.host.as_str();
-        if let Some(t) = route.certificate.disk_not_after {
-            not_after.with_label_values(&[host]).set(t);
-        }
-        if let Some(t) = route.certificate.disk_not_before {
-            not_before.with_label_values(&[host]).set(t);
-        }
-        if route.certificate.disk_fingerprint.is_some() {
-            expiring
-                .with_label_values(&[host])
-                .set(i64::from(route.certificate.expiring_soon));
-        }
-        rotations
-            .with_label_values(&[host])
-            .inc_by(route.certificate.rotations);
-        if let Some(t) = route.certificate.last_rotation {
-            last_rotation
-                .with_label_values(&[host])
-                .set(i64::try_from(t).unwrap_or(i64::MAX));
-        }
-        if let Some(reason) = &route.certificate.error_reason {
-            refused.with_label_values(&[host, reason.as_str()]).set(1);
-        }
-        for fingerprint in &route.certificate.served_fingerprints {
-            served
-                .with_label_values(&[host, fingerprint.as_str()])
-                .set(1);
+        );
+        for (reason, count) in &counters.certificate_errors_by_reason {
+            let count = i64::try_from(*count).unwrap_or(i64::MAX);
+            sample(&mut out, name, &[("reason", reason)], count);
         }
     }
-    let lookup_ok = IntGaugeVec::new(
-        Opts::new(
+    for (i, (name, kind, help)) in ROUTE_FAMILIES.iter().enumerate() {
+        let mut lines = snapshot
+            .routes
+            .values()
+            .map(|route| route.metrics.0[i].as_str())
+            .filter(|l| !l.is_empty())
+            .peekable();
+        if lines.peek().is_some() {
+            header(&mut out, name, kind, help);
+            lines.for_each(|l| out.push_str(l));
+        }
+    }
+    let families: [DnsFamily; 3] = [
+        (
             "private_ingress_dns_lookup_ok",
+            "gauge",
             "1 when the latest lookup of the upstream name succeeded",
+            |n| i64::from(n.last_error.is_none() && n.resolved),
         ),
-        &["name"],
-    )?;
-    let addresses = IntGaugeVec::new(
-        Opts::new(
+        (
             "private_ingress_dns_addresses",
+            "gauge",
             "Addresses in use for the upstream name (the last good answer); 0 until it first resolves",
+            |n| i64::try_from(n.addresses.len()).unwrap_or(i64::MAX),
         ),
-        &["name"],
-    )?;
-    let lookup_failures = IntCounterVec::new(
-        Opts::new(
+        (
             "private_ingress_dns_lookup_failures_total",
+            "counter",
             "Failed lookups of the upstream name",
+            |n| i64::try_from(n.failures).unwrap_or(i64::MAX),
         ),
-        &["name"],
-    )?;
-    for name in &status.dns {
-        let label = [name.name.as_str()];
-        lookup_ok
-            .with_label_values(&label)
-            .set(i64::from(name.last_error.is_none() && name.resolved));
-        addresses
-            .with_label_values(&label)
-            .set(i64::try_from(name.addresses.len()).unwrap_or(i64::MAX));
-        lookup_failures
-            .with_label_values(&label)
-            .inc_by(name.failures);
+    ];
+    if !dns.is_empty() {
+        for (name, kind, help, value) in families {
+            header(&mut out, name, kind, help);
+            for n in dns {
+                sample(&mut out, name, &[("name", &n.name)], value(n));
+            }
+        }
     }
-    for family in [
-        route_ok,
-        not_after,
-        not_before,
-        expiring,
-        last_rotation,
-        refused,
-        served,
-        lookup_ok,
-        addresses,
-    ] {
-        registry.register(Box::new(family))?;
+    out
+}
+
+/// A family with a line per upstream name: (name, type, help, the value of a name).
+type DnsFamily = (&'static str, &'static str, &'static str, fn(&DnsNameStatus) -> i64);
+
+fn gauge(out: &mut String, name: &str, help: &str, value: i64) {
+    header(out, name, "gauge", help);
+    sample(out, name, &[], value);
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let help = help.replace('\\', "\\\\").replace('\n', "\\n");
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// One sample; labels in the order given (sorted by name, as exposition readers expect).
+fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: i64) {
+    out.push_str(name);
+    if !labels.is_empty() {
+        out.push('{');
+        for (i, (label, value)) in labels.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(label);
+            out.push_str("=\"");
+            escape(out, value);
+            out.push('"');
+        }
+        out.push('}');
     }
-    registry.register(Box::new(rotations))?;
-    registry.register(Box::new(lookup_failures))?;
-    TextEncoder::new().encode_to_string(&registry.gather())
+    let _ = writeln!(out, " {value}");
+}
+
+/// A label value as the text format quotes it: backslash, double quote and line feed escaped.
+fn escape(out: &mut String, value: &str) {
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        let mut out = String::new();
+        sample(&mut out, "m", &[("reason", "a\"b\\c\nd")], 1);
+        assert_eq!(out, "m{reason=\"a\\\"b\\\\c\\nd\"} 1\n");
+    }
 }

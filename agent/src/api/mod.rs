@@ -146,10 +146,90 @@ pub struct Counters {
     pub watch_overflows: u64,
 }
 
-/// The loop's status, published after each pass.
-pub type SharedStatus = Arc<RwLock<Status>>;
+/// A route's status, with its metric lines rendered when it changed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteView {
+    pub status: RouteStatus,
+    pub metrics: metrics::RouteMetrics,
+}
 
-/// What the admin endpoints read: the loop's status and the DNS source's table.
+/// Routes by (host, path prefix): the workspace's own order.
+pub type RouteKey = (String, String);
+
+/// The parts of the status that are not per route.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Head {
+    pub ready: bool,
+    pub workspace: WorkspaceStatus,
+    pub sozu: SozuStatus,
+    pub counters: Counters,
+}
+
+/// What the loop publishes: cheap to hand out (a reader clones an `Arc`) and cheap to update (a
+/// persistent map shares every route that did not change with the previous snapshot).
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub head: Head,
+    pub routes: imbl::OrdMap<RouteKey, Arc<RouteView>>,
+}
+
+/// Where the loop publishes its snapshots. Readers never hold the lock longer than an `Arc`
+/// clone takes, so a scrape at 10,000 routes never holds up a pass.
+#[derive(Debug, Default)]
+pub struct Published(RwLock<Arc<Snapshot>>);
+
+impl Published {
+    pub fn load(&self) -> Arc<Snapshot> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn store(&self, snapshot: Snapshot) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(snapshot);
+    }
+
+    /// The loop's status alone, as an owned document (no DNS names).
+    pub fn status(&self) -> Status {
+        self.load().status(&[])
+    }
+}
+
+impl Snapshot {
+    /// The whole document, owned; `/v1/state` serializes [`StatusRef`] instead, without copies.
+    pub fn status(&self, dns: &[DnsNameStatus]) -> Status {
+        Status {
+            ready: self.head.ready,
+            workspace: self.head.workspace.clone(),
+            sozu: self.head.sozu.clone(),
+            routes: self.routes.values().map(|r| r.status.clone()).collect(),
+            dns: dns.to_vec(),
+            counters: self.head.counters.clone(),
+        }
+    }
+}
+
+/// [`Status`] as serialized from a snapshot, borrowing everything: the same document.
+#[derive(Serialize)]
+pub struct StatusRef<'a> {
+    ready: bool,
+    workspace: &'a WorkspaceStatus,
+    sozu: &'a SozuStatus,
+    routes: RoutesRef<'a>,
+    dns: &'a [DnsNameStatus],
+    counters: &'a Counters,
+}
+
+struct RoutesRef<'a>(&'a imbl::OrdMap<RouteKey, Arc<RouteView>>);
+
+impl Serialize for RoutesRef<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.values().map(|r| &r.status))
+    }
+}
+
+/// The loop's published status.
+pub type SharedStatus = Arc<Published>;
+
+/// What the admin endpoints read: the loop's snapshots and the DNS source's table.
 #[derive(Clone, Default)]
 pub struct Views {
     pub status: SharedStatus,
@@ -157,16 +237,88 @@ pub struct Views {
 }
 
 impl Views {
+    /// The DNS names, and the counters with the DNS source's failures counted in.
+    pub fn dns(&self, counters: &Counters) -> (Vec<DnsNameStatus>, Counters) {
+        let dns = self.dns.lock().unwrap_or_else(|p| p.into_inner());
+        let mut counters = counters.clone();
+        counters.dns_failures = dns.values().map(|n| n.failures).sum();
+        (dns.values().cloned().collect(), counters)
+    }
+
     /// One consistent document: the loop's status with each DNS name's state.
     pub fn snapshot(&self) -> Status {
-        let mut status = self
-            .status
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let dns = self.dns.lock().unwrap_or_else(|p| p.into_inner());
-        status.counters.dns_failures = dns.values().map(|n| n.failures).sum();
-        status.dns = dns.values().cloned().collect();
+        let snapshot = self.status.load();
+        let (dns, counters) = self.dns(&snapshot.head.counters);
+        let mut status = snapshot.status(&dns);
+        status.counters = counters;
         status
+    }
+
+    /// `/v1/state`, serialized from the latest snapshot without copying it.
+    pub fn state_json(&self) -> Result<Vec<u8>, serde_json::Error> {
+        let snapshot = self.status.load();
+        let (dns, counters) = self.dns(&snapshot.head.counters);
+        serde_json::to_vec(&StatusRef {
+            ready: snapshot.head.ready,
+            workspace: &snapshot.head.workspace,
+            sozu: &snapshot.head.sozu,
+            routes: RoutesRef(&snapshot.routes),
+            dns: &dns,
+            counters: &counters,
+        })
+    }
+
+    /// `/metrics`.
+    pub fn metrics(&self) -> String {
+        let snapshot = self.status.load();
+        let (dns, counters) = self.dns(&snapshot.head.counters);
+        metrics::render(&snapshot, &counters, &dns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `/v1/state` from a snapshot is the document `status` reads back, field for field.
+    #[test]
+    fn the_borrowed_document_is_the_owned_one() {
+        let route = RouteStatus {
+            id: "pi-a.in.example.org".into(),
+            host: "a.in.example.org".into(),
+            path_prefix: "/".into(),
+            state: RouteState::Pending,
+            waiting_for: vec![Waiting::Dns],
+            ..RouteStatus::default()
+        };
+        let mut routes = imbl::OrdMap::new();
+        routes.insert(
+            (route.host.clone(), route.path_prefix.clone()),
+            Arc::new(RouteView {
+                metrics: metrics::RouteMetrics::of(&route, true),
+                status: route,
+            }),
+        );
+        let views = Views::default();
+        views.status.store(Snapshot {
+            head: Head {
+                ready: true,
+                ..Head::default()
+            },
+            routes,
+        });
+        views.dns.lock().unwrap().insert(
+            "a.svc".into(),
+            DnsNameStatus {
+                name: "a.svc".into(),
+                failures: 2,
+                ..DnsNameStatus::default()
+            },
+        );
+        let json = views.state_json().unwrap();
+        let read: Status = serde_json::from_slice(&json).unwrap();
+        assert_eq!(read, views.snapshot());
+        assert_eq!(read.counters.dns_failures, 2);
+        assert_eq!(read.routes.len(), 1);
     }
 }

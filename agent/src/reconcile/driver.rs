@@ -2,29 +2,33 @@
 //!
 //! | what happens | what the next pass does |
 //! |---|---|
-//! | the workspace changed, a DNS answer changed | recomputes everything, after asking sozu who it is |
-//! | a host's pair changed | the same, trusting the shadow without asking sozu first: a rotation costs one request |
-//! | sozu's socket came or went | asks sozu who it is; reads its state again if it is a new sozu |
-//! | resync (`--resync-interval`) | reads sozu's state and every pair again, repairs drift |
+//! | the workspace changed | plans the routes that differ, after asking sozu who it is |
+//! | a DNS answer changed | plans the clusters of the name's routes, after asking sozu who it is |
+//! | a host's pair changed | plans that host alone, trusting the shadow without asking sozu first: a rotation costs one request, whatever the number of routes |
+//! | sozu's socket came or went | asks sozu who it is; reads its state again, and plans everything, if it is a new sozu |
+//! | resync (`--resync-interval`) | reads sozu's state and every pair again, plans everything |
 //! | sozu could not be reached | nothing until the back-off ends (a new socket ends it early); facts keep arriving meanwhile |
-//! | a request was refused | only that request and what depends on it wait for their retry |
+//! | a request was refused | only that request and what depends on it wait for their retry, which plans their hosts and clusters |
 //! | a served certificate enters its expiry warning | only the status changes |
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
+use super::model::Model;
 use super::pass::PassOutcome;
 use super::policy::{Backoff, Refusals};
+use super::publish::Dirty;
 use super::sync::SozuSync;
 use super::trackers::{CertTracker, DnsTracker, PairChange, WorkspaceTracker};
 use super::Proxy;
 use crate::api::{Counters, SharedStatus};
+use crate::api::{RouteKey, RouteView};
 use crate::clock::Clock;
-use crate::desired::Held;
+use crate::plan::Scope;
 use crate::sources::{CertSource, Fact};
 
 #[derive(Debug, Clone)]
@@ -66,8 +70,11 @@ pub struct Agent<P, C> {
     pub(super) certs: CertTracker,
     pub(super) refusals: Refusals,
     pub(super) counters: Counters,
-    /// Routes held back by the last pass.
-    pub(super) held: BTreeMap<String, Held>,
+    /// The desired state, kept between passes; `None` until the first pass with a workspace.
+    pub(super) model: Option<Model>,
+    /// The routes' status as last published, and which routes must be built again.
+    pub(super) routes: imbl::OrdMap<RouteKey, Arc<RouteView>>,
+    pub(super) dirty: Dirty,
     /// Why the last pass could not reach sozu.
     pub(super) sozu_error: Option<String>,
     pub(super) last_converged: Option<u64>,
@@ -77,11 +84,16 @@ pub struct Agent<P, C> {
 /// What the next pass must do, gathered from facts and timers.
 #[derive(Debug, Default)]
 pub struct Work {
-    /// Something the whole desired state depends on changed: the workspace, a DNS answer, a
-    /// retry.
-    pub full: bool,
+    /// Recompute and plan everything: a retry after sozu could not be reached.
+    pub everything: bool,
+    /// The workspace changed: the routes that differ are planned.
+    pub workspace: bool,
     /// Hosts whose certificate to serve changed.
     pub hosts: BTreeSet<String>,
+    /// Upstream names whose addresses changed.
+    pub names: BTreeSet<String>,
+    /// Requests sozu refused whose retry time came.
+    pub retry: Scope,
     /// Ask sozu who it is before trusting the shadow.
     pub check_generation: bool,
     /// Read sozu's whole state again.
@@ -92,7 +104,24 @@ pub struct Work {
 
 impl Work {
     fn needs_pass(&self) -> bool {
-        self.full || !self.hosts.is_empty() || self.check_generation || self.resync
+        self.everything
+            || self.workspace
+            || !self.hosts.is_empty()
+            || !self.names.is_empty()
+            || !self.retry.is_empty()
+            || self.check_generation
+            || self.resync
+    }
+
+    /// Whether the pass is about certificates alone: it trusts the shadow of sozu's state.
+    pub fn certificates_only(&self) -> bool {
+        !self.hosts.is_empty()
+            && !self.everything
+            && !self.workspace
+            && self.names.is_empty()
+            && self.retry.is_empty()
+            && !self.check_generation
+            && !self.resync
     }
 }
 
@@ -104,6 +133,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         status: SharedStatus,
         clock: Arc<dyn Clock>,
     ) -> Self {
+        let warning = i64::try_from(settings.expiry_warning.as_secs()).unwrap_or(i64::MAX);
         Agent {
             settings,
             clock,
@@ -111,10 +141,12 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             cert_source,
             workspace: WorkspaceTracker::default(),
             dns: DnsTracker::default(),
-            certs: CertTracker::default(),
+            certs: CertTracker::new(warning),
             refusals: Refusals::default(),
             counters: Counters::default(),
-            held: BTreeMap::new(),
+            model: None,
+            routes: imbl::OrdMap::new(),
+            dirty: Dirty::default(),
             sozu_error: None,
             last_converged: None,
             status,
@@ -172,7 +204,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 }
                 _ = tokio::time::sleep_until(refusal_at.unwrap_or(never)),
                     if refusal_at.is_some() && retry_at.is_none() => {
-                    work.full = true;
+                    work.retry.extend(self.refusals.due(Instant::now()));
                 }
                 _ = tokio::time::sleep_until(expiry_at.unwrap_or(never)), if expiry_at.is_some() => {
                     work.publish = true;
@@ -192,7 +224,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                         );
                         retry_at = Some(Instant::now() + wait);
                         // Level-triggered: the retry recomputes everything, so no reason is lost.
-                        work.full = true;
+                        work.everything = true;
                         work.check_generation = true;
                     }
                     PassOutcome::Done => backoff.succeeded(Instant::now()),
@@ -208,7 +240,8 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         match fact {
             Fact::Workspace(result) => {
                 if self.workspace.absorb(result, &mut self.counters) {
-                    work.full = true;
+                    work.workspace = true;
+                    self.dirty.all = true;
                     if let Some(workspace) = &self.workspace.current {
                         self.dns.retain(&crate::desired::upstream_names(workspace));
                         self.certs
@@ -217,8 +250,12 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 }
                 work.publish = true;
             }
-            Fact::Dns(name) => {
-                work.full |= self.dns.absorb(name);
+            Fact::Dns(fact) => {
+                let name = fact.name.clone();
+                if self.dns.absorb(fact) {
+                    work.names.insert(name.clone());
+                }
+                self.dirty.names.insert(name);
                 work.publish = true;
             }
             Fact::Pairs(pairs) => {
@@ -227,7 +264,10 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                         PairChange::Serve => {
                             work.hosts.insert(host);
                         }
-                        PairChange::Shown => work.publish = true,
+                        PairChange::Shown => {
+                            self.dirty.hosts.insert(host);
+                            work.publish = true;
+                        }
                         PairChange::None => {}
                     }
                 }
@@ -243,13 +283,8 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
     /// When the next served certificate enters its expiry warning, as a timer deadline.
     fn next_expiry_flag(&self) -> Option<Instant> {
         let now = self.clock.unix();
-        let warning = self.expiry_warning_seconds();
-        let at = self.certs.next_expiry_warning(now, warning)?;
+        let at = self.certs.next_expiry_warning(now)?;
         let wait = u64::try_from(at.saturating_sub(now)).unwrap_or(0) + 1;
         Some(Instant::now() + Duration::from_secs(wait))
-    }
-
-    pub(super) fn expiry_warning_seconds(&self) -> i64 {
-        i64::try_from(self.settings.expiry_warning.as_secs()).unwrap_or(i64::MAX)
     }
 }

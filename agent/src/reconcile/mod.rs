@@ -17,6 +17,7 @@
 //! [`CertSource`]: crate::sources::CertSource
 
 pub mod driver;
+pub mod model;
 pub mod pass;
 pub mod policy;
 mod publish;

@@ -1,19 +1,21 @@
 //! One pass: the latest facts → the desired state → the plan → sozu. Nothing here waits on DNS,
 //! a file or an evaluation; the only I/O is sozu's socket.
+//!
+//! The desired state is kept between passes ([`Model`]) and updated where facts changed it; the
+//! plan covers what changed ([`Scope`]): one host for a rotation, the routes that differ for a
+//! workspace edit, a name's clusters for a DNS answer. A new sozu, a resync or a retry after sozu
+//! could not be reached plan everything.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::time::Instant as TokioInstant;
 
 use super::driver::{Agent, Work};
+use super::model::{self, Model};
 use super::Proxy;
-use std::collections::BTreeMap;
-
-use crate::desired::{self, Held};
-use crate::plan::{self, Op, Outcome};
+use crate::plan::{self, Op, Outcome, Scope};
 use crate::sources::CertSource;
-use crate::state::Desired;
-use crate::workspace::Workspace;
 
 /// How a pass ended, for the loop's error policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,41 +37,20 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             self.counters.resyncs += 1;
             self.sozu.invalidate();
         }
-        let Some(workspace) = self.workspace.current.clone() else {
-            self.publish();
-            return PassOutcome::Done;
-        };
-        let started = Instant::now();
-        let (mut want, mut held) =
-            desired::build(&workspace, self.dns.resolved(), self.certs.last_good());
-        step_took(started, "desired state built");
-
-        // A pass for certificates alone trusts the shadow: a restart announces itself (a socket
-        // event, a broken connection), so a rotation costs one request, not two.
-        let only_certificates =
-            !work.full && !work.check_generation && !work.resync && !work.hosts.is_empty();
         let sent_before = self.counters.sozu_requests;
-        let synced = self
-            .sync(&workspace, &mut want, &mut held, !only_certificates)
-            .await;
-        self.held = held;
-        let outcome = match synced {
-            Ok(refused) => {
-                self.sozu_error = None;
-                if refused {
-                    self.counters.reconcile_errors += 1;
-                } else {
-                    self.last_converged = u64::try_from(self.clock.unix()).ok();
-                }
-                PassOutcome::Done
-            }
-            Err(e) => {
-                self.counters.reconcile_errors += 1;
-                self.sozu_error = Some(e);
-                PassOutcome::Unreachable
-            }
-        };
-        drop(want);
+        let was_unreachable = self.sozu_error.is_some();
+        let result = self.sync(&work).await;
+        if let Ok(scope) = &result {
+            self.dirty.scope(scope);
+        }
+        // Every route shows whether sozu can be reached.
+        self.dirty.all |= was_unreachable != result.is_err();
+        if let Err(e) = result {
+            self.counters.reconcile_errors += 1;
+            self.sozu_error = Some(e);
+            self.publish();
+            return PassOutcome::Unreachable;
+        }
         let started = Instant::now();
         self.publish();
         step_took(started, "status published");
@@ -79,42 +60,78 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             crate::memory::release_freed_memory();
             step_took(started, "freed memory returned");
         }
-        outcome
+        PassOutcome::Done
     }
 
-    /// Brings sozu to `want`: asks who it is (unless the shadow is trusted), reads its state when
-    /// the shadow is gone, plans, holds back what waits for a retry, applies. Returns whether a
-    /// request was refused; an error means sozu could not be reached.
-    async fn sync(
-        &mut self,
-        workspace: &Workspace,
-        want: &mut Desired,
-        held: &mut BTreeMap<String, Held>,
-        check_generation: bool,
-    ) -> Result<bool, String> {
-        if check_generation || !self.sozu.is_known() {
+    /// Brings sozu to the desired state within what changed: asks who sozu is (unless a pass
+    /// about certificates alone trusts the shadow), reads its state when the shadow is gone,
+    /// updates the model, plans, holds back what waits for a retry, applies. Returns the scope
+    /// planned; an error means sozu could not be reached.
+    async fn sync(&mut self, work: &Work) -> Result<Scope, String> {
+        let Some(workspace) = self.workspace.current.clone() else {
+            return Ok(Scope::default());
+        };
+        if !work.certificates_only() || !self.sozu.is_known() {
             let started = Instant::now();
             if self.sozu.check().await.map_err(|e| e.to_string())? {
                 self.counters.sozu_reconnects += 1;
             }
             step_took(started, "sozu's generation checked");
         }
+        let fresh = !self.sozu.is_known();
         let actual = self.sozu.actual().await.map_err(|e| e.to_string())?;
+
         let started = Instant::now();
-        desired::adopt(want, held, workspace, actual);
-        let planned = plan::plan(actual, want);
+        let scope = match &mut self.model {
+            Some(model) if !fresh && !work.everything => {
+                let mut scope = if Arc::ptr_eq(model.workspace(), &workspace) {
+                    Scope::default()
+                } else {
+                    let old = model.workspace().clone();
+                    *model = Model::build(workspace.clone(), &self.dns, &self.certs, actual);
+                    model::changes(&old, &workspace)
+                };
+                for host in &work.hosts {
+                    scope.extend(model.host_changed(host, &self.certs, actual));
+                }
+                for name in &work.names {
+                    scope.extend(model.name_changed(name, &self.dns, actual));
+                }
+                scope.extend(work.retry.clone());
+                scope
+            }
+            _ => {
+                self.model = Some(Model::build(
+                    workspace.clone(),
+                    &self.dns,
+                    &self.certs,
+                    actual,
+                ));
+                Scope::everything()
+            }
+        };
+        step_took(started, "desired state updated");
+        let Some(model) = &self.model else {
+            return Ok(scope);
+        };
+        let started = Instant::now();
+        let planned = plan::plan_scope(actual, model.desired(), &scope);
         step_took(started, "changes planned");
         let now = TokioInstant::now();
-        let (ops, held) = self.refusals.hold_back(planned, now);
+        let (ops, held) = self.refusals.hold_back(planned, now, &scope);
         if !held.is_empty() {
             tracing::debug!(requests = held.len(), "held back until their retry");
         }
         if ops.is_empty() {
-            return Ok(!held.is_empty());
+            if held.is_empty() && self.refusals.is_empty() {
+                self.last_converged = u64::try_from(self.clock.unix()).ok();
+            }
+            self.sozu_error = None;
+            return Ok(scope);
         }
         tracing::info!(requests = ops.len(), summary = ?plan::summary(&ops), "applying changes to sozu");
         let mut broken = None;
-        let mut refused = !held.is_empty();
+        let mut refused = false;
         for (op, outcome) in self.sozu.apply(ops).await {
             match outcome {
                 Outcome::Applied => {
@@ -139,10 +156,16 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 }
             }
         }
-        match broken {
-            Some(reason) => Err(reason),
-            None => Ok(refused),
+        if let Some(reason) = broken {
+            return Err(reason);
         }
+        self.sozu_error = None;
+        if refused || !held.is_empty() {
+            self.counters.reconcile_errors += 1;
+        } else if self.refusals.is_empty() {
+            self.last_converged = u64::try_from(self.clock.unix()).ok();
+        }
+        Ok(scope)
     }
 }
 

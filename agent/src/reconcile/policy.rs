@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::plan::{self, Op};
+use crate::plan::{self, Op, Scope};
 
 /// Which sozu the agent talks to: the connection it was read through and its worker processes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -103,8 +103,8 @@ pub struct Refusals {
 #[derive(Debug, Clone)]
 pub struct Refusal {
     pub message: String,
-    /// The hosts and cluster ids it concerns, to show the refusal on their routes.
-    pub concerns: Vec<String>,
+    /// The hosts and clusters it concerns: its routes show the refusal, and its retry plans them.
+    pub scope: Scope,
     attempts: u32,
     retry_at: Instant,
 }
@@ -117,7 +117,7 @@ impl Refusals {
     pub fn refused(&mut self, op: &Op, message: String, now: Instant) {
         let entry = self.entries.entry(op.describe()).or_insert(Refusal {
             message: String::new(),
-            concerns: plan::concerns(op),
+            scope: plan::scope_of(op),
             attempts: 0,
             retry_at: now,
         });
@@ -133,12 +133,14 @@ impl Refusals {
         self.entries.remove(&op.describe());
     }
 
-    /// Splits a plan into what goes now and what is held back: requests refused whose retry
-    /// time has not come, and every request that depends on one of them (a route's frontends on
-    /// its certificate). Refusals of requests no longer planned are forgotten.
-    pub fn hold_back(&mut self, ops: Vec<Op>, now: Instant) -> (Vec<Op>, Vec<Op>) {
+    /// Splits a plan of `scope` into what goes now and what is held back: requests refused whose
+    /// retry time has not come, and every request that depends on one of them (a route's
+    /// frontends on its certificate). Refusals within the scope of requests no longer planned
+    /// are forgotten.
+    pub fn hold_back(&mut self, ops: Vec<Op>, now: Instant, scope: &Scope) -> (Vec<Op>, Vec<Op>) {
         let planned: BTreeSet<String> = ops.iter().map(Op::describe).collect();
-        self.entries.retain(|key, _| planned.contains(key));
+        self.entries
+            .retain(|key, refusal| planned.contains(key) || !covers(scope, &refusal.scope));
         let waiting: Vec<&Op> = ops
             .iter()
             .filter(|op| {
@@ -155,6 +157,15 @@ impl Refusals {
         (send, held)
     }
 
+    /// What the requests whose retry time has come concern.
+    pub fn due(&self, now: Instant) -> Scope {
+        let mut scope = Scope::default();
+        for refusal in self.entries.values().filter(|r| r.retry_at <= now) {
+            scope.extend(refusal.scope.clone());
+        }
+        scope
+    }
+
     /// When the earliest held-back request may go again.
     pub fn next_retry(&self) -> Option<Instant> {
         self.entries.values().map(|r| r.retry_at).min()
@@ -167,6 +178,14 @@ impl Refusals {
     pub fn iter(&self) -> impl Iterator<Item = &Refusal> {
         self.entries.values()
     }
+}
+
+/// Whether a plan of `planned` would have planned every request of `request`.
+fn covers(planned: &Scope, request: &Scope) -> bool {
+    planned.everything
+        || (!request.everything
+            && request.hosts.is_subset(&planned.hosts)
+            && request.clusters.is_subset(&planned.clusters))
 }
 
 #[cfg(test)]
@@ -259,13 +278,14 @@ mod tests {
         let mut refusals = Refusals::default();
         let now = Instant::now();
         refusals.refused(&plan[0], "KeyMismatch".into(), now);
-        let (send, held) = refusals.hold_back(plan.clone(), now);
+        let all = Scope::everything();
+        let (send, held) = refusals.hold_back(plan.clone(), now, &all);
         assert_eq!(send, [add("b.z", 2), frontend("b.z")]);
         assert_eq!(held, [add("a.z", 1), frontend("a.z")]);
         assert_eq!(refusals.next_retry(), Some(now + Duration::from_secs(1)));
         // At its retry time it goes again; refused again, it waits twice as long.
         tokio::time::advance(Duration::from_secs(1)).await;
-        let (send, _) = refusals.hold_back(plan.clone(), Instant::now());
+        let (send, _) = refusals.hold_back(plan.clone(), Instant::now(), &all);
         assert_eq!(send.len(), 4);
         refusals.refused(&plan[0], "KeyMismatch".into(), Instant::now());
         assert_eq!(
@@ -274,7 +294,7 @@ mod tests {
         );
         // A new pair for the host is a new request: it goes at once, the old refusal is forgotten.
         let renewed = vec![add("a.z", 3), frontend("a.z")];
-        let (send, held) = refusals.hold_back(renewed.clone(), Instant::now());
+        let (send, held) = refusals.hold_back(renewed.clone(), Instant::now(), &all);
         assert_eq!((send, held.len()), (renewed, 0));
         assert!(refusals.is_empty());
     }

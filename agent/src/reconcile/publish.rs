@@ -1,153 +1,201 @@
-//! The status the admin endpoints serve, from the trackers and the shadow of sozu's state.
+//! The status the admin endpoints serve, kept route by route: a pass or a fact updates the
+//! routes it concerns, and publishing hands out a snapshot that shares every other route with the
+//! previous one. A rotation at 10,000 routes updates one route's status, not ten thousand.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use super::driver::Agent;
-use super::trackers::expiring_soon;
 use super::Proxy;
-use crate::api::{CertificateStatus, RouteState, RouteStatus, Waiting};
+use crate::api::metrics::RouteMetrics;
+use crate::api::{
+    CertificateStatus, Head, RouteKey, RouteState, RouteStatus, RouteView, Snapshot, Waiting,
+};
+use crate::plan::Scope;
 use crate::sources::CertSource;
 use crate::state::Address;
-use crate::workspace::Upstream;
+use crate::workspace::{Route, Upstream};
+
+/// Which routes' status must be built again.
+#[derive(Debug, Default)]
+pub struct Dirty {
+    pub all: bool,
+    pub hosts: BTreeSet<String>,
+    pub clusters: BTreeSet<String>,
+    pub names: BTreeSet<String>,
+}
+
+impl Dirty {
+    pub fn scope(&mut self, scope: &Scope) {
+        self.all |= scope.everything;
+        self.hosts.extend(scope.hosts.iter().cloned());
+        self.clusters.extend(scope.clusters.iter().cloned());
+    }
+}
 
 impl<P: Proxy, C: CertSource> Agent<P, C> {
-    /// Publishes the status: readiness, the workspace, sozu, every route.
+    /// Publishes the status: readiness, the workspace, sozu, and the routes that changed.
     pub(super) fn publish(&mut self) {
         let now = self.clock.unix();
-        let warning = self.expiry_warning_seconds();
-        self.certs.warn_expiring(now, warning);
-        let workspace = self.workspace.current.clone();
-        let https = workspace.as_ref().map(|w| w.listeners.https);
-        let served = self
-            .sozu
-            .shadow()
-            .zip(https)
-            .and_then(|(shadow, address)| shadow.certificates.get(&address))
-            .map(|held| held.by_name());
-        // What sozu refused, by the host or cluster id it concerns.
-        let mut refused: BTreeMap<&str, &str> = BTreeMap::new();
-        for refusal in self.refusals.iter() {
-            for key in &refusal.concerns {
-                refused.entry(key).or_insert(&refusal.message);
+        for host in self.certs.entered_warning(now) {
+            self.dirty.hosts.insert(host);
+        }
+        let dirty = std::mem::take(&mut self.dirty);
+        match &self.model {
+            None => self.routes = imbl::OrdMap::new(),
+            Some(model) if dirty.all => {
+                let mut routes = imbl::OrdMap::new();
+                let mut previous_host = None;
+                for route in &model.workspace().routes {
+                    let first = previous_host != Some(&route.host);
+                    previous_host = Some(&route.host);
+                    routes.insert(key(route), Arc::new(self.route_view(route, first, now)));
+                }
+                self.routes = routes;
+            }
+            Some(model) => {
+                let mut hosts: BTreeSet<&str> = dirty.hosts.iter().map(String::as_str).collect();
+                for id in &dirty.clusters {
+                    hosts.extend(model.route_by_id(id).map(|r| r.host.as_str()));
+                }
+                for name in &dirty.names {
+                    hosts.extend(model.routes_of_name(name).map(|r| r.host.as_str()));
+                }
+                // A host's routes go together: the first of them carries the host's metrics.
+                for host in hosts {
+                    for (i, route) in model.routes_of_host(host).enumerate() {
+                        let view = self.route_view(route, i == 0, now);
+                        self.routes.insert(key(route), Arc::new(view));
+                    }
+                }
             }
         }
-        let unreachable = self.sozu_error.is_some();
-        // Built before taking the lock: readers of /readyz and /v1/state wait on it.
-        let routes: Vec<RouteStatus> = workspace
-            .as_deref()
-            .map(|w| &w.routes[..])
-            .unwrap_or_default()
-            .iter()
-            .map(|route| {
-                let backends_desired: Vec<String> = match &route.upstream {
-                    Upstream::Dns { name, port } => self
-                        .dns
-                        .resolved()
-                        .get(name)
-                        .into_iter()
-                        .flatten()
-                        .map(|ip| std::net::SocketAddr::new(*ip, *port).to_string())
-                        .collect(),
-                    other => vec![other.to_string()],
-                };
-                let backends_actual: Vec<String> = self
-                    .sozu
-                    .shadow()
-                    .and_then(|s| s.backends.get(&route.id))
-                    .map(|b| {
-                        b.values()
-                            .map(|b| match &b.address {
-                                Address::Ip(address) => address.to_string(),
-                                other => other.to_string(),
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let disk = self.certs.last_good().get(&route.host);
-                let served_fingerprints = served
-                    .iter()
-                    .flat_map(|served| served.named(&route.host))
-                    .map(|(fingerprint, _)| fingerprint.to_owned())
-                    .collect();
-                let dns_error = match &route.upstream {
-                    Upstream::Dns { name, .. } => self
-                        .dns
-                        .error(name)
-                        .map(|e| format!("resolving {name}: {e}")),
-                    _ => None,
-                };
-                let cert_error = self.certs.failure(&route.host);
-                let rotation = self.certs.rotations(&route.host);
-                let refusal = refused
-                    .get(route.host.as_str())
-                    .or_else(|| refused.get(route.id.as_str()))
-                    .map(|m| (*m).to_owned());
-                let last_error = cert_error
-                    .map(|(m, _)| m.to_owned())
-                    .or(refusal)
-                    .or(dns_error);
-                let mut waiting_for = Vec::new();
-                if self.held.contains_key(&route.id) {
-                    waiting_for.push(Waiting::Certificate);
-                }
-                if backends_desired.is_empty() {
-                    waiting_for.push(Waiting::Dns);
-                }
-                let state = if !waiting_for.is_empty() {
-                    RouteState::Pending
-                } else if last_error.is_some() || unreachable {
-                    RouteState::Error
-                } else {
-                    RouteState::Ok
-                };
-                RouteStatus {
-                    id: route.id.clone(),
-                    host: route.host.clone(),
-                    path_prefix: route.path_prefix.clone(),
-                    upstream: route.upstream.to_string(),
-                    backends_desired,
-                    backends_actual,
-                    certificate: CertificateStatus {
-                        disk_fingerprint: disk.map(|c| c.fingerprint.clone()),
-                        disk_not_before: disk.map(|c| c.not_before),
-                        disk_not_after: disk.map(|c| c.not_after),
-                        expiring_soon: disk.is_some_and(|c| expiring_soon(c, now, warning)),
-                        served_fingerprints,
-                        error: cert_error.map(|(m, _)| m.to_owned()),
-                        error_reason: cert_error.map(|(_, r)| r.to_owned()),
-                        rotations: rotation.map_or(0, |r| r.0),
-                        last_rotation: rotation.map(|r| r.1),
-                    },
-                    state,
-                    waiting_for,
-                    last_error,
-                }
-            })
-            .collect();
-        let names_resolved = workspace.as_deref().is_some_and(|w| {
-            crate::desired::upstream_names(w)
-                .iter()
-                .all(|n| self.dns.resolved().contains_key(n))
+        let workspace = self.workspace.current.as_deref();
+        let ready = self.model.as_ref().is_some_and(|model| {
+            self.sozu_error.is_none()
+                && self.sozu.is_known()
+                && self.refusals.is_empty()
+                && model.held().is_empty()
+                && model.unresolved().is_empty()
+                && workspace.is_some_and(|w| std::ptr::eq(w, &**model.workspace()))
         });
-        let ready = workspace.is_some()
-            && !unreachable
-            && self.sozu.is_known()
-            && self.refusals.is_empty()
-            && self.held.is_empty()
-            && names_resolved;
-        let generation = self.sozu.generation().map(|g| g.to_string());
-        let mut status = self.status.write().unwrap_or_else(|p| p.into_inner());
-        status.ready = ready;
-        status.counters = self.counters.clone();
-        status.workspace.loaded = workspace.is_some();
-        status.workspace.zone = workspace.as_ref().map(|w| w.zone.clone());
-        status.workspace.last_error = self.workspace.last_error.clone();
-        if generation.is_some() {
-            status.sozu.generation = generation;
-            status.sozu.connected = true;
+        let mut head = Head {
+            ready,
+            counters: self.counters.clone(),
+            ..Head::default()
+        };
+        head.workspace.loaded = workspace.is_some();
+        head.workspace.zone = workspace.map(|w| w.zone.clone());
+        head.workspace.last_error = self.workspace.last_error.clone();
+        if let Some(generation) = self.sozu.generation() {
+            head.sozu.generation = Some(generation.to_string());
+            head.sozu.connected = true;
         }
-        status.sozu.last_error = self.sozu_error.clone();
-        status.sozu.last_converged = self.last_converged;
-        status.routes = routes;
+        head.sozu.last_error = self.sozu_error.clone();
+        head.sozu.last_converged = self.last_converged;
+        self.status.store(Snapshot {
+            head,
+            routes: self.routes.clone(),
+        });
     }
+
+    /// One route's status and metric lines; `first` carries its host's metrics.
+    fn route_view(&self, route: &Route, first: bool, now: i64) -> RouteView {
+        let backends_desired: Vec<String> = match &route.upstream {
+            Upstream::Dns { name, port } => self
+                .dns
+                .resolved()
+                .get(name)
+                .into_iter()
+                .flatten()
+                .map(|ip| std::net::SocketAddr::new(*ip, *port).to_string())
+                .collect(),
+            other => vec![other.to_string()],
+        };
+        let shadow = self.sozu.shadow();
+        let backends_actual: Vec<String> = shadow
+            .and_then(|s| s.backends.get(&route.id))
+            .map(|b| {
+                b.values()
+                    .map(|b| match &b.address {
+                        Address::Ip(address) => address.to_string(),
+                        other => other.to_string(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let https = self.workspace.current.as_ref().map(|w| w.listeners.https);
+        let served_fingerprints = shadow
+            .zip(https)
+            .and_then(|(shadow, address)| shadow.certificates.get(&address))
+            .map(|held| held.named(&route.host).map(|(f, _)| f.to_owned()).collect())
+            .unwrap_or_default();
+        let disk = self.certs.last_good().get(&route.host);
+        let dns_error = match &route.upstream {
+            Upstream::Dns { name, .. } => self
+                .dns
+                .error(name)
+                .map(|e| format!("resolving {name}: {e}")),
+            _ => None,
+        };
+        let cert_error = self.certs.failure(&route.host);
+        let rotation = self.certs.rotations(&route.host);
+        let refusal = self
+            .refusals
+            .iter()
+            .find(|r| r.scope.hosts.contains(&route.host) || r.scope.clusters.contains(&route.id))
+            .map(|r| r.message.clone());
+        let last_error = cert_error
+            .map(|(m, _)| m.to_owned())
+            .or(refusal)
+            .or(dns_error);
+        let mut waiting_for = Vec::new();
+        if self
+            .model
+            .as_ref()
+            .is_some_and(|m| m.held().contains_key(&route.id))
+        {
+            waiting_for.push(Waiting::Certificate);
+        }
+        if backends_desired.is_empty() {
+            waiting_for.push(Waiting::Dns);
+        }
+        let state = if !waiting_for.is_empty() {
+            RouteState::Pending
+        } else if last_error.is_some() || self.sozu_error.is_some() {
+            RouteState::Error
+        } else {
+            RouteState::Ok
+        };
+        let status = RouteStatus {
+            id: route.id.clone(),
+            host: route.host.clone(),
+            path_prefix: route.path_prefix.clone(),
+            upstream: route.upstream.to_string(),
+            backends_desired,
+            backends_actual,
+            certificate: CertificateStatus {
+                disk_fingerprint: disk.map(|c| c.fingerprint.clone()),
+                disk_not_before: disk.map(|c| c.not_before),
+                disk_not_after: disk.map(|c| c.not_after),
+                expiring_soon: disk.is_some_and(|c| self.certs.expiring_soon(c, now)),
+                served_fingerprints,
+                error: cert_error.map(|(m, _)| m.to_owned()),
+                error_reason: cert_error.map(|(_, r)| r.to_owned()),
+                rotations: rotation.map_or(0, |r| r.0),
+                last_rotation: rotation.map(|r| r.1),
+            },
+            state,
+            waiting_for,
+            last_error,
+        };
+        RouteView {
+            metrics: RouteMetrics::of(&status, first),
+            status,
+        }
+    }
+}
+
+fn key(route: &Route) -> RouteKey {
+    (route.host.clone(), route.path_prefix.clone())
 }

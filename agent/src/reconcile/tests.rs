@@ -190,7 +190,7 @@ impl Harness {
     }
 
     fn status(&self) -> Status {
-        self.status.read().unwrap().clone()
+        self.status.status()
     }
 
     /// Waits (in paused time, so at no cost) until the status satisfies `test`.
@@ -212,8 +212,7 @@ impl Harness {
             .certificates
             .values()
             .flat_map(|held| {
-                held.by_name()
-                    .named(host)
+                held.named(host)
                     .map(|(f, _)| f.to_owned())
                     .collect::<Vec<_>>()
             })

@@ -86,16 +86,21 @@ impl DnsTracker {
 /// Each host's pair: the last good one, which is what serves, and why the one on disk is refused.
 #[derive(Debug, Default)]
 pub struct CertTracker {
+    /// A served certificate with less than this many seconds left is flagged.
+    warning: i64,
     /// The last pair of each host that loaded and validated: it keeps serving while the files on
     /// disk are missing, half-written or invalid.
     last_good: BTreeMap<String, Certificate>,
     /// The current failure of each host's pair on disk (message, reason), so each is logged and
     /// counted once, and shown until fixed.
     failures: BTreeMap<String, (String, &'static str)>,
-    /// Fingerprints already warned about as close to expiry.
-    expiry_warned: BTreeSet<String>,
     /// Replacements per host: (count, Unix seconds of the last).
     rotations: BTreeMap<String, (u64, u64)>,
+    /// When each served certificate enters its expiry warning (Unix seconds), by time: the next
+    /// one to enter is the first entry, whatever the number of hosts.
+    expiry: BTreeSet<(i64, String)>,
+    /// Up to when (Unix seconds) certificates entering their warning have been reported.
+    reported_until: Option<i64>,
 }
 
 /// Whether a pair changes what sozu should serve, or only what is shown.
@@ -109,6 +114,14 @@ pub enum PairChange {
 }
 
 impl CertTracker {
+    /// `warning`: seconds before expiry from which a served certificate is flagged.
+    pub fn new(warning: i64) -> CertTracker {
+        CertTracker {
+            warning,
+            ..CertTracker::default()
+        }
+    }
+
     /// Takes a pair read from disk. A valid pair becomes the host's last good one; a refused pair
     /// leaves the last good one serving and is reported until fixed, logged and counted once per
     /// distinct failure rather than once per read.
@@ -131,7 +144,15 @@ impl CertTracker {
                         PairChange::None
                     };
                 }
-                self.last_good.insert(host.to_owned(), certificate);
+                let at = certificate.not_after.saturating_sub(self.warning);
+                if let Some(old) = self.last_good.insert(host.to_owned(), certificate) {
+                    self.expiry
+                        .remove(&(old.not_after.saturating_sub(self.warning), host.to_owned()));
+                }
+                if self.reported_until.is_some_and(|until| at <= until) {
+                    self.warn_expiring(host);
+                }
+                self.expiry.insert((at, host.to_owned()));
                 PairChange::Serve
             }
             Err(e) => {
@@ -158,6 +179,7 @@ impl CertTracker {
         self.last_good.retain(|h, _| hosts.contains(h.as_str()));
         self.failures.retain(|h, _| hosts.contains(h.as_str()));
         self.rotations.retain(|h, _| hosts.contains(h.as_str()));
+        self.expiry.retain(|(_, h)| hosts.contains(h.as_str()));
     }
 
     pub fn last_good(&self) -> &BTreeMap<String, Certificate> {
@@ -183,29 +205,43 @@ impl CertTracker {
         self.rotations.get(host).copied()
     }
 
-    /// Logs once per certificate that it is served with less than `warning` seconds left.
-    pub fn warn_expiring(&mut self, now: i64, warning: i64) {
-        let mut flagged = BTreeSet::new();
-        for (host, c) in &self.last_good {
-            if !expiring_soon(c, now, warning) {
-                continue;
-            }
-            if !self.expiry_warned.contains(&c.fingerprint) {
-                tracing::warn!(host, fingerprint = %c.fingerprint, not_after = c.not_after,
-                    "the certificate served expires soon; its renewal is overdue");
-            }
-            flagged.insert(c.fingerprint.clone());
-        }
-        self.expiry_warned = flagged;
+    /// Whether the host's served certificate is within its expiry warning at `now`.
+    pub fn expiring_soon(&self, certificate: &Certificate, now: i64) -> bool {
+        expiring_soon(certificate, now, self.warning)
     }
 
-    /// When (Unix seconds) the next served certificate crosses into its expiry warning.
-    pub fn next_expiry_warning(&self, now: i64, warning: i64) -> Option<i64> {
-        self.last_good
-            .values()
-            .map(|c| c.not_after.saturating_sub(warning))
-            .filter(|&at| at > now)
-            .min()
+    /// The hosts whose served certificate entered its expiry warning since the last call (all
+    /// of those within it, the first time), each logged once.
+    pub fn entered_warning(&mut self, now: i64) -> Vec<String> {
+        let since = self
+            .reported_until
+            .map_or(i64::MIN, |t| t.saturating_add(1));
+        self.reported_until = Some(now);
+        let hosts: Vec<String> = self
+            .expiry
+            .range((since, String::new())..)
+            .take_while(|(at, _)| *at < now)
+            .map(|(_, host)| host.clone())
+            .collect();
+        for host in &hosts {
+            self.warn_expiring(host);
+        }
+        hosts
+    }
+
+    fn warn_expiring(&self, host: &str) {
+        if let Some(c) = self.last_good.get(host) {
+            tracing::warn!(host, fingerprint = %c.fingerprint, not_after = c.not_after,
+                "the certificate served expires soon; its renewal is overdue");
+        }
+    }
+
+    /// When (Unix seconds) the next served certificate enters its expiry warning.
+    pub fn next_expiry_warning(&self, now: i64) -> Option<i64> {
+        self.expiry
+            .range((now, String::new())..)
+            .map(|(at, _)| *at)
+            .find(|&at| at >= now)
     }
 }
 

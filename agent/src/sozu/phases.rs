@@ -132,7 +132,7 @@ mod tests {
             .iter()
             .map(|c| (c.names.iter().next().unwrap().clone(), c.clone()))
             .collect();
-        crate::desired::build(ws, &BTreeMap::new(), &certificates).0
+        crate::desired::build(ws, &BTreeMap::new(), &certificates, None).0
     }
 
     #[test]
