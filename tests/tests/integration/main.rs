@@ -11,3 +11,6 @@ mod rotation;
 
 /// Bad certificate pairs: refused with their reason while the last good pair keeps serving.
 mod bad_input;
+
+/// The rendered Kubernetes pod, run as a kubelet runs it: Ready, serving, rotating, draining.
+mod pod;
