@@ -11,7 +11,10 @@
 //! The pod: sozu is the main container; the agent is a native sidecar (an init container with
 //! `restartPolicy: Always`, Kubernetes 1.29+), so it starts first and stops last. They share an
 //! emptyDir holding sozu's control socket and run as one non-root user, because sozu creates the
-//! socket with mode 0600. sozu starts from a bootstrap configuration that holds only its
+//! socket with mode 0600. Deleted, sozu keeps serving through a preStop wait (the load balancer
+//! still sends it connections until the pod's endpoint is removed), then stops softly on SIGTERM.
+//! The Service and a NetworkPolicy admit clients from `allowed_sources` only, and the admin port
+//! from the monitoring namespace only. sozu starts from a bootstrap configuration that holds only its
 //! listeners: the agent pushes every cluster, frontend, backend and certificate over the socket,
 //! so there is a single writer of sozu's routing state and a DNS failure can never keep sozu from
 //! starting (a configuration file's backend names are resolved once, at load).
