@@ -370,13 +370,16 @@ mod tests {
         assert_eq!(ws.routes.len(), 1);
     }
 
+    /// Evaluates a workspace that must pass.
+    fn accepted(text: &str) -> Workspace {
+        let dir = tempfile::tempdir().unwrap();
+        evaluate(&write(&dir, "ok.ncl", text)).unwrap()
+    }
+
     /// The passing side of each rule that the bad examples break.
     #[test]
     fn accepted_values_for_each_rule() {
-        let dir = tempfile::tempdir().unwrap();
-        let ws = write(
-            &dir,
-            "ok.ncl",
+        let ws = accepted(
             r#"{
   zone = "in.example.org",
   cluster_issuer = "ca.internal-1",
@@ -392,7 +395,6 @@ mod tests {
   ],
 }"#,
         );
-        let ws = evaluate(&ws).unwrap();
         assert_eq!(ws.routes.len(), 5);
         assert_eq!(ws.listeners.http.to_string(), "[::1]:8080");
         assert_eq!(ws.tls_dir, Path::new("/srv/tls"));
@@ -402,10 +404,7 @@ mod tests {
     /// (a single address, everything), digests, timings, monitoring selectors.
     #[test]
     fn accepted_values_for_the_deploy_rules() {
-        let dir = tempfile::tempdir().unwrap();
-        let ws = write(
-            &dir,
-            "ok.ncl",
+        let ws = accepted(
             r#"{
   zone = "in.example.org",
   cluster_issuer = "ca",
@@ -419,7 +418,6 @@ mod tests {
   },
 }"#,
         );
-        let ws = evaluate(&ws).unwrap();
         let sources: Vec<String> = ws
             .allowed_sources
             .unwrap()

@@ -102,7 +102,8 @@ pub struct Stopped {
 pub struct Pod {
     pub name: String,
     pub started: Instant,
-    dir: tempfile::TempDir,
+    /// The pod's volumes and logs, removed with it.
+    _dir: tempfile::TempDir,
     network: Arc<Network>,
     volumes: Arc<Volumes>,
     containers: Vec<Arc<ContainerState>>,
@@ -162,11 +163,6 @@ impl Pod {
         &self.volumes
     }
 
-    /// The sandbox a container runs in.
-    pub fn sandbox(&self, container: &str) -> &Sandbox {
-        &self.container(container).sandbox
-    }
-
     /// Every container's readiness probe passes (a container without one: it runs).
     pub fn is_ready(&self) -> bool {
         self.containers
@@ -201,11 +197,6 @@ impl Pod {
             std::thread::sleep(TICK);
         }
         None
-    }
-
-    /// Every run of `container` so far that ended.
-    pub fn exits(&self, container: &str) -> Vec<Exit> {
-        lock(&self.container(container).exits).clone()
     }
 
     /// When `container` first started, and when its startup probe passed, since the pod started.
@@ -277,11 +268,6 @@ impl Pod {
             .find(|c| c.name == name)
             .unwrap_or_else(|| panic!("the pod has no container {name}"))
     }
-
-    /// The pod's own directory on the host (volumes, logs).
-    pub fn dir(&self) -> &std::path::Path {
-        self.dir.path()
-    }
 }
 
 /// A pod whose volumes exist and whose containers' sandboxes are known, not started.
@@ -345,7 +331,7 @@ impl Prepared {
         let mut pod = Pod {
             name: manifest.name.clone(),
             started: Instant::now(),
-            dir,
+            _dir: dir,
             network: Arc::new(network),
             volumes,
             containers,

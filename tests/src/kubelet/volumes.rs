@@ -173,31 +173,21 @@ impl Volumes {
     /// A renewal of the CSI volume whose `dns-names` hold `host`: a new key and certificate,
     /// swapped in. Returns the new leaf's SHA-256 fingerprint.
     pub fn renew(&self, host: &str) -> String {
-        let volume = self
-            .csi
-            .values()
-            .find(|v| v.dns_names.iter().any(|n| n == host))
-            .unwrap_or_else(|| panic!("no CSI volume for {host}"));
-        self.issue(volume)
+        self.issue(self.csi_volume(host))
     }
 
     /// The SHA-256 fingerprint of the leaf the CSI volume of `host` holds now.
     pub fn fingerprint(&self, host: &str) -> String {
-        let volume = self
-            .csi
-            .values()
-            .find(|v| v.dns_names.iter().any(|n| n == host))
-            .unwrap_or_else(|| panic!("no CSI volume for {host}"));
-        let chain = std::fs::read_to_string(volume.dir.join("tls.crt")).expect("read tls.crt");
+        let chain = std::fs::read_to_string(self.csi_volume(host).dir.join("tls.crt"))
+            .expect("read tls.crt");
         crate::live::fingerprint_of_pem(&chain)
     }
 
-    /// Hosts with a CSI volume.
-    pub fn csi_hosts(&self) -> Vec<String> {
+    fn csi_volume(&self, host: &str) -> &CsiVolume {
         self.csi
             .values()
-            .flat_map(|v| v.dns_names.clone())
-            .collect()
+            .find(|v| v.dns_names.iter().any(|n| n == host))
+            .unwrap_or_else(|| panic!("no CSI volume for {host}"))
     }
 
     fn issue(&self, volume: &CsiVolume) -> String {
