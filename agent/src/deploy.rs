@@ -657,6 +657,9 @@ fn network_policy(workspace: &Workspace) -> Value {
             { "port": 53, "protocol": "TCP" },
         ],
     })];
+    // Plus the ports named in the workspace: a Service that maps its port to another target
+    // port is reached on the target port once the network plugin has translated it, which is
+    // where Cilium and Calico apply the policy.
     let upstream_ports: BTreeSet<u16> = workspace
         .routes
         .iter()
@@ -665,6 +668,7 @@ fn network_policy(workspace: &Workspace) -> Value {
             Upstream::Ip { address } => Some(address.port()),
             Upstream::Unix { .. } => None,
         })
+        .chain(workspace.deploy.extra_egress_ports.iter().copied())
         .collect();
     // A rule without ports would allow every port.
     if !upstream_ports.is_empty() {

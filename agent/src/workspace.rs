@@ -42,6 +42,7 @@ pub struct RawDeploy {
     /// Floats for the same reason as `replicas`.
     pub pre_stop_seconds: f64,
     pub termination_grace_period_seconds: f64,
+    pub extra_egress_ports: Vec<f64>,
     pub monitoring: Monitoring,
 }
 
@@ -121,6 +122,8 @@ pub struct Deploy {
     pub pre_stop_seconds: u32,
     /// From the deletion to the kill: the preStop wait, then sozu's soft stop.
     pub termination_grace_period_seconds: u32,
+    /// Ports the pods may connect to besides the routes' upstream ports.
+    pub extra_egress_ports: Vec<u16>,
     /// Who may reach the admin port.
     pub monitoring: Monitoring,
 }
@@ -187,6 +190,7 @@ impl Default for Deploy {
             service_monitor: false,
             pre_stop_seconds: 10,
             termination_grace_period_seconds: 40,
+            extra_egress_ports: Vec::new(),
             monitoring: Monitoring {
                 namespace: "monitoring".to_owned(),
                 pod_labels: BTreeMap::new(),
@@ -251,6 +255,8 @@ pub enum ModelError {
     Replicas(String),
     #[error("deploy.{field} {value} is not a whole number of seconds from 0 to 3600")]
     Seconds { field: &'static str, value: String },
+    #[error("deploy.extra_egress_ports: {0} is not a whole number from 1 to 65535")]
+    EgressPort(String),
     #[error("allowed_sources: `{0}` is not a network in canonical CIDR form")]
     Cidr(String),
     #[error(
@@ -323,6 +329,15 @@ impl Workspace {
                 "termination_grace_period_seconds",
                 raw.deploy.termination_grace_period_seconds,
             )?,
+            extra_egress_ports: raw
+                .deploy
+                .extra_egress_ports
+                .into_iter()
+                .map(|p| match p {
+                    p if p.fract() == 0.0 && (1.0..=65535.0).contains(&p) => Ok(p as u16),
+                    p => Err(ModelError::EgressPort(p.to_string())),
+                })
+                .collect::<Result<_, _>>()?,
             monitoring: raw.deploy.monitoring,
         });
         if deploy.termination_grace_period_seconds <= deploy.pre_stop_seconds {

@@ -570,6 +570,22 @@ fn unix_upstreams_open_no_egress_port() {
     assert_eq!(ports(&egress[0]), ["53/UDP", "53/TCP"]);
 }
 
+/// A Service whose target port differs from its port is reached on the target port after the
+/// network plugin's translation: the workspace names such ports.
+#[test]
+fn extra_egress_ports_join_the_upstream_ports() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = workspace_file(
+        dir.path(),
+        "target-ports.ncl",
+        "  deploy = { extra_egress_ports = [8000, 3000] },\n",
+        &[GRAFANA],
+    );
+    let docs = documents(&render(&workspace, "k8s"));
+    let egress = &network_policy(&docs)["egress"][1];
+    assert_eq!(ports(egress), ["3000/TCP", "8000/TCP"]);
+}
+
 /// Deleted, sozu keeps accepting through the preStop wait, then stops softly; the grace period
 /// covers both. Both come from the workspace, with defaults.
 #[test]
