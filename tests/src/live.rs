@@ -363,10 +363,22 @@ impl KeepAlive {
 
     /// One GET on the open connection: (status, body).
     pub fn get(&mut self, path: &str) -> Result<(u16, String), String> {
+        self.send(path)?;
+        self.receive()
+    }
+
+    /// Sends a GET (completing the handshake first, on a new connection) without waiting for
+    /// the response: the request is in flight when this returns.
+    pub fn send(&mut self, path: &str) -> Result<(), String> {
         let request = format!("GET {path} HTTP/1.1\r\nHost: {}\r\n\r\n", self.host);
         self.tls
             .write_all(request.as_bytes())
-            .map_err(|e| format!("write: {e}"))?;
+            .and_then(|()| self.tls.flush())
+            .map_err(|e| format!("write: {e}"))
+    }
+
+    /// The response to the request [`KeepAlive::send`] sent: (status, body).
+    pub fn receive(&mut self) -> Result<(u16, String), String> {
         let mut chunk = [0u8; 4096];
         loop {
             if let Some(end) = self.buffer.windows(4).position(|w| w == b"\r\n\r\n") {

@@ -148,19 +148,24 @@ impl Load {
     }
 
     /// `count` requests whose backend takes `duration` to answer, each on a new connection,
-    /// sent now (through the load balancer: only while the endpoint is registered).
+    /// sent now through the load balancer: to the pod, unless its endpoint is already removed.
+    /// Each request has been sent when this returns; the responses are awaited in the background.
     pub fn send_slow_requests(&mut self, count: usize, duration: Duration) {
+        if !self.registered.load(Ordering::SeqCst) {
+            return;
+        }
+        let path = format!("/delay/{}", duration.as_millis());
         for i in 0..count {
             let target = self.targets[i % self.targets.len()].clone();
-            let (address, registered) = (self.address, self.registered.clone());
+            let sent = KeepAlive::connect(self.address, &target.host).and_then(|mut conn| {
+                conn.send(&path)?;
+                Ok(conn)
+            });
             self.in_flight.push(std::thread::spawn(move || {
                 let mut tally = Tally::default();
-                if registered.load(Ordering::SeqCst) {
-                    let path = format!("/delay/{}", duration.as_millis());
-                    match check(
-                        https_get(address, &target.host, &path).map(|s| (s.status, s.body)),
-                        &target,
-                    ) {
+                {
+                    let response = sent.and_then(|mut conn| conn.receive());
+                    match check(response, &target) {
                         Ok(()) => tally.ok += 1,
                         Err(e) => tally
                             .failed

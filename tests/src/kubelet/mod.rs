@@ -30,8 +30,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Container;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
 pub use manifest::Manifest;
 pub use network::Network;
@@ -51,8 +50,10 @@ const TICK: Duration = Duration::from_millis(5);
 pub struct Exit {
     /// Since the pod started.
     pub at: Duration,
-    /// The exit code, or 128 + the signal that ended it (bubblewrap's convention).
+    /// The exit status bubblewrap passes on for the container's process, or the signal that
+    /// ended bubblewrap.
     pub code: Option<i32>,
+    pub signal: Option<i32>,
 }
 
 struct ContainerState {
@@ -61,8 +62,8 @@ struct ContainerState {
     sidecar: bool,
     sandbox: Sandbox,
     log: PathBuf,
-    /// The running process (host PID), and which run it is.
-    pid: Mutex<Option<i32>>,
+    /// The running process.
+    process: Mutex<Option<sandbox::Process>>,
     runs: AtomicU32,
     exits: Mutex<Vec<Exit>>,
     started_at: Mutex<Option<Duration>>,
@@ -75,14 +76,26 @@ struct ContainerState {
 }
 
 impl ContainerState {
-    fn running_pid(&self) -> Option<i32> {
-        *self.pid.lock().unwrap_or_else(|p| p.into_inner())
+    fn running(&self) -> bool {
+        lock(&self.process).is_some()
     }
 
-    fn signal(&self, signal: Signal) {
-        if let Some(pid) = self.running_pid() {
-            let _ = kill(Pid::from_raw(pid), signal);
+    /// Sends `signal` to the running process, and says why in the container's log.
+    fn signal(&self, signal: Signal, why: &str) {
+        if let Some(process) = lock(&self.process).as_ref() {
+            self.note(&format!("{signal} to PID {} ({why})", process.pid));
+            process.signal(signal);
         }
+    }
+
+    /// A line of the harness in the container's log.
+    fn note(&self, what: &str) {
+        use std::io::Write;
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .and_then(|mut f| writeln!(f, "--- kubelet: {what} ---"));
     }
 }
 
@@ -248,12 +261,15 @@ impl Pod {
                 "container {}: runs {}, running {}, ready {}, exits {:?}, last probe failure {:?}\n",
                 c.name,
                 c.runs.load(Ordering::SeqCst),
-                c.running_pid().is_some(),
+                c.running(),
                 c.ready.load(Ordering::SeqCst),
                 lock(&c.exits),
                 lock(&c.last_probe_failure),
             ));
             let log = self.logs(&c.name);
+            for note in log.lines().filter(|l| l.starts_with("--- kubelet:")) {
+                out.push_str(&format!("  {}| {note}\n", c.name));
+            }
             let tail: Vec<&str> = log.lines().rev().take(40).collect();
             for line in tail.into_iter().rev() {
                 out.push_str(&format!("  {}| {line}\n", c.name));
@@ -309,7 +325,7 @@ impl Prepared {
                     sidecar: manifest::is_sidecar(spec),
                     sandbox,
                     log: dir.path().join("logs").join(format!("{}.log", spec.name)),
-                    pid: Mutex::new(None),
+                    process: Mutex::new(None),
                     runs: AtomicU32::new(0),
                     exits: Mutex::new(Vec::new()),
                     started_at: Mutex::new(None),
@@ -381,10 +397,11 @@ impl Drop for Pod {
                 continue;
             };
             // PID 1 of a PID namespace: killing it ends every process in it (sozu's workers).
-            // Again until the supervisor is done, in case it was starting a run.
+            // Again until the supervisor is done, in case it was starting a run (the pidfd
+            // makes a repeated signal harmless).
             while !supervisor.is_finished() {
-                c.signal(Signal::SIGKILL);
-                std::thread::sleep(TICK);
+                c.signal(Signal::SIGKILL, "pod dropped");
+                std::thread::sleep(TICK * 10);
             }
             let _ = supervisor.join();
         }
@@ -406,28 +423,23 @@ fn supervise(c: Arc<ContainerState>, network: Arc<Network>, pod_started: Instant
                 return;
             }
             let run = c.runs.fetch_add(1, Ordering::SeqCst) + 1;
-            let _ = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&c.log)
-                .and_then(|mut f| {
-                    use std::io::Write;
-                    writeln!(f, "--- kubelet: run {run} ---")
-                });
+            c.note(&format!("run {run}"));
             let mut running = match sandbox::spawn(c.sandbox.command(), &c.log) {
                 Ok(running) => running,
                 Err(e) => panic!("cannot start container {}: {e}", c.name),
             };
-            *lock(&c.pid) = Some(running.pid);
+            *lock(&c.process) = Some(running.process.clone());
             lock(&c.started_at).get_or_insert(pod_started.elapsed());
             let probes = start_probes(&c, run, &network, pod_started);
             let status = running.child.wait().expect("wait for a container");
-            *lock(&c.pid) = None;
+            *lock(&c.process) = None;
             c.ready.store(false, Ordering::SeqCst);
             lock(&c.exits).push(Exit {
                 at: pod_started.elapsed(),
                 code: status.code(),
+                signal: std::os::unix::process::ExitStatusExt::signal(&status),
             });
+            c.note(&format!("exited: {status}"));
             let _ = probes.join();
             let wake = Instant::now() + backoff;
             while Instant::now() < wake {
@@ -453,7 +465,7 @@ fn start_probes(
     let (c, network) = (c.clone(), network.clone());
     std::thread::spawn(move || {
         network.enter();
-        let alive = || c.runs.load(Ordering::SeqCst) == run && c.running_pid().is_some();
+        let alive = || c.runs.load(Ordering::SeqCst) == run && c.running();
         let spec = &c.spec;
         if let Some(startup) = &spec.startup_probe {
             if !run_startup_probe(&c, &Prober::new(startup, spec), &alive, pod_started) {
@@ -500,7 +512,7 @@ fn run_startup_probe(
                 failures += 1;
                 *lock(&c.last_probe_failure) = Some(format!("startup: {e}"));
                 if failures >= prober.failure_threshold {
-                    c.signal(Signal::SIGKILL);
+                    c.signal(Signal::SIGKILL, "startup probe failed");
                     return false;
                 }
             }
@@ -538,7 +550,7 @@ fn run_probe_loop(
                     if kind == "readiness" {
                         c.ready.store(false, Ordering::SeqCst);
                     } else {
-                        c.signal(Signal::SIGKILL);
+                        c.signal(Signal::SIGKILL, "liveness probe failed");
                         return;
                     }
                 }
@@ -566,22 +578,22 @@ fn terminate(c: &ContainerState, deleted: Instant, deadline: Instant) -> Stopped
         .map(|s| Duration::from_secs(u64::try_from(s.seconds).unwrap_or(0)));
     if let Some(pause) = pre_stop {
         let until = (Instant::now() + pause).min(deadline);
-        while Instant::now() < until && c.running_pid().is_some() {
+        while Instant::now() < until && c.running() {
             std::thread::sleep(TICK);
         }
     }
     let mut sigterm_at = None;
-    if c.running_pid().is_some() {
-        c.signal(Signal::SIGTERM);
+    if c.running() {
+        c.signal(Signal::SIGTERM, "deletion");
         sigterm_at = Some(deleted.elapsed());
     }
-    let exited = |c: &ContainerState| c.running_pid().is_none();
+    let exited = |c: &ContainerState| !c.running();
     while !exited(c) && Instant::now() < deadline {
         std::thread::sleep(TICK);
     }
     let killed = !exited(c);
     if killed {
-        c.signal(Signal::SIGKILL);
+        c.signal(Signal::SIGKILL, "grace period over");
         while !exited(c) {
             std::thread::sleep(TICK);
         }

@@ -305,10 +305,50 @@ impl Sandbox {
 /// A sandboxed process: bubblewrap's own process, and the container's process (PID 1 inside).
 pub struct Running {
     pub child: Child,
-    /// The container's process, as this machine numbers it.
-    pub pid: i32,
+    pub process: Process,
     /// Kept open: bubblewrap holds the other end for as long as the container runs.
     _info: std::fs::File,
+}
+
+/// The container's process, held by a pidfd: a signal reaches that process or none, never one
+/// that reuses its number after it is gone (numbers come round quickly on a busy machine).
+#[derive(Debug, Clone)]
+pub struct Process {
+    /// As this machine numbers it.
+    pub pid: i32,
+    pidfd: std::sync::Arc<std::os::fd::OwnedFd>,
+}
+
+impl Process {
+    fn open(pid: i32) -> std::io::Result<Process> {
+        // SAFETY: pidfd_open takes a PID and flags and returns a new descriptor, which is owned
+        // here and nowhere else.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let fd = i32::try_from(fd).map_err(std::io::Error::other)?;
+        // SAFETY: `fd` was just returned by pidfd_open.
+        let pidfd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        Ok(Process {
+            pid,
+            pidfd: std::sync::Arc::new(pidfd),
+        })
+    }
+
+    /// Sends `signal` to the process, if it still runs.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        // SAFETY: a valid pidfd, a signal number, no siginfo, no flags.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.pidfd.as_raw_fd(),
+                signal as i32,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            );
+        }
+    }
 }
 
 /// Starts `cmd` (from [`Sandbox::command`]) with its output appended to `log`, and learns the
@@ -362,9 +402,10 @@ pub fn spawn(mut cmd: Command, log: &Path) -> Result<Running, String> {
                 log.display()
             )
         })?;
+    let process = Process::open(pid).map_err(|e| format!("pidfd_open {pid}: {e}"))?;
     Ok(Running {
         child,
-        pid,
+        process,
         _info: info,
     })
 }

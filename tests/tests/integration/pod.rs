@@ -129,15 +129,18 @@ fn the_rendered_pod_becomes_ready_serves_rotates_and_drains_without_failing_a_re
     let (network, backends) = pod_backends();
     let dir = short_tempdir();
     let yaml = render(&workspace(dir.path(), &backends, PRE_STOP.as_secs()));
+    let created = Instant::now();
     let pod = Pod::start(&yaml, &images(), network);
+    let volumes = pod.started - created;
     let ready = pod
         .wait_ready(Duration::from_secs(60))
         .unwrap_or_else(|e| panic!("{e}"));
     let (agent_started, agent_healthy) = pod.timeline("agent");
     let (sozu_started, _) = pod.timeline("sozu");
     println!(
-        "pod Ready {ready:?} after its containers started (agent started at {agent_started:?}, \
-         its startup probe passed at {agent_healthy:?}, sozu started at {sozu_started:?})"
+        "pod Ready {ready:?} after its containers started, whose volumes took {volumes:?} to make \
+         (agent started at {agent_started:?}, its startup probe passed at {agent_healthy:?}, \
+         sozu started at {sozu_started:?})"
     );
 
     // Every host presents the certificate its CSI volume holds and reaches its backend.
