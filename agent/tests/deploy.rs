@@ -72,6 +72,13 @@ fn workspace_file(dir: &Path, name: &str, fields: &str, routes: &[&str]) -> Path
     path
 }
 
+/// The documents `render --format k8s` writes for a workspace of `fields` and `routes`.
+fn k8s_of(fields: &str, routes: &[&str]) -> Vec<Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = workspace_file(dir.path(), "workspace.ncl", fields, routes);
+    documents(&render(&workspace, "k8s"))
+}
+
 const GRAFANA: &str = r#"{ host = "grafana.in.librecloud.online", upstream = "grafana.observability.svc.libre-wuji.local", port = 3000 }"#;
 const PROMETHEUS: &str = r#"{ host = "prometheus.in.librecloud.online", upstream = "prometheus.observability.svc.libre-wuji.local", port = 9090 }"#;
 const ALERTMANAGER: &str = r#"{ host = "alertmanager.in.librecloud.online", upstream = "alertmanager.observability.svc.libre-wuji.local", port = 9093 }"#;
@@ -412,14 +419,10 @@ fn the_agent_is_a_native_sidecar_probed_on_healthz_and_readyz() {
 
 #[test]
 fn deploy_settings_from_the_workspace_reach_the_manifests() {
-    let dir = tempfile::tempdir().unwrap();
-    let workspace = workspace_file(
-        dir.path(),
-        "custom.ncl",
+    let docs = k8s_of(
         "  deploy = { namespace = \"edge\", sozu_image = \"registry.example/sozu:2.3.3-1\", agent_image = \"registry.example/pi:7@sha256:0ea1c4d7b9e3f2a6c8d5b7e9f1a3c5e7d9b1f3a5c7e9d1b3f5a7c9e1d3b5f7a9\", replicas = 3, resources = { sozu = { limits = { memory = \"1Gi\" } } }, service_monitor = true },\n",
         &[GRAFANA],
     );
-    let docs = documents(&render(&workspace, "k8s"));
     assert!(docs
         .iter()
         .all(|d| d["kind"] == "Namespace" || d["metadata"]["namespace"] == "edge"));
@@ -557,14 +560,10 @@ fn allowed_sources_restrict_the_load_balancer_and_the_network_policy() {
 /// would admit every port.
 #[test]
 fn unix_upstreams_open_no_egress_port() {
-    let dir = tempfile::tempdir().unwrap();
-    let workspace = workspace_file(
-        dir.path(),
-        "unix.ncl",
+    let docs = k8s_of(
         "",
         &[r#"{ host = "portal.in.librecloud.online", upstream = "unix:///run/portal/http.sock" }"#],
     );
-    let docs = documents(&render(&workspace, "k8s"));
     let egress = network_policy(&docs)["egress"].as_array().unwrap().clone();
     assert_eq!(egress.len(), 1, "{egress:?}");
     assert_eq!(ports(&egress[0]), ["53/UDP", "53/TCP"]);
@@ -574,14 +573,10 @@ fn unix_upstreams_open_no_egress_port() {
 /// network plugin's translation: the workspace names such ports.
 #[test]
 fn extra_egress_ports_join_the_upstream_ports() {
-    let dir = tempfile::tempdir().unwrap();
-    let workspace = workspace_file(
-        dir.path(),
-        "target-ports.ncl",
+    let docs = k8s_of(
         "  deploy = { extra_egress_ports = [8000, 3000] },\n",
         &[GRAFANA],
     );
-    let docs = documents(&render(&workspace, "k8s"));
     let egress = &network_policy(&docs)["egress"][1];
     assert_eq!(ports(egress), ["3000/TCP", "8000/TCP"]);
 }
@@ -590,33 +585,28 @@ fn extra_egress_ports_join_the_upstream_ports() {
 /// covers both. Both come from the workspace, with defaults.
 #[test]
 fn shutdown_timings_come_from_the_workspace() {
-    let dir = tempfile::tempdir().unwrap();
-    let timed = |name: &str, fields: &str| {
-        let workspace = workspace_file(dir.path(), name, fields, &[GRAFANA]);
-        let docs = documents(&render(&workspace, "k8s"));
+    let timed = |fields: &str| {
+        let docs = k8s_of(fields, &[GRAFANA]);
         let pre_stop = container(&docs, "containers", "sozu")["lifecycle"]["preStop"].clone();
         let grace = pod_spec(&docs)["terminationGracePeriodSeconds"].clone();
         (pre_stop, grace)
     };
     assert_eq!(
-        timed("default.ncl", ""),
+        timed(""),
         (
             serde_json::json!({ "sleep": { "seconds": 10 } }),
             serde_json::json!(40)
         )
     );
     assert_eq!(
-        timed(
-            "custom.ncl",
-            "  deploy = { pre_stop_seconds = 5, termination_grace_period_seconds = 65 },\n"
-        ),
+        timed("  deploy = { pre_stop_seconds = 5, termination_grace_period_seconds = 65 },\n"),
         (
             serde_json::json!({ "sleep": { "seconds": 5 } }),
             serde_json::json!(65)
         )
     );
     assert_eq!(
-        timed("none.ncl", "  deploy = { pre_stop_seconds = 0 },\n"),
+        timed("  deploy = { pre_stop_seconds = 0 },\n"),
         (Value::Null, serde_json::json!(40)),
         "no wait, no hook"
     );
