@@ -370,13 +370,16 @@ mod tests {
         assert_eq!(ws.routes.len(), 1);
     }
 
+    /// Evaluates a workspace that must pass.
+    fn accepted(text: &str) -> Workspace {
+        let dir = tempfile::tempdir().unwrap();
+        evaluate(&write(&dir, "ok.ncl", text)).unwrap()
+    }
+
     /// The passing side of each rule that the bad examples break.
     #[test]
     fn accepted_values_for_each_rule() {
-        let dir = tempfile::tempdir().unwrap();
-        let ws = write(
-            &dir,
-            "ok.ncl",
+        let ws = accepted(
             r#"{
   zone = "in.example.org",
   cluster_issuer = "ca.internal-1",
@@ -392,10 +395,51 @@ mod tests {
   ],
 }"#,
         );
-        let ws = evaluate(&ws).unwrap();
         assert_eq!(ws.routes.len(), 5);
         assert_eq!(ws.listeners.http.to_string(), "[::1]:8080");
         assert_eq!(ws.tls_dir, Path::new("/srv/tls"));
+    }
+
+    /// The passing side of the network and shutdown rules: canonical networks of both families
+    /// (a single address, everything), digests, timings, monitoring selectors.
+    #[test]
+    fn accepted_values_for_the_deploy_rules() {
+        let ws = accepted(
+            r#"{
+  zone = "in.example.org",
+  cluster_issuer = "ca",
+  allowed_sources = ["10.8.0.0/16", "192.0.2.7/32", "0.0.0.0/0", "fd00:8::/32", "::/0", "2001:db8::1/128", "FD00:9::/32"],
+  routes = [],
+  deploy = {
+    sozu_image = "registry.example:5000/sozu/sozu:2.3.3@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+    pre_stop_seconds = 0,
+    termination_grace_period_seconds = 1,
+    monitoring = { namespace = "observability", pod_labels = { "app.kubernetes.io/name" = "prometheus", tier = "" } },
+  },
+}"#,
+        );
+        let sources: Vec<String> = ws
+            .allowed_sources
+            .unwrap()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            sources,
+            [
+                "10.8.0.0/16",
+                "192.0.2.7/32",
+                "0.0.0.0/0",
+                "fd00:8::/32",
+                "::/0",
+                "2001:db8::1/128",
+                "fd00:9::/32"
+            ]
+        );
+        assert_eq!(ws.deploy.pre_stop_seconds, 0);
+        assert_eq!(ws.deploy.termination_grace_period_seconds, 1);
+        assert_eq!(ws.deploy.monitoring.namespace, "observability");
+        assert_eq!(ws.deploy.monitoring.pod_labels.len(), 2);
     }
 
     #[test]

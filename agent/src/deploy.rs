@@ -11,7 +11,10 @@
 //! The pod: sozu is the main container; the agent is a native sidecar (an init container with
 //! `restartPolicy: Always`, Kubernetes 1.29+), so it starts first and stops last. They share an
 //! emptyDir holding sozu's control socket and run as one non-root user, because sozu creates the
-//! socket with mode 0600. sozu starts from a bootstrap configuration that holds only its
+//! socket with mode 0600. Deleted, sozu keeps serving through a preStop wait (the load balancer
+//! still sends it connections until the pod's endpoint is removed), then stops softly on SIGTERM.
+//! The Service and a NetworkPolicy admit clients from `allowed_sources` only, and the admin port
+//! from the monitoring namespace only. sozu starts from a bootstrap configuration that holds only its
 //! listeners: the agent pushes every cluster, frontend, backend and certificate over the socket,
 //! so there is a single writer of sozu's routing state and a DNS failure can never keep sozu from
 //! starting (a configuration file's backend names are resolved once, at load).
@@ -33,7 +36,7 @@ use serde_json::{json, Value};
 use sha2::Digest;
 
 use crate::render::{self, RenderError, SozuSettings};
-use crate::workspace::{ContainerResources, TlsRotation, Workspace};
+use crate::workspace::{ContainerResources, TlsRotation, Upstream, Workspace};
 
 /// Name of every object, and the `app.kubernetes.io/name` label that selects the pods.
 const APP: &str = "private-ingress";
@@ -58,6 +61,10 @@ const DNS_TTL: u32 = 300;
 /// Kubernetes refuses a ConfigMap whose keys and values exceed 1 MiB together.
 const CONFIGMAP_MAX_BYTES: usize = 1 << 20;
 const CSI_DRIVER: &str = "csi.cert-manager.io";
+/// Room for sozu's state file, which holds every certificate chain and key: about 5 KB per route
+/// with an RSA key, so ten thousand routes take some 50 MB. Memory is used only while a worker
+/// starts, and counts against sozu's limit.
+const SOZU_TMP_SIZE: &str = "128Mi";
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
@@ -306,6 +313,7 @@ pub fn k8s(workspace: &Workspace, files: &WorkspaceFiles) -> Result<String, Depl
         docs.push(metrics_service(workspace));
         docs.push(service_monitor(workspace));
     }
+    docs.push(network_policy(workspace));
     docs.push(deployment(workspace, &pod));
     docs.push(pod_disruption_budget(workspace));
 
@@ -432,8 +440,17 @@ fn tls_name(host: &str) -> String {
     format!("tls-{label}-{short}")
 }
 
-fn labels() -> Value {
+/// What selects the pods. Never changes: a Deployment's selector is immutable.
+fn selector() -> Value {
     json!({ "app.kubernetes.io/name": APP })
+}
+
+/// The labels of every object: the selector's, plus what made it and which version did.
+fn labels() -> Value {
+    let mut labels = selector();
+    labels["app.kubernetes.io/managed-by"] = json!(APP);
+    labels["app.kubernetes.io/version"] = json!(env!("CARGO_PKG_VERSION"));
+    labels
 }
 
 fn metadata(workspace: &Workspace, name: &str) -> Value {
@@ -448,6 +465,8 @@ fn namespace(workspace: &Workspace) -> Value {
             "name": workspace.deploy.namespace,
             "labels": {
                 "app.kubernetes.io/name": APP,
+                "app.kubernetes.io/managed-by": APP,
+                "app.kubernetes.io/version": env!("CARGO_PKG_VERSION"),
                 // The cluster itself then refuses a pod of this namespace that is not "restricted".
                 "pod-security.kubernetes.io/enforce": "restricted",
                 "pod-security.kubernetes.io/enforce-version": "latest",
@@ -534,7 +553,11 @@ fn load_balancer(workspace: &Workspace) -> Value {
     let mut metadata = metadata(workspace, APP);
     let mut spec = json!({
         "type": "LoadBalancer",
-        "selector": labels(),
+        // Straight to a pod on the node that received the connection, without a second hop that
+        // would replace the client's address: sozu logs, and the NetworkPolicy matches, the real
+        // client. The load balancer's health check skips nodes that run no pod.
+        "externalTrafficPolicy": "Local",
+        "selector": selector(),
         "ports": [
             {
                 "name": "http",
@@ -556,6 +579,10 @@ fn load_balancer(workspace: &Workspace) -> Value {
         spec["ipFamilyPolicy"] = json!("SingleStack");
         spec["ipFamilies"] = json!([if ip.is_ipv4() { "IPv4" } else { "IPv6" }]);
     }
+    if let Some(sources) = &workspace.allowed_sources {
+        // Filtered by the load balancer itself, before the traffic reaches a node.
+        spec["loadBalancerSourceRanges"] = json!(sources_text(sources));
+    }
     json!({ "apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec })
 }
 
@@ -563,20 +590,26 @@ fn metrics_labels() -> Value {
     json!({ "app.kubernetes.io/name": APP, "app.kubernetes.io/component": "metrics" })
 }
 
+fn sources_text(sources: &[ipnet::IpNet]) -> Vec<String> {
+    sources.iter().map(ToString::to_string).collect()
+}
+
 /// A ClusterIP Service for the ServiceMonitor to select: the load balancer must not expose the
 /// admin port.
 fn metrics_service(workspace: &Workspace) -> Value {
+    let mut labels = labels();
+    labels["app.kubernetes.io/component"] = json!("metrics");
     json!({
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
             "name": format!("{APP}-metrics"),
             "namespace": workspace.deploy.namespace,
-            "labels": metrics_labels(),
+            "labels": labels,
         },
         "spec": {
             "type": "ClusterIP",
-            "selector": labels(),
+            "selector": selector(),
             "ports": [{ "name": "admin", "port": ADMIN_PORT, "protocol": "TCP", "targetPort": "admin" }],
         },
     })
@@ -594,14 +627,84 @@ fn service_monitor(workspace: &Workspace) -> Value {
     })
 }
 
+/// What may reach the pods and what they may reach: the listeners from `allowed_sources` (from
+/// anywhere without it), the admin port from the monitoring pods only (`/v1/state` and
+/// `/metrics` name every host), and out only to DNS and the routes' upstream ports. Applied
+/// before the Deployment, so no pod ever runs unisolated.
+fn network_policy(workspace: &Workspace) -> Value {
+    let port = |name: &str| json!({ "port": name, "protocol": "TCP" });
+    let mut listeners = json!({ "ports": [port("http"), port("https")] });
+    if let Some(sources) = &workspace.allowed_sources {
+        listeners["from"] = sources_text(sources)
+            .into_iter()
+            .map(|cidr| json!({ "ipBlock": { "cidr": cidr } }))
+            .collect();
+    }
+    let monitoring = &workspace.deploy.monitoring;
+    let mut scraper = json!({
+        "namespaceSelector": {
+            "matchLabels": { "kubernetes.io/metadata.name": monitoring.namespace },
+        },
+    });
+    if !monitoring.pod_labels.is_empty() {
+        scraper["podSelector"] = json!({ "matchLabels": monitoring.pod_labels });
+    }
+    let admin = json!({ "from": [scraper], "ports": [port("admin")] });
+    // The agent resolves upstream names; sozu connects to the backends.
+    let mut egress = vec![json!({
+        "ports": [
+            { "port": 53, "protocol": "UDP" },
+            { "port": 53, "protocol": "TCP" },
+        ],
+    })];
+    // Plus the ports named in the workspace: a Service that maps its port to another target
+    // port is reached on the target port once the network plugin has translated it, which is
+    // where Cilium and Calico apply the policy.
+    let upstream_ports: BTreeSet<u16> = workspace
+        .routes
+        .iter()
+        .filter_map(|route| match &route.upstream {
+            Upstream::Dns { port, .. } => Some(*port),
+            Upstream::Ip { address } => Some(address.port()),
+            Upstream::Unix { .. } => None,
+        })
+        .chain(workspace.deploy.extra_egress_ports.iter().copied())
+        .collect();
+    // A rule without ports would allow every port.
+    if !upstream_ports.is_empty() {
+        let ports: Vec<Value> = upstream_ports
+            .iter()
+            .map(|port| json!({ "port": port, "protocol": "TCP" }))
+            .collect();
+        egress.push(json!({ "ports": ports }));
+    }
+    json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(workspace, APP),
+        "spec": {
+            "podSelector": { "matchLabels": selector() },
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [listeners, admin],
+            "egress": egress,
+        },
+    })
+}
+
 fn pod_disruption_budget(workspace: &Workspace) -> Value {
     json!({
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": metadata(workspace, APP),
-        // At most one proxy down at a time; unlike `minAvailable`, this never blocks a node
-        // drain when a single replica runs.
-        "spec": { "maxUnavailable": 1, "selector": { "matchLabels": labels() } },
+        "spec": {
+            // At most one proxy down at a time; unlike `minAvailable`, this never blocks a node
+            // drain when a single replica runs.
+            "maxUnavailable": 1,
+            // A pod that is not Ready serves nothing: evicting it costs nothing, and keeping it
+            // would block the drain of its node for as long as it stays unready.
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+            "selector": { "matchLabels": selector() },
+        },
     })
 }
 
@@ -681,6 +784,10 @@ fn deployment(workspace: &Workspace, pod: &Pod) -> Value {
             "name": "sozu-config",
             "configMap": { "name": config_map_name(pod), "items": [{ "key": SOZU_CONFIG_KEY, "path": SOZU_CONFIG_FILE }] },
         }),
+        // sozu's temporary directory: it hands its state, certificates and private keys
+        // included, to each worker it forks through a file there, and cannot start without it.
+        // In memory, so the keys never reach a disk, and sozu's alone.
+        json!({ "name": "sozu-tmp", "emptyDir": { "medium": "Memory", "sizeLimit": SOZU_TMP_SIZE } }),
         json!({ "name": "tmp", "emptyDir": { "sizeLimit": "64Mi" } }),
         json!({ "name": "workspace", "configMap": { "name": config_map_name(pod), "items": workspace_items } }),
     ];
@@ -707,6 +814,8 @@ fn deployment(workspace: &Workspace, pod: &Pod) -> Value {
             "--workspace", format!("{WORKSPACE_DIR}/{}", pod.workspace_entry),
             "--sozu-socket", SOZU_SOCKET,
             "--admin-address", format!("0.0.0.0:{ADMIN_PORT}"),
+            // One JSON object per line, for `kubectl logs` and log collectors.
+            "--log-format", "json",
         ],
         "ports": [{ "name": "admin", "containerPort": ADMIN_PORT, "protocol": "TCP" }],
         // A native sidecar: started before sozu, stopped after it, restarted on its own.
@@ -716,13 +825,15 @@ fn deployment(workspace: &Workspace, pod: &Pod) -> Value {
         "startupProbe": http_probe("/healthz", 1, 30),
         "livenessProbe": http_probe("/healthz", 10, 3),
         // Ready once sozu holds every route with its certificate: gates the pod's endpoints.
-        "readinessProbe": http_probe("/readyz", 5, 3),
+        // Probed every second: a pod joins the Service that much sooner after it can serve,
+        // which a rollout pays once per pod (the first probe runs before sozu has started).
+        "readinessProbe": http_probe("/readyz", 1, 3),
         "resources": resources(&workspace.deploy.resources.agent),
         "securityContext": security_context(false),
         "volumeMounts": agent_mounts,
     });
     let tcp_probe = |period: u32| json!({ "tcpSocket": { "port": "https" }, "periodSeconds": period, "failureThreshold": 3 });
-    let sozu = json!({
+    let mut sozu = json!({
         "name": "sozu",
         "image": workspace.deploy.sozu_image,
         "args": ["start", "-c", format!("{SOZU_CONFIG_DIR}/{SOZU_CONFIG_FILE}")],
@@ -730,15 +841,25 @@ fn deployment(workspace: &Workspace, pod: &Pod) -> Value {
             { "name": "http", "containerPort": http, "protocol": "TCP" },
             { "name": "https", "containerPort": https, "protocol": "TCP" },
         ],
-        "readinessProbe": tcp_probe(5),
+        "readinessProbe": tcp_probe(1),
         "livenessProbe": tcp_probe(10),
         "resources": resources(&workspace.deploy.resources.sozu),
         "securityContext": security_context(bind_low_ports),
         "volumeMounts": [
             { "name": "run", "mountPath": RUN_DIR },
             { "name": "sozu-config", "mountPath": SOZU_CONFIG_DIR, "readOnly": true },
+            { "name": "sozu-tmp", "mountPath": "/tmp" },
         ],
     });
+    if workspace.deploy.pre_stop_seconds > 0 {
+        // The load balancer keeps sending new connections until the pod's endpoint is removed,
+        // which takes seconds after the deletion: sozu keeps accepting until then. The SIGTERM
+        // that follows is sozu's soft stop: it stops accepting and finishes the requests in
+        // flight. The sleep action is the kubelet's own, so the image needs no shell.
+        sozu["lifecycle"] = json!({
+            "preStop": { "sleep": { "seconds": workspace.deploy.pre_stop_seconds } },
+        });
+    }
 
     let mut pod_security = json!({
         "runAsNonRoot": true,
@@ -767,7 +888,7 @@ fn deployment(workspace: &Workspace, pod: &Pod) -> Value {
         "metadata": metadata(workspace, APP),
         "spec": {
             "replicas": workspace.deploy.replicas,
-            "selector": { "matchLabels": labels() },
+            "selector": { "matchLabels": selector() },
             // A new pod serves before an old one stops: adding a route adds a volume, which rolls
             // the pods.
             "strategy": { "type": "RollingUpdate", "rollingUpdate": { "maxSurge": 1, "maxUnavailable": 0 } },
@@ -775,6 +896,9 @@ fn deployment(workspace: &Workspace, pod: &Pod) -> Value {
                 "metadata": { "labels": labels(), "annotations": annotations },
                 "spec": {
                     "serviceAccountName": APP,
+                    // From the deletion to the kill: the preStop wait, then the soft stop. The
+                    // agent, a sidecar, is stopped once sozu has exited.
+                    "terminationGracePeriodSeconds": workspace.deploy.termination_grace_period_seconds,
                     "automountServiceAccountToken": false,
                     "enableServiceLinks": false,
                     "securityContext": pod_security,
@@ -782,7 +906,10 @@ fn deployment(workspace: &Workspace, pod: &Pod) -> Value {
                         "maxSkew": 1,
                         "topologyKey": "kubernetes.io/hostname",
                         "whenUnsatisfiable": "ScheduleAnyway",
-                        "labelSelector": { "matchLabels": labels() },
+                        "labelSelector": { "matchLabels": selector() },
+                        // Spread the pods of one revision: during a rollout, the old pods
+                        // leaving must not skew where the new ones go.
+                        "matchLabelKeys": ["pod-template-hash"],
                     }],
                     "initContainers": [agent],
                     "containers": [sozu],

@@ -42,6 +42,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ws.zone,
                 ws.tls_rotation
             );
+            if ws.allowed_sources.is_none() {
+                eprintln!(
+                    "warning: allowed_sources is not set: deployed, the listeners accept \
+                     connections from any address (list the networks that may connect, e.g. \
+                     the VPN's)"
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Render {

@@ -4,10 +4,12 @@
 //! reaches [`Workspace::from_raw`]; the conversion still refuses anything it cannot represent
 //! instead of trusting that, because the contract file and this code can drift apart.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
+use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 /// A workspace as Nickel evaluates it, before normalisation.
@@ -22,6 +24,8 @@ pub struct RawWorkspace {
     pub routes: Vec<RawRoute>,
     /// Optional in the contract: absent from workspaces that are not deployed by `render`.
     pub lb_ip: Option<String>,
+    /// Optional in the contract: absent, any source may connect.
+    pub allowed_sources: Option<Vec<String>>,
     pub deploy: RawDeploy,
 }
 
@@ -35,6 +39,11 @@ pub struct RawDeploy {
     pub replicas: f64,
     pub resources: PodResources,
     pub service_monitor: bool,
+    /// Floats for the same reason as `replicas`.
+    pub pre_stop_seconds: f64,
+    pub termination_grace_period_seconds: f64,
+    pub extra_egress_ports: Vec<f64>,
+    pub monitoring: Monitoring,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -89,6 +98,8 @@ pub struct Workspace {
     pub routes: Vec<Route>,
     /// The address the load balancer announces, which every route host resolves to.
     pub lb_ip: Option<IpAddr>,
+    /// The networks that may connect to the listeners; `None`: any address may.
+    pub allowed_sources: Option<Vec<IpNet>>,
     /// Boxed: a workspace travels by value (in the sandbox's report, for one), and the deploy
     /// settings would more than double its size for code that never reads them.
     pub deploy: Box<Deploy>,
@@ -106,6 +117,25 @@ pub struct Deploy {
     pub resources: PodResources,
     /// A prometheus-operator ServiceMonitor instead of `prometheus.io/*` scrape annotations.
     pub service_monitor: bool,
+    /// How long sozu keeps accepting once the pod is deleted, before it is asked to stop: the
+    /// time the load balancer takes to stop sending it connections.
+    pub pre_stop_seconds: u32,
+    /// From the deletion to the kill: the preStop wait, then sozu's soft stop.
+    pub termination_grace_period_seconds: u32,
+    /// Ports the pods may connect to besides the routes' upstream ports.
+    pub extra_egress_ports: Vec<u16>,
+    /// Who may reach the admin port.
+    pub monitoring: Monitoring,
+}
+
+/// The pods allowed to reach the admin port (`/metrics`, `/v1/state`), which names every host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Monitoring {
+    pub namespace: String,
+    /// Empty: every pod of the namespace.
+    #[serde(default)]
+    pub pod_labels: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -158,6 +188,13 @@ impl Default for Deploy {
                 },
             },
             service_monitor: false,
+            pre_stop_seconds: 10,
+            termination_grace_period_seconds: 40,
+            extra_egress_ports: Vec::new(),
+            monitoring: Monitoring {
+                namespace: "monitoring".to_owned(),
+                pod_labels: BTreeMap::new(),
+            },
         }
     }
 }
@@ -216,6 +253,17 @@ pub enum ModelError {
     LbIp(String),
     #[error("deploy.replicas {0} is not a whole number from 1 to 1000")]
     Replicas(String),
+    #[error("deploy.{field} {value} is not a whole number of seconds from 0 to 3600")]
+    Seconds { field: &'static str, value: String },
+    #[error("deploy.extra_egress_ports: {0} is not a whole number from 1 to 65535")]
+    EgressPort(String),
+    #[error("allowed_sources: `{0}` is not a network in canonical CIDR form")]
+    Cidr(String),
+    #[error(
+        "deploy.termination_grace_period_seconds {grace} must be longer than \
+         deploy.pre_stop_seconds {pre_stop}"
+    )]
+    GracePeriod { grace: u32, pre_stop: u32 },
 }
 
 impl Workspace {
@@ -250,6 +298,25 @@ impl Workspace {
             n if n.fract() == 0.0 && (1.0..=1000.0).contains(&n) => n as u16,
             n => return Err(ModelError::Replicas(n.to_string())),
         };
+        let seconds = |field: &'static str, n: f64| match n {
+            n if n.fract() == 0.0 && (0.0..=3600.0).contains(&n) => Ok(n as u32),
+            n => Err(ModelError::Seconds {
+                field,
+                value: n.to_string(),
+            }),
+        };
+        let allowed_sources = raw
+            .allowed_sources
+            .map(|sources| {
+                sources
+                    .into_iter()
+                    .map(|cidr| match cidr.parse::<IpNet>() {
+                        Ok(net) if net.trunc() == net => Ok(net),
+                        _ => Err(ModelError::Cidr(cidr)),
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?;
         let deploy = Box::new(Deploy {
             namespace: raw.deploy.namespace,
             sozu_image: raw.deploy.sozu_image,
@@ -257,7 +324,28 @@ impl Workspace {
             replicas,
             resources: raw.deploy.resources,
             service_monitor: raw.deploy.service_monitor,
+            pre_stop_seconds: seconds("pre_stop_seconds", raw.deploy.pre_stop_seconds)?,
+            termination_grace_period_seconds: seconds(
+                "termination_grace_period_seconds",
+                raw.deploy.termination_grace_period_seconds,
+            )?,
+            extra_egress_ports: raw
+                .deploy
+                .extra_egress_ports
+                .into_iter()
+                .map(|p| match p {
+                    p if p.fract() == 0.0 && (1.0..=65535.0).contains(&p) => Ok(p as u16),
+                    p => Err(ModelError::EgressPort(p.to_string())),
+                })
+                .collect::<Result<_, _>>()?,
+            monitoring: raw.deploy.monitoring,
         });
+        if deploy.termination_grace_period_seconds <= deploy.pre_stop_seconds {
+            return Err(ModelError::GracePeriod {
+                grace: deploy.termination_grace_period_seconds,
+                pre_stop: deploy.pre_stop_seconds,
+            });
+        }
         Ok(Workspace {
             zone: raw.zone,
             listeners,
@@ -266,6 +354,7 @@ impl Workspace {
             tls_dir,
             routes,
             lb_ip,
+            allowed_sources,
             deploy,
         })
     }
@@ -346,6 +435,7 @@ pub(crate) fn test_workspace(tls_dir: &std::path::Path, routes: Vec<Route>) -> W
         tls_dir: tls_dir.to_owned(),
         routes,
         lb_ip: None,
+        allowed_sources: None,
         deploy: Default::default(),
     }
 }

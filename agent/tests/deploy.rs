@@ -1,5 +1,5 @@
 //! `render --format k8s` and `--format dns` as an operator uses them: the manifests pass the
-//! Kubernetes 1.29 schemas, every route host gets its certificate volume, mount and DNS record,
+//! schemas of Kubernetes 1.35 (the oldest release still supported), every route host gets its certificate volume, mount and DNS record,
 //! appending a route changes nothing else, and the justfile recipes run.
 //!
 //! The external checkers (`kubernetes-validate`, dnspython, `just`) are installed by
@@ -72,6 +72,13 @@ fn workspace_file(dir: &Path, name: &str, fields: &str, routes: &[&str]) -> Path
     path
 }
 
+/// The documents `render --format k8s` writes for a workspace of `fields` and `routes`.
+fn k8s_of(fields: &str, routes: &[&str]) -> Vec<Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = workspace_file(dir.path(), "workspace.ncl", fields, routes);
+    documents(&render(&workspace, "k8s"))
+}
+
 const GRAFANA: &str = r#"{ host = "grafana.in.librecloud.online", upstream = "grafana.observability.svc.libre-wuji.local", port = 3000 }"#;
 const PROMETHEUS: &str = r#"{ host = "prometheus.in.librecloud.online", upstream = "prometheus.observability.svc.libre-wuji.local", port = 9090 }"#;
 const ALERTMANAGER: &str = r#"{ host = "alertmanager.in.librecloud.online", upstream = "alertmanager.observability.svc.libre-wuji.local", port = 9093 }"#;
@@ -88,7 +95,11 @@ fn the_reference_workspace_renders_to_its_golden_files() {
     }
 }
 
-/// Runs `kubernetes-validate --strict -k 1.29` and returns the kinds it passed. Custom resources
+/// The Kubernetes release the manifests are validated against: the oldest still supported. It
+/// has everything the pod uses (native sidecars, 1.29; the preStop sleep action, GA in 1.34).
+const KUBERNETES: &str = "1.35";
+
+/// Runs `kubernetes-validate --strict -k 1.35` and returns the kinds it passed. Custom resources
 /// (cert-manager's Certificate, the ServiceMonitor) have no bundled schema and are only warned
 /// about, so the test checks their shape itself.
 fn kubernetes_validate(yaml: &str) -> Result<Vec<String>, String> {
@@ -96,7 +107,7 @@ fn kubernetes_validate(yaml: &str) -> Result<Vec<String>, String> {
     let path = dir.path().join("manifests.yaml");
     std::fs::write(&path, yaml).unwrap();
     let (code, out, err) = run(Command::new("kubernetes-validate")
-        .args(["--strict", "-k", "1.29"])
+        .args(["--strict", "-k", KUBERNETES])
         .arg(&path));
     if code != 0 {
         return Err(format!("{out}{err}"));
@@ -110,12 +121,12 @@ fn kubernetes_validate(yaml: &str) -> Result<Vec<String>, String> {
 }
 
 #[test]
-fn every_rendered_manifest_passes_kubernetes_validate_strict_1_29() {
+fn every_rendered_manifest_passes_kubernetes_validate_strict() {
     let dir = tempfile::tempdir().unwrap();
     let monitored = workspace_file(
         dir.path(),
         "monitored.ncl",
-        "  lb_ip = \"fd00::6\",\n  listeners = { https = \"[::]:8443\", http = \"[::]:8080\" },\n  deploy = { service_monitor = true, replicas = 1, namespace = \"edge\" },\n",
+        "  lb_ip = \"fd00::6\",\n  allowed_sources = [\"fd00:8::/32\", \"10.8.0.0/16\"],\n  listeners = { https = \"[::]:8443\", http = \"[::]:8080\" },\n  deploy = { service_monitor = true, replicas = 1, namespace = \"edge\", pre_stop_seconds = 0, monitoring = { namespace = \"observability\", pod_labels = { \"app.kubernetes.io/name\" = \"prometheus\" } } },\n",
         &[GRAFANA, PROMETHEUS],
     );
     for workspace in [
@@ -127,8 +138,12 @@ fn every_rendered_manifest_passes_kubernetes_validate_strict_1_29() {
         let docs = documents(&yaml);
         let passed = kubernetes_validate(&yaml)
             .unwrap_or_else(|report| panic!("{}:\n{report}", workspace.display()));
-        // Custom resources are the ones whose API group is a domain name.
-        let custom = |d: &&Value| d["apiVersion"].as_str().unwrap().contains('.');
+        // Custom resources are the ones whose API group is a domain name outside Kubernetes'
+        // own (`networking.k8s.io` is built in).
+        let custom = |d: &&Value| {
+            let api = d["apiVersion"].as_str().unwrap();
+            api.contains('.') && !api.contains(".k8s.io/")
+        };
         let core: Vec<String> = docs
             .iter()
             .filter(|d| !custom(d))
@@ -404,14 +419,10 @@ fn the_agent_is_a_native_sidecar_probed_on_healthz_and_readyz() {
 
 #[test]
 fn deploy_settings_from_the_workspace_reach_the_manifests() {
-    let dir = tempfile::tempdir().unwrap();
-    let workspace = workspace_file(
-        dir.path(),
-        "custom.ncl",
-        "  deploy = { namespace = \"edge\", sozu_image = \"registry.example/sozu:2.3.3-1\", agent_image = \"registry.example/pi:7\", replicas = 3, resources = { sozu = { limits = { memory = \"1Gi\" } } }, service_monitor = true },\n",
+    let docs = k8s_of(
+        "  deploy = { namespace = \"edge\", sozu_image = \"registry.example/sozu:2.3.3-1\", agent_image = \"registry.example/pi:7@sha256:0ea1c4d7b9e3f2a6c8d5b7e9f1a3c5e7d9b1f3a5c7e9d1b3f5a7c9e1d3b5f7a9\", replicas = 3, resources = { sozu = { limits = { memory = \"1Gi\" } } }, service_monitor = true },\n",
         &[GRAFANA],
     );
-    let docs = documents(&render(&workspace, "k8s"));
     assert!(docs
         .iter()
         .all(|d| d["kind"] == "Namespace" || d["metadata"]["namespace"] == "edge"));
@@ -425,7 +436,8 @@ fn deploy_settings_from_the_workspace_reach_the_manifests() {
     );
     assert_eq!(
         container(&docs, "initContainers", "agent")["image"],
-        "registry.example/pi:7"
+        "registry.example/pi:7@sha256:0ea1c4d7b9e3f2a6c8d5b7e9f1a3c5e7d9b1f3a5c7e9d1b3f5a7c9e1d3b5f7a9",
+        "pinned by digest"
     );
     assert_eq!(find(&docs, "ServiceMonitor").len(), 1);
     let annotations = &find(&docs, "Deployment")[0]["spec"]["template"]["metadata"]["annotations"];
@@ -437,6 +449,234 @@ fn deploy_settings_from_the_workspace_reach_the_manifests() {
     assert!(
         service["metadata"].get("annotations").is_none(),
         "no lb_ip, no annotation"
+    );
+}
+
+fn network_policy(docs: &[Value]) -> &Value {
+    let policies = find(docs, "NetworkPolicy");
+    assert_eq!(policies.len(), 1);
+    &policies[0]["spec"]
+}
+
+fn ports(rule: &Value) -> Vec<String> {
+    rule["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            format!(
+                "{}/{}",
+                p["port"].to_string().trim_matches('"'),
+                p["protocol"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+/// Without `allowed_sources`, the listeners are open to any address (and `check` warns); the
+/// admin port is open to the monitoring namespace only; the pods reach DNS and their upstreams'
+/// ports, nothing else.
+#[test]
+fn the_network_policy_admits_the_listeners_and_the_monitoring_namespace_only() {
+    let docs = documents(&render(&reference(), "k8s"));
+    let service = find(&docs, "Service")[0];
+    assert_eq!(service["spec"]["externalTrafficPolicy"], "Local");
+    assert!(service["spec"].get("loadBalancerSourceRanges").is_none());
+    let policy = network_policy(&docs);
+    assert_eq!(
+        policy["podSelector"]["matchLabels"],
+        serde_json::json!({ "app.kubernetes.io/name": "private-ingress" })
+    );
+    assert_eq!(
+        policy["policyTypes"],
+        serde_json::json!(["Ingress", "Egress"])
+    );
+    let ingress = policy["ingress"].as_array().unwrap();
+    assert_eq!(ingress.len(), 2);
+    assert_eq!(ports(&ingress[0]), ["http/TCP", "https/TCP"]);
+    assert!(
+        ingress[0].get("from").is_none(),
+        "any source: {}",
+        ingress[0]
+    );
+    assert_eq!(ports(&ingress[1]), ["admin/TCP"]);
+    assert_eq!(
+        ingress[1]["from"],
+        serde_json::json!([{ "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": "monitoring" } } }])
+    );
+    let egress = policy["egress"].as_array().unwrap();
+    assert_eq!(egress.len(), 2);
+    assert_eq!(ports(&egress[0]), ["53/UDP", "53/TCP"]);
+    // longhorn 80, grafana 3000, prometheus 9090: to any address, on these ports only.
+    assert_eq!(ports(&egress[1]), ["80/TCP", "3000/TCP", "9090/TCP"]);
+    assert!(egress.iter().all(|rule| rule.get("to").is_none()));
+    // The admin port's name resolves in the pod.
+    let agent = container(&docs, "initContainers", "agent");
+    assert_eq!(agent["ports"][0]["name"], "admin");
+}
+
+#[test]
+fn allowed_sources_restrict_the_load_balancer_and_the_network_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = workspace_file(
+        dir.path(),
+        "private.ncl",
+        "  allowed_sources = [\"10.8.0.0/16\", \"fd00:8::/32\", \"192.0.2.7/32\"],\n  deploy = { monitoring = { namespace = \"observability\", pod_labels = { \"app.kubernetes.io/name\" = \"prometheus\" } } },\n",
+        &[GRAFANA],
+    );
+    let docs = documents(&render(&workspace, "k8s"));
+    let sources = serde_json::json!(["10.8.0.0/16", "fd00:8::/32", "192.0.2.7/32"]);
+    assert_eq!(
+        find(&docs, "Service")[0]["spec"]["loadBalancerSourceRanges"],
+        sources
+    );
+    let ingress = &network_policy(&docs)["ingress"];
+    let from: Vec<&Value> = ingress[0]["from"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|peer| &peer["ipBlock"]["cidr"])
+        .collect();
+    assert_eq!(serde_json::json!(from), sources);
+    assert_eq!(
+        ingress[1]["from"],
+        serde_json::json!([{
+            "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": "observability" } },
+            "podSelector": { "matchLabels": { "app.kubernetes.io/name": "prometheus" } },
+        }])
+    );
+    let (code, _, err) = run(bin().arg("check").arg(&workspace));
+    assert_eq!(code, 0, "{err}");
+    assert!(err.is_empty(), "no warning once the sources are set: {err}");
+    let (code, _, err) = run(bin().arg("check").arg(reference()));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("warning: allowed_sources is not set: deployed, the listeners accept connections from any address"),
+        "{err}"
+    );
+}
+
+/// Routes to UNIX sockets need no egress: no upstream rule at all, since a rule without ports
+/// would admit every port.
+#[test]
+fn unix_upstreams_open_no_egress_port() {
+    let docs = k8s_of(
+        "",
+        &[r#"{ host = "portal.in.librecloud.online", upstream = "unix:///run/portal/http.sock" }"#],
+    );
+    let egress = network_policy(&docs)["egress"].as_array().unwrap().clone();
+    assert_eq!(egress.len(), 1, "{egress:?}");
+    assert_eq!(ports(&egress[0]), ["53/UDP", "53/TCP"]);
+}
+
+/// A Service whose target port differs from its port is reached on the target port after the
+/// network plugin's translation: the workspace names such ports.
+#[test]
+fn extra_egress_ports_join_the_upstream_ports() {
+    let docs = k8s_of(
+        "  deploy = { extra_egress_ports = [8000, 3000] },\n",
+        &[GRAFANA],
+    );
+    let egress = &network_policy(&docs)["egress"][1];
+    assert_eq!(ports(egress), ["3000/TCP", "8000/TCP"]);
+}
+
+/// Deleted, sozu keeps accepting through the preStop wait, then stops softly; the grace period
+/// covers both. Both come from the workspace, with defaults.
+#[test]
+fn shutdown_timings_come_from_the_workspace() {
+    let timed = |fields: &str| {
+        let docs = k8s_of(fields, &[GRAFANA]);
+        let pre_stop = container(&docs, "containers", "sozu")["lifecycle"]["preStop"].clone();
+        let grace = pod_spec(&docs)["terminationGracePeriodSeconds"].clone();
+        (pre_stop, grace)
+    };
+    assert_eq!(
+        timed(""),
+        (
+            serde_json::json!({ "sleep": { "seconds": 10 } }),
+            serde_json::json!(40)
+        )
+    );
+    assert_eq!(
+        timed("  deploy = { pre_stop_seconds = 5, termination_grace_period_seconds = 65 },\n"),
+        (
+            serde_json::json!({ "sleep": { "seconds": 5 } }),
+            serde_json::json!(65)
+        )
+    );
+    assert_eq!(
+        timed("  deploy = { pre_stop_seconds = 0 },\n"),
+        (Value::Null, serde_json::json!(40)),
+        "no wait, no hook"
+    );
+}
+
+/// The labels Kubernetes tools read, a selector that never changes, spreading per revision,
+/// evictable unready pods, JSON logs, and sozu's own temporary directory in memory.
+#[test]
+fn the_manifests_carry_what_cluster_tools_expect() {
+    let docs = documents(&render(&reference(), "k8s"));
+    for doc in &docs {
+        let labels = &doc["metadata"]["labels"];
+        assert_eq!(
+            labels["app.kubernetes.io/managed-by"], "private-ingress",
+            "{doc}"
+        );
+        assert_eq!(
+            labels["app.kubernetes.io/version"],
+            env!("CARGO_PKG_VERSION"),
+            "{doc}"
+        );
+    }
+    let deployment = find(&docs, "Deployment")[0];
+    let selector = serde_json::json!({ "app.kubernetes.io/name": "private-ingress" });
+    assert_eq!(deployment["spec"]["selector"]["matchLabels"], selector);
+    assert_eq!(find(&docs, "Service")[0]["spec"]["selector"], selector);
+    let spread = &pod_spec(&docs)["topologySpreadConstraints"][0];
+    assert_eq!(
+        spread["matchLabelKeys"],
+        serde_json::json!(["pod-template-hash"])
+    );
+    let budget = &find(&docs, "PodDisruptionBudget")[0]["spec"];
+    assert_eq!(budget["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+    assert_eq!(budget["selector"]["matchLabels"], selector);
+    let args = container(&docs, "initContainers", "agent")["args"].clone();
+    let args: Vec<&str> = args
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        args.windows(2).any(|w| w == ["--log-format", "json"]),
+        "{args:?}"
+    );
+    let sozu = container(&docs, "containers", "sozu");
+    let tmp = sozu["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == "/tmp")
+        .expect("sozu has a /tmp");
+    let volume = pod_spec(&docs)["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == tmp["name"])
+        .unwrap();
+    assert_eq!(
+        volume["emptyDir"]["medium"], "Memory",
+        "sozu's state file holds private keys"
+    );
+    let agent = container(&docs, "initContainers", "agent");
+    assert!(
+        agent["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["name"] != tmp["name"]),
+        "sozu's temporary directory is its own"
     );
 }
 
@@ -629,6 +869,8 @@ fn volume_name(yaml: &str, host: &str) -> String {
         .unwrap()
 }
 
+/// A new route adds its volume, its mount, its DNS record, and its upstream port to what the
+/// pods may connect to (when no other route has that port).
 #[test]
 fn appending_a_route_adds_exactly_its_volume_mount_and_record() {
     let dir = tempfile::tempdir().unwrap();
@@ -655,6 +897,8 @@ fn appending_a_route_adds_exactly_its_volume_mount_and_record() {
         - mountPath: /etc/sozu/tls/{host}
           name: {name}
           readOnly: true
+    - port: 9093
+      protocol: TCP
 "
     );
     assert_eq!(added_lines(&k8s_before, &k8s_after), counted(&expected));
@@ -683,7 +927,9 @@ apiVersion: cert-manager.io/v1
 kind: Certificate
 metadata:
   labels:
+    app.kubernetes.io/managed-by: private-ingress
     app.kubernetes.io/name: private-ingress
+    app.kubernetes.io/version: {version}
   name: {name}
   namespace: ingress-private
 spec:
@@ -701,7 +947,10 @@ spec:
         - mountPath: /etc/sozu/tls/{host}
           name: {name}
           readOnly: true
-"
+    - port: 9093
+      protocol: TCP
+",
+        version = env!("CARGO_PKG_VERSION"),
     );
     assert_eq!(added_lines(&k8s_before, &k8s_after), counted(&expected));
 }

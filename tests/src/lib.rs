@@ -1,5 +1,6 @@
 //! Harness for integration tests: locates the pinned sozu and a fresh agent binary, makes short
-//! temporary directories (UNIX socket paths are limited to ~100 bytes) and test certificates.
+//! temporary directories (UNIX socket paths are limited to ~100 bytes) and test certificates;
+//! runs the rendered pod as a kubelet would ([`kubelet`]) and puts HTTPS load on it ([`load`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -124,5 +125,7 @@ pub fn run(cmd: &mut Command) -> (i32, String, String) {
 
 pub mod bench;
 pub mod corpus;
+pub mod kubelet;
 pub mod live;
+pub mod load;
 pub mod soak;

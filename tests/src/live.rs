@@ -130,7 +130,8 @@ fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// A loopback HTTP/1.1 server that answers every request with its own name.
+/// A loopback HTTP/1.1 server that answers every request with its own name (after a pause for
+/// `/delay/<milliseconds>`).
 pub struct Backend {
     pub name: String,
     pub address: SocketAddr,
@@ -207,7 +208,17 @@ fn serve(mut stream: TcpStream, body: &str) {
             }
         }
         let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(0) + 4;
+        // `GET /delay/<ms>` answers after that many milliseconds: a request in flight for as
+        // long as a test needs.
+        let delay = String::from_utf8_lossy(&buf[..end])
+            .split_whitespace()
+            .nth(1)
+            .and_then(|path| path.strip_prefix("/delay/"))
+            .and_then(|ms| ms.parse().ok());
         buf.drain(..end);
+        if let Some(ms) = delay {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
         let response = format!(
             "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
@@ -344,12 +355,30 @@ impl KeepAlive {
         })
     }
 
+    /// Whether part of a response has arrived that [`KeepAlive::get`] has not returned: after an
+    /// error, false means the server sent nothing for the request.
+    pub fn is_response_started(&self) -> bool {
+        !self.buffer.is_empty()
+    }
+
     /// One GET on the open connection: (status, body).
     pub fn get(&mut self, path: &str) -> Result<(u16, String), String> {
+        self.send(path)?;
+        self.receive()
+    }
+
+    /// Sends a GET (completing the handshake first, on a new connection) without waiting for
+    /// the response: the request is in flight when this returns.
+    pub fn send(&mut self, path: &str) -> Result<(), String> {
         let request = format!("GET {path} HTTP/1.1\r\nHost: {}\r\n\r\n", self.host);
         self.tls
             .write_all(request.as_bytes())
-            .map_err(|e| format!("write: {e}"))?;
+            .and_then(|()| self.tls.flush())
+            .map_err(|e| format!("write: {e}"))
+    }
+
+    /// The response to the request [`KeepAlive::send`] sent: (status, body).
+    pub fn receive(&mut self) -> Result<(u16, String), String> {
         let mut chunk = [0u8; 4096];
         loop {
             if let Some(end) = self.buffer.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -785,28 +814,19 @@ impl Drop for Stack {
     }
 }
 
-/// What Kubernetes' AtomicWriter does (cert-manager's CSI driver, kubelet Secret volumes): a new
-/// timestamped directory, files in it, a `..data_tmp` link renamed over `..data`, visible links,
-/// the old directory removed at once.
+/// A certificate pair written the way cert-manager's CSI driver and kubelet Secret volumes
+/// write it ([`crate::kubelet::volumes::atomic_write`]): the key first here, as the writer's
+/// order is undefined.
 pub fn atomic_write(dir: &Path, crt: &str, key: &str, generation: u32) {
-    std::fs::create_dir_all(dir).unwrap();
-    let stamp = format!("..2026_11_30_00_00_{generation:02}.{generation}");
-    let new = dir.join(&stamp);
-    std::fs::create_dir(&new).unwrap();
-    // Undefined order in the real writer: key first here.
-    std::fs::write(new.join("tls.key"), key).unwrap();
-    std::fs::write(new.join("tls.crt"), crt).unwrap();
-    let old = std::fs::read_link(dir.join("..data")).ok();
-    std::os::unix::fs::symlink(&stamp, dir.join("..data_tmp")).unwrap();
-    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
-    for name in ["tls.crt", "tls.key"] {
-        if std::fs::symlink_metadata(dir.join(name)).is_err() {
-            std::os::unix::fs::symlink(format!("..data/{name}"), dir.join(name)).unwrap();
-        }
-    }
-    if let Some(old) = old {
-        std::fs::remove_dir_all(dir.join(old)).unwrap();
-    }
+    crate::kubelet::volumes::atomic_write(
+        dir,
+        &[
+            ("tls.key".into(), key.as_bytes().to_vec(), 0o644),
+            ("tls.crt".into(), crt.as_bytes().to_vec(), 0o644),
+        ],
+        None,
+        generation,
+    );
 }
 
 /// The SHA-256 fingerprint (lower-case hex) of the first certificate in `pem`.

@@ -91,6 +91,14 @@ fn cold_start_serves_every_route_with_its_certificate() {
             .and_then(|v| v.to_str().ok()),
         Some(format!("https://{}/", host(3)).as_str())
     );
+
+    // The agent's log goes to a file here: plain text, no colour codes.
+    let logs = stack.agent_logs();
+    assert!(logs.contains("starting"), "{logs}");
+    assert!(
+        !logs.contains('\u{1b}'),
+        "colour codes in a log file:\n{logs}"
+    );
 }
 
 /// `/metrics` is valid Prometheus exposition (`promtool check metrics`, which scripts/test

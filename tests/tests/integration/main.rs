@@ -16,5 +16,8 @@ mod dns;
 /// Bad certificate pairs: refused with their reason while the last good pair keeps serving.
 mod bad_input;
 
+/// The rendered Kubernetes pod, run as a kubelet runs it: Ready, serving, rotating, draining.
+mod pod;
+
 /// A seeded, randomised soak: rotations, bad pairs, edits, kills and restarts.
 mod soak;

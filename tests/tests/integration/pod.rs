@@ -1,0 +1,375 @@
+//! The pod that `render --format k8s` writes, run as a kubelet runs it (see
+//! `private_ingress_tests::kubelet`): each container under bubblewrap with exactly what it
+//! declares, sozu and the agent being the pinned sozu and the locally built agent. The pod
+//! becomes Ready, serves every host with its CSI certificate, serves a renewal, and is deleted
+//! under HTTPS load without failing a request.
+
+use std::ffi::OsString;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use private_ingress_tests::kubelet::{Images, Network, Pod, Sandbox};
+use private_ingress_tests::live::{eventually, https_get, Backend};
+use private_ingress_tests::load::{Load, Report, Target};
+use private_ingress_tests::{agent_bin, run, short_tempdir, sozu_bin};
+
+const HOSTS: [&str; 2] = ["grafana.in.example.org", "prometheus.in.example.org"];
+/// The agent image, pinned by digest as a workspace may: the pod must run what it names.
+const AGENT_IMAGE: &str = "registry.example/private-ingress@sha256:4f0e9a1c2b3d4e5f60718293a4b5c6d7e8f9012345678901234567890abcdef0";
+const SOZU_IMAGE: &str = "docker.io/clevercloud/sozu:2.3.3";
+/// The shutdown timings of the test workspace: a short preStop wait, so the test is short.
+const PRE_STOP: Duration = Duration::from_secs(3);
+/// When the emulated load balancer stops sending new connections, after the deletion: inside
+/// the preStop wait, as the preStop is meant to be sized.
+const ENDPOINT_REMOVAL: Duration = Duration::from_secs(2);
+
+fn images() -> Images {
+    Images::default()
+        .with(AGENT_IMAGE, "/usr/local/bin/private-ingress", agent_bin())
+        .with(SOZU_IMAGE, "/usr/local/bin/sozu", &sozu_bin())
+}
+
+/// The test workspace: one route per host to its backend, listeners on 443 and 80 of the pod.
+fn workspace(dir: &Path, backends: &[Backend], pre_stop_seconds: u64) -> std::path::PathBuf {
+    let routes: String = HOSTS
+        .iter()
+        .zip(backends)
+        .map(|(host, backend)| {
+            format!(
+                "    {{ host = \"{host}\", upstream = \"{}\", port = {} }},\n",
+                backend.address.ip(),
+                backend.address.port()
+            )
+        })
+        .collect();
+    let text = format!(
+        "{{\n  zone = \"in.example.org\",\n  cluster_issuer = \"internal-ca\",\n  \
+         allowed_sources = [\"127.0.0.0/8\"],\n  routes = [\n{routes}  ],\n  \
+         deploy = {{ agent_image = \"{AGENT_IMAGE}\", pre_stop_seconds = {pre_stop_seconds}, \
+         termination_grace_period_seconds = 15 }},\n}}\n"
+    );
+    let path = dir.join("workspace.ncl");
+    std::fs::write(&path, text).expect("write the workspace");
+    path
+}
+
+fn render(workspace: &Path) -> String {
+    let (code, out, err) = run(std::process::Command::new(agent_bin())
+        .arg("render")
+        .arg(workspace)
+        .args(["--format", "k8s"]));
+    assert_eq!(code, 0, "render --format k8s: {err}");
+    out
+}
+
+/// The rendered pod's backends, in a network namespace of its own; the calling thread joins it.
+fn pod_backends() -> (Network, Vec<Backend>) {
+    let network = Network::new();
+    network.enter();
+    let backends = HOSTS.iter().map(|h| Backend::start(h)).collect();
+    (network, backends)
+}
+
+fn https() -> SocketAddr {
+    SocketAddr::from((Ipv4Addr::LOCALHOST, 443))
+}
+
+fn targets(backends: &[Backend]) -> Vec<Target> {
+    HOSTS
+        .iter()
+        .zip(backends)
+        .map(|(host, backend)| Target {
+            host: host.to_string(),
+            body: backend.name.clone(),
+        })
+        .collect()
+}
+
+/// Deletes the pod the kubelet way under load: new connections until the endpoint is removed,
+/// keep-alive connections throughout, and slow requests sent just before the removal, in flight
+/// when sozu is told to stop. Returns what the clients saw and how each container stopped.
+fn delete_under_load(
+    mut pod: Pod,
+    backends: &[Backend],
+) -> (Report, Vec<private_ingress_tests::kubelet::Stopped>) {
+    let mut load = Load::start(https(), targets(backends), 4, 4);
+    std::thread::sleep(Duration::from_secs(1));
+    let deletion = std::thread::spawn(move || {
+        let stopped = pod.delete();
+        (pod, stopped)
+    });
+    let deleted = Instant::now();
+    std::thread::sleep(ENDPOINT_REMOVAL - Duration::from_millis(300));
+    load.send_slow_requests(4, PRE_STOP - ENDPOINT_REMOVAL + Duration::from_millis(1500));
+    std::thread::sleep(ENDPOINT_REMOVAL.saturating_sub(deleted.elapsed()));
+    load.remove_endpoint();
+    let (pod, stopped) = deletion.join().expect("delete the pod");
+    let report = load.stop();
+    drop(pod);
+    (report, stopped)
+}
+
+fn print_report(what: &str, report: &Report) {
+    println!(
+        "{what}: new connections {} ok / {} failed; keep-alive {} ok / {} failed / {} handed over; \
+         in flight at SIGTERM {} ok / {} failed",
+        report.new_connections.ok,
+        report.new_connections.failed.len(),
+        report.keep_alive.ok,
+        report.keep_alive.failed.len(),
+        report.keep_alive.handed_over,
+        report.in_flight.ok,
+        report.in_flight.failed.len(),
+    );
+}
+
+#[test]
+fn the_rendered_pod_becomes_ready_serves_rotates_and_drains_without_failing_a_request() {
+    let (network, backends) = pod_backends();
+    let dir = short_tempdir();
+    let yaml = render(&workspace(dir.path(), &backends, PRE_STOP.as_secs()));
+    let created = Instant::now();
+    let pod = Pod::start(&yaml, &images(), network);
+    let volumes = pod.started - created;
+    let ready = pod
+        .wait_ready(Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (agent_started, agent_healthy) = pod.timeline("agent");
+    let (sozu_started, _) = pod.timeline("sozu");
+    println!(
+        "pod Ready {ready:?} after its containers started, whose volumes took {volumes:?} to make \
+         (agent started at {agent_started:?}, its startup probe passed at {agent_healthy:?}, \
+         sozu started at {sozu_started:?})"
+    );
+
+    // Every host presents the certificate its CSI volume holds and reaches its backend.
+    for (host, backend) in HOSTS.iter().zip(&backends) {
+        let seen = https_get(https(), host, "/").unwrap_or_else(|e| panic!("{host}: {e}"));
+        assert_eq!(seen.fingerprint, pod.volumes().fingerprint(host), "{host}");
+        assert_eq!(
+            (seen.status, seen.body.as_str()),
+            (200, backend.name.as_str()),
+            "{host}"
+        );
+    }
+
+    // A renewal by the CSI driver is served.
+    let renewed = pod.volumes().renew(HOSTS[0]);
+    let switched = Instant::now();
+    eventually(Duration::from_secs(10), "the renewed certificate", || {
+        https_get(https(), HOSTS[0], "/")
+            .ok()
+            .filter(|seen| seen.fingerprint == renewed)
+    });
+    println!("renewal served {:?} after the swap", switched.elapsed());
+
+    // Logs fit for `kubectl logs`: the agent writes JSON, nobody writes colour codes.
+    for container in ["agent", "sozu"] {
+        let logs = pod.logs(container);
+        assert!(
+            !logs.contains('\u{1b}'),
+            "{container} logs ANSI codes:\n{logs}"
+        );
+    }
+    let agent_logs = pod.logs("agent");
+    let agent_lines: Vec<&str> = agent_logs
+        .lines()
+        .filter(|l| !l.starts_with("--- kubelet:"))
+        .collect();
+    assert!(!agent_lines.is_empty());
+    for line in &agent_lines {
+        assert!(
+            serde_json::from_str::<serde_json::Value>(line).is_ok_and(|v| v.is_object()),
+            "not a JSON object: {line}"
+        );
+    }
+
+    let (report, stopped) = delete_under_load(pod, &backends);
+    print_report("deleted with the preStop", &report);
+    println!("containers: {stopped:?}");
+    assert_eq!(report.failed(), 0, "{report:#?}");
+    assert!(
+        report.new_connections.ok > 0 && report.keep_alive.ok > 0,
+        "{report:?}"
+    );
+    assert_eq!(report.in_flight.ok, 4, "{report:?}");
+    let sozu = stopped
+        .iter()
+        .find(|s| s.name == "sozu")
+        .expect("sozu stopped");
+    let agent = stopped
+        .iter()
+        .find(|s| s.name == "agent")
+        .expect("agent stopped");
+    assert!(
+        sozu.sigterm_at.is_some_and(|at| at >= PRE_STOP),
+        "SIGTERM only after the preStop wait: {sozu:?}"
+    );
+    assert!(!sozu.killed && !agent.killed, "{stopped:?}");
+    assert!(
+        agent.sigterm_at >= sozu.exited_at,
+        "the sidecar stops after sozu: {stopped:?}"
+    );
+}
+
+/// Without the preStop wait, sozu stops accepting while the load balancer still sends it new
+/// connections: requests fail. The drain check above can fail.
+#[test]
+fn without_the_pre_stop_wait_requests_fail_during_a_deletion() {
+    let (network, backends) = pod_backends();
+    let dir = short_tempdir();
+    let yaml = render(&workspace(dir.path(), &backends, 0));
+    assert!(
+        !yaml.contains("preStop"),
+        "pre_stop_seconds = 0 renders no hook"
+    );
+    let pod = Pod::start(&yaml, &images(), network);
+    pod.wait_ready(Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (report, _) = delete_under_load(pod, &backends);
+    print_report("deleted without the preStop", &report);
+    assert!(report.failed() > 0, "{report:?}");
+}
+
+/// The manifest as it was rendered before sozu got a temporary directory: sozu cannot fork its
+/// worker and exits at once, so the pod never becomes Ready.
+#[test]
+fn without_a_writable_tmp_sozu_exits_at_once() {
+    let (network, backends) = pod_backends();
+    let dir = short_tempdir();
+    let yaml = render(&workspace(dir.path(), &backends, PRE_STOP.as_secs()));
+    let mount = "        - mountPath: /tmp\n          name: sozu-tmp\n";
+    assert_eq!(
+        yaml.matches(mount).count(),
+        1,
+        "sozu mounts its /tmp:\n{yaml}"
+    );
+    let pod = Pod::start(&yaml.replace(mount, ""), &images(), network);
+    let exit = pod
+        .wait_for_exit("sozu", Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("sozu kept running\n{}", pod.describe()));
+    assert_eq!(exit.code, Some(1), "{}", pod.describe());
+    let logs = pod.logs("sozu");
+    assert!(
+        logs.contains("could not create temporary file to pass the state to the new worker")
+            && logs.contains("Read-only file system"),
+        "{logs}"
+    );
+    assert!(!pod.is_ready());
+}
+
+/// What a container sees of its sandbox, as `key=value` lines.
+fn look_around(sandbox: &Sandbox, log: &Path, paths: &[(&str, String)]) -> Vec<(String, String)> {
+    let mut script = String::from(
+        "echo uid=$(id -u); echo gid=$(id -g); echo groups=$(id -G); \
+         w() { if ( : > \"$1/.probe\" ) 2>/dev/null; then rm -f \"$1/.probe\"; echo \"$2=writable\"; \
+         elif [ -e \"$1\" ]; then echo \"$2=read-only\"; else echo \"$2=absent\"; fi; }; \
+         w / root; w /tmp tmp; w /etc etc; env | sed 's/^/env:/'; ",
+    );
+    for (key, path) in paths {
+        script.push_str(&format!("w '{path}' '{key}'; "));
+    }
+    let argv: Vec<OsString> = ["/bin/sh", "-c", &script]
+        .iter()
+        .map(OsString::from)
+        .collect();
+    let mut running =
+        private_ingress_tests::kubelet::sandbox::spawn(sandbox.command_running(&argv), log)
+            .unwrap_or_else(|e| panic!("{e}"));
+    let status = running.child.wait().expect("wait for the sandbox");
+    let out = std::fs::read_to_string(log).expect("read the sandbox's output");
+    assert!(status.success(), "{out}");
+    out.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// Each container sees only what it declares: its user, a read-only root and `/tmp` unless a
+/// volume is mounted there, its mounts writable exactly as declared, nothing of the other
+/// containers' volumes, the host's `/tmp` or the test's environment. The same check on a
+/// container given a writable root that it did not declare fails.
+#[test]
+fn each_container_sees_exactly_what_it_declares() {
+    let (_network, backends) = pod_backends();
+    let dir = short_tempdir();
+    let yaml = render(&workspace(dir.path(), &backends, PRE_STOP.as_secs()));
+    let prepared = Pod::prepare(&yaml, &images());
+    let host_marker = dir.path().display().to_string();
+    let every_mount: Vec<String> = prepared
+        .sandboxes
+        .iter()
+        .flat_map(|(_, s)| s.mounts.iter().map(|(_, path, _)| path.clone()))
+        .collect();
+    for (name, sandbox) in &prepared.sandboxes {
+        let mut paths: Vec<(&str, String)> = vec![("host-tmp", host_marker.clone())];
+        for path in &every_mount {
+            paths.push(("mount", path.clone()));
+        }
+        let seen = look_around(
+            sandbox,
+            &prepared.dir.path().join(format!("{name}.look")),
+            &paths,
+        );
+        let value = |key: &str| {
+            seen.iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str())
+                .unwrap_or_else(|| panic!("{name}: no {key} in {seen:?}"))
+        };
+        assert_eq!(value("uid"), sandbox.uid.to_string(), "{name}");
+        assert_eq!(value("gid"), sandbox.gid.to_string(), "{name}");
+        assert!(sandbox.read_only_root, "{name} declares a read-only root");
+        assert_eq!(value("root"), "read-only", "{name}'s root");
+        assert_eq!(value("etc"), "read-only", "{name}'s /etc");
+        let tmp_mount = sandbox.mounts.iter().find(|(_, path, _)| path == "/tmp");
+        let tmp = if tmp_mount.is_some_and(|(_, _, ro)| !ro) {
+            "writable"
+        } else {
+            "read-only"
+        };
+        assert_eq!(value("tmp"), tmp, "{name}'s /tmp");
+        assert_eq!(value("host-tmp"), "absent", "{name} sees the host's /tmp");
+        let mounts: Vec<&String> = seen
+            .iter()
+            .filter(|(k, _)| k == "mount")
+            .map(|(_, v)| v)
+            .collect();
+        for (path, state) in every_mount.iter().zip(mounts) {
+            let declared = sandbox.mounts.iter().find(|(_, p, _)| p == path);
+            let expected = match declared {
+                None => "absent",
+                Some((_, _, true)) => "read-only",
+                Some((_, _, false)) => "writable",
+            };
+            assert_eq!(state, expected, "{name}: {path}");
+        }
+        let env: Vec<&str> = seen
+            .iter()
+            .filter(|(k, _)| k.starts_with("env:"))
+            .map(|(k, _)| k.trim_start_matches("env:"))
+            .collect();
+        for variable in &env {
+            assert!(
+                ["PATH", "HOSTNAME", "HOME", "PWD", "SHLVL", "_"].contains(variable)
+                    || sandbox.env.iter().any(|(n, _)| n == variable),
+                "{name} sees the undeclared variable {variable}: {env:?}"
+            );
+        }
+    }
+
+    // The check is not vacuous: sozu given a writable root it does not declare is caught.
+    let writable = yaml.replacen(
+        "readOnlyRootFilesystem: true",
+        "readOnlyRootFilesystem: false",
+        2,
+    );
+    let prepared = Pod::prepare(&writable, &images());
+    let (name, sandbox) = &prepared.sandboxes[1];
+    let seen = look_around(sandbox, &prepared.dir.path().join("writable.look"), &[]);
+    assert!(
+        seen.iter().any(|(k, v)| k == "root" && v == "writable"),
+        "{name} with a writable root: {seen:?}"
+    );
+}
