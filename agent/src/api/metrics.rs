@@ -243,7 +243,12 @@ pub fn render(snapshot: &Snapshot, counters: &Counters, dns: &[DnsNameStatus]) -
 }
 
 /// A family with a line per upstream name: (name, type, help, the value of a name).
-type DnsFamily = (&'static str, &'static str, &'static str, fn(&DnsNameStatus) -> i64);
+type DnsFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&DnsNameStatus) -> i64,
+);
 
 fn gauge(out: &mut String, name: &str, help: &str, value: i64) {
     header(out, name, "gauge", help);
