@@ -563,3 +563,137 @@ async fn a_restarted_agent_keeps_what_sozu_serves_until_its_facts_arrive() {
         "not one request"
     );
 }
+
+/// What the loop was told, kept by a test to recompute the desired state from scratch.
+#[derive(Default)]
+struct Mirror {
+    workspace: Option<Arc<crate::workspace::Workspace>>,
+    resolved: std::collections::BTreeMap<String, Vec<IpAddr>>,
+    last_good: std::collections::BTreeMap<String, Certificate>,
+}
+
+/// Incremental passes end where a full recomputation would: random sequences of facts (new and
+/// refused pairs, DNS answers and failures, workspace edits adding and removing routes, periodic
+/// resyncs, sozu restarts), and after each, planning everything from the same facts against what
+/// sozu holds plans nothing.
+#[tokio::test(start_paused = true)]
+async fn incremental_passes_end_where_a_full_recomputation_would() {
+    let hosts: Vec<String> = (0..6).map(|i| format!("h{i}.in.example.org")).collect();
+    let names = ["n0.svc", "n1.svc", "n2.svc"];
+    for seed in 1..=12u64 {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let h = start(Settings::default());
+        let mut mirror = Mirror::default();
+        // Routes: (host, path prefix) → upstream.
+        let mut routes: std::collections::BTreeMap<(usize, &str), Upstream> = Default::default();
+        let mut log = Vec::new();
+        for step in 0..60 {
+            let host = rng.usize(..hosts.len());
+            match rng.u8(..10) {
+                0..=2 => {
+                    let c = certificate(&hosts[host], h.clock.now(), 90);
+                    mirror.last_good.insert(hosts[host].clone(), c.clone());
+                    h.send(Fact::Pairs(vec![(hosts[host].clone(), Ok(c))]));
+                    log.push(format!("new pair {}", hosts[host]));
+                }
+                3 => {
+                    h.send(Fact::Pairs(vec![(
+                        hosts[host].clone(),
+                        Err(crate::certs::CertError::NoKey {
+                            path: "/tls/tls.key".into(),
+                        }),
+                    )]));
+                    log.push(format!("refused pair {}", hosts[host]));
+                }
+                4..=5 => {
+                    let name = names[rng.usize(..names.len())];
+                    let addresses: Vec<String> = (0..rng.usize(0..3))
+                        .map(|_| format!("10.0.0.{}", rng.u8(1..5)))
+                        .collect();
+                    let refs: Vec<&str> = addresses.iter().map(String::as_str).collect();
+                    let error = refs.is_empty().then_some("SERVFAIL");
+                    if !refs.is_empty() {
+                        let mut ips: Vec<IpAddr> = refs.iter().map(|a| a.parse().unwrap()).collect();
+                        ips.sort();
+                        ips.dedup();
+                        if mirror.workspace.as_ref().is_some_and(|w| {
+                            crate::desired::upstream_names(w).contains(name)
+                        }) {
+                            mirror.resolved.insert(name.into(), ips);
+                        }
+                    }
+                    // A failure keeps the last addresses: the source sends them again.
+                    let kept: Vec<String> = mirror
+                        .resolved
+                        .get(name)
+                        .map(|a| a.iter().map(ToString::to_string).collect())
+                        .unwrap_or_default();
+                    let sent: Vec<&str> = if refs.is_empty() {
+                        kept.iter().map(String::as_str).collect()
+                    } else {
+                        refs
+                    };
+                    h.send(answer(name, &sent, error));
+                    log.push(format!("answer {name} {sent:?} {error:?}"));
+                }
+                6..=7 => {
+                    let path = if rng.bool() { "/" } else { "/api" };
+                    if routes.remove(&(host, path)).is_none() {
+                        let upstream = if rng.bool() {
+                            dns(names[rng.usize(..names.len())])
+                        } else {
+                            ip(&format!("10.1.0.{}:80", rng.u8(1..9)))
+                        };
+                        routes.insert((host, path), upstream);
+                    }
+                    let list: Vec<Route> = routes
+                        .iter()
+                        .map(|((host, path), upstream)| Route {
+                            id: crate::workspace::route_id(&hosts[*host], path),
+                            host: hosts[*host].clone(),
+                            path_prefix: (*path).into(),
+                            upstream: upstream.clone(),
+                        })
+                        .collect();
+                    let mut ws = crate::workspace::test_workspace(std::path::Path::new("/tls"), list);
+                    ws.routes.sort_by(|a, b| {
+                        (&a.host, &a.path_prefix).cmp(&(&b.host, &b.path_prefix))
+                    });
+                    let ws = Arc::new(ws);
+                    let used = crate::desired::upstream_names(&ws);
+                    mirror.resolved.retain(|n, _| used.contains(n));
+                    let hosts_used: BTreeSet<&str> = ws.routes.iter().map(|r| r.host.as_str()).collect();
+                    mirror.last_good.retain(|h, _| hosts_used.contains(h.as_str()));
+                    mirror.workspace = Some(ws.clone());
+                    h.send(Fact::Workspace(Ok(ws)));
+                    log.push(format!("workspace {} routes", routes.len()));
+                }
+                8 => {
+                    tokio::time::sleep(Duration::from_secs(61)).await;
+                    log.push("resync".into());
+                }
+                _ => {
+                    {
+                        let mut s = h.sozu.0.lock().unwrap();
+                        s.actual = Actual::default();
+                        s.restarts += 1;
+                    }
+                    h.send(Fact::SozuSocket);
+                    log.push("sozu restarted".into());
+                }
+            }
+            // Let the loop take it all in (paused time: this costs nothing).
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let Some(ws) = &mirror.workspace else { continue };
+            let actual = h.sozu.0.lock().unwrap().actual.clone();
+            let (expected, _) =
+                crate::desired::build(ws, &mirror.resolved, &mirror.last_good, Some(&actual));
+            let missing = crate::plan::plan(&actual, &expected);
+            assert!(
+                missing.is_empty(),
+                "seed {seed}, step {step}: a full pass would still send {:#?}\nafter {log:#?}",
+                missing.iter().map(Op::describe).collect::<Vec<_>>()
+            );
+        }
+    }
+}
