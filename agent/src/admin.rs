@@ -254,5 +254,8 @@ pub fn render_metrics(status: &Status) -> Result<String, prometheus::Error> {
         registry.register(Box::new(family))?;
     }
     registry.register(Box::new(rotations))?;
+    if let Some(issuer) = &status.issuer {
+        crate::acme::status::register_metrics(&registry, issuer)?;
+    }
     TextEncoder::new().encode_to_string(&registry.gather())
 }

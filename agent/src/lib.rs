@@ -6,6 +6,7 @@
 //! touch the outside world.
 #![deny(unsafe_code)]
 
+pub mod acme;
 pub mod admin;
 pub mod certs;
 pub mod cli;

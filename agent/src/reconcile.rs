@@ -94,6 +94,9 @@ pub struct Status {
     pub sozu: SozuStatus,
     pub routes: Vec<RouteStatus>,
     pub counters: Counters,
+    /// The ACME issuer's view per host, with `tls_rotation = 'sozu_managed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<crate::acme::IssuerStatus>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
@@ -197,6 +200,8 @@ pub struct Agent<P, R, L> {
         tokio::sync::mpsc::UnboundedSender<std::path::PathBuf>,
         Option<std::path::PathBuf>,
     )>,
+    /// Where to publish each newly loaded workspace (the ACME issuer follows it).
+    workspace_updates: Option<tokio::sync::watch::Sender<Option<Arc<Workspace>>>>,
     counters: Counters,
 }
 
@@ -219,8 +224,18 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
             expiry_warned: BTreeSet::new(),
             rotations: BTreeMap::new(),
             tls_dir_updates: None,
+            workspace_updates: None,
             counters: Counters::default(),
         }
+    }
+
+    /// Publishes every newly loaded workspace on `updates`.
+    pub fn publish_workspace(
+        mut self,
+        updates: tokio::sync::watch::Sender<Option<Arc<Workspace>>>,
+    ) -> Self {
+        self.workspace_updates = Some(updates);
+        self
     }
 
     /// Announces the effective tls dir (the flag's, else the workspace's) on `updates` whenever it
@@ -456,6 +471,9 @@ impl<P: Proxy, R: Resolve, L: LoadWorkspace> Agent<P, R, L> {
             Ok(ws) => {
                 if self.workspace.as_ref() != Some(&ws) {
                     tracing::info!(routes = ws.routes.len(), zone = %ws.zone, "workspace loaded");
+                    if let Some(updates) = &self.workspace_updates {
+                        updates.send_replace(Some(Arc::new(ws.clone())));
+                    }
                 }
                 self.workspace = Some(ws);
                 let mut status = self.status.write().unwrap_or_else(|p| p.into_inner());

@@ -25,6 +25,8 @@ pub enum RunError {
     },
     #[error("cannot install signal handlers: {0}")]
     Signals(std::io::Error),
+    #[error(transparent)]
+    Acme(#[from] crate::acme::AcmeError),
 }
 
 pub fn init_logging(format: LogFormat) {
@@ -101,20 +103,67 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         expiry_warning: Duration::from_secs(args.expiry_warning_days.saturating_mul(86_400)),
         ..Settings::default()
     };
+    let (workspace_tx, workspace_rx) = tokio::sync::watch::channel(None);
     let agent = Agent::new(proxy, SystemResolver, loader, settings, status.clone())
-        .announce_tls_dir(tls_dir_updates);
+        .announce_tls_dir(tls_dir_updates)
+        .publish_workspace(workspace_tx);
     let agent_task = tokio::spawn(agent.run(rx));
+    let mut issuer = tokio::spawn(issue_when_sozu_managed(
+        workspace_rx,
+        args.tls_dir.clone(),
+        tx.clone(),
+        status.clone(),
+    ));
 
-    wait_for_signal().await.map_err(RunError::Signals)?;
+    let issuer_failed = tokio::select! {
+        signal = wait_for_signal() => { signal.map_err(RunError::Signals)?; None }
+        Ok(Err(e)) = &mut issuer => Some(e),
+    };
     tracing::info!("stopping");
-    // Closing every sender ends the loop after the reconcile in flight, if any.
+    // Closing every sender ends the loop after the reconcile in flight, if any (the issuer holds
+    // one: it goes first).
+    issuer.abort();
+    let _ = issuer.await;
     drop(tx);
     watches.abort();
     let _ = agent_task.await;
     let _ = stop_tx.send(true);
     let _ = admin.await;
+    if let Some(e) = issuer_failed {
+        tracing::error!(error = %e, "the ACME issuer cannot run");
+        return Err(e.into());
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Runs the ACME issuer once a workspace with `tls_rotation = 'sozu_managed` is loaded.
+async fn issue_when_sozu_managed(
+    mut workspaces: tokio::sync::watch::Receiver<
+        Option<std::sync::Arc<crate::workspace::Workspace>>,
+    >,
+    tls_dir: Option<std::path::PathBuf>,
+    triggers: mpsc::UnboundedSender<crate::reconcile::Trigger>,
+    status: SharedStatus,
+) -> Result<(), crate::acme::AcmeError> {
+    use crate::workspace::TlsRotation;
+    let sozu_managed = |w: &Option<std::sync::Arc<crate::workspace::Workspace>>| {
+        w.as_ref()
+            .is_some_and(|w| w.tls_rotation == TlsRotation::SozuManaged)
+    };
+    if workspaces.wait_for(sozu_managed).await.is_err() {
+        return Ok(());
+    }
+    let options = crate::acme::Options {
+        tls_dir,
+        knobs: crate::acme::Knobs::from_env(),
+        triggers: Some(triggers),
+        status: crate::acme::IssuerHandle::default(),
+        on_status: Box::new(move |issuer| {
+            status.write().unwrap_or_else(|p| p.into_inner()).issuer = Some(issuer.clone());
+        }),
+    };
+    crate::acme::run(workspaces, options).await
 }
 
 async fn wait_for_signal() -> std::io::Result<()> {

@@ -130,6 +130,10 @@ pub fn table(status: &Status) -> String {
     for row in &rows {
         let _ = writeln!(out, "{}", line(row));
     }
+    if let Some(issuer) = &status.issuer {
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        let _ = write!(out, "\n{}", crate::acme::status::table(issuer, now));
+    }
     out
 }
 
