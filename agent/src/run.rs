@@ -115,15 +115,27 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         status.clone(),
     ));
 
-    let issuer_failed = tokio::select! {
-        signal = wait_for_signal() => { signal.map_err(RunError::Signals)?; None }
-        Ok(Err(e)) = &mut issuer => Some(e),
+    // The agent runs until a signal, or until the issuer cannot run at all (its state directory
+    // is another agent's).
+    let mut issuer_done = false;
+    let issuer_failed = loop {
+        tokio::select! {
+            signal = wait_for_signal() => { signal.map_err(RunError::Signals)?; break None }
+            result = &mut issuer, if !issuer_done => {
+                issuer_done = true;
+                if let Ok(Err(e)) = result {
+                    break Some(e);
+                }
+            }
+        }
     };
     tracing::info!("stopping");
     // Closing every sender ends the loop after the reconcile in flight, if any (the issuer holds
     // one: it goes first).
-    issuer.abort();
-    let _ = issuer.await;
+    if !issuer_done {
+        issuer.abort();
+        let _ = issuer.await;
+    }
     drop(tx);
     watches.abort();
     let _ = agent_task.await;

@@ -11,3 +11,6 @@ mod rotation;
 
 /// Bad certificate pairs: refused with their reason while the last good pair keeps serving.
 mod bad_input;
+
+/// `tls_rotation = 'sozu_managed`: certificates ordered from pebble over DNS-01 (BIND, Cloudflare).
+mod acme;
