@@ -137,6 +137,7 @@ pub struct Workspace {
     /// settings would more than double its size for code that never reads them.
     pub deploy: Box<Deploy>,
     /// How certificates are ordered, with `tls_rotation = 'sozu_managed` (and only then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acme: Option<Box<Acme>>,
 }
 

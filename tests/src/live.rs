@@ -421,6 +421,33 @@ impl KeepAlive {
     }
 }
 
+/// `promtool check metrics` on a scrape (scripts/test installs Debian's prometheus package).
+pub fn promtool_check(metrics: &str) -> Result<(), String> {
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (scripts/test installs Debian's prometheus package)");
+    promtool
+        .stdin
+        .take()
+        .expect("promtool's stdin")
+        .write_all(metrics.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let out = promtool.wait_with_output().map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "promtool: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
 /// A certificate written under the tls dir, and its fingerprint.
 pub fn certificate(tls_dir: &Path, host: &str) -> String {
     fingerprint_of_pem(&crate::write_certificate(tls_dir, host))

@@ -408,6 +408,9 @@ fn a_wrong_tsig_key_is_reported_backs_off_and_the_last_good_certificate_keeps_se
     // The failed attempts resumed the order placed first: no order per retry.
     assert!(issuer["orders_placed"].as_u64().unwrap() <= 2, "{issuer}");
     let metrics = setup.stack.metrics();
+    if let Err(e) = private_ingress_tests::live::promtool_check(&metrics) {
+        panic!("{e}\n{metrics}");
+    }
     assert!(
         metrics.contains(&format!(
             "private_ingress_acme_order_failures_total{{host=\"{h}\",reason=\"dns_update\"}}"
@@ -465,7 +468,7 @@ fn the_ca_down_then_back_recovers_without_a_restart() {
 #[test]
 fn a_cname_delegated_challenge_is_followed() {
     let delegated = format!("d.{ZONE}");
-    let cname = format!("_acme-challenge.d IN CNAME d.acme.example.net.");
+    let cname = "_acme-challenge.d IN CNAME d.acme.example.net.".to_owned();
     let mut setup = Setup::with_zones(
         vec![delegated.clone()],
         &[
