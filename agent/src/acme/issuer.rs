@@ -660,6 +660,16 @@ impl Issuer {
                 if failed.placed {
                     counts.placed += 1;
                 }
+                if matches!(failed.error, AcmeError::AccountGone(_)) {
+                    // A CA that lost its accounts (a test CA restarted, a deactivated account):
+                    // the next attempt creates a new one.
+                    tracing::warn!(directory = %acme.directory, "the CA no longer knows the account; a new one will be created");
+                    if let Err(e) = self.store.forget_account(&acme.directory) {
+                        tracing::error!(error = %e, "cannot forget the stored account");
+                    }
+                    self.ca = None;
+                    self.ca_retry_at = 0;
+                }
                 let reason = failed.error.reason();
                 *counts.failed.entry(reason.to_owned()).or_default() += 1;
                 counts.last_error = Some(failed.error.to_string());

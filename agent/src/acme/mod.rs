@@ -51,6 +51,8 @@ pub enum AcmeError {
     RateLimited(String),
     #[error("the ACME CA answered: {0}")]
     Ca(String),
+    #[error("the ACME CA no longer knows the account: {0}")]
+    AccountGone(String),
     #[error("the CA did not validate the DNS-01 challenge: {0}")]
     Validation(String),
     #[error("authorisation: {0}")]
@@ -75,6 +77,7 @@ impl AcmeError {
             AcmeError::Unreachable(_) => "ca_unreachable",
             AcmeError::RateLimited(_) => "rate_limited",
             AcmeError::Ca(_) => "ca_error",
+            AcmeError::AccountGone(_) => "account_unknown",
             AcmeError::Validation(_) => "validation",
             AcmeError::Authorization(_) => "authorization",
             AcmeError::Dns01(e) => e.reason(),
@@ -91,6 +94,8 @@ impl AcmeError {
                 let kind = problem.r#type.as_deref().unwrap_or_default();
                 if kind.ends_with(":rateLimited") {
                     AcmeError::RateLimited(problem.to_string())
+                } else if kind.ends_with(":accountDoesNotExist") {
+                    AcmeError::AccountGone(problem.to_string())
                 } else {
                     AcmeError::Ca(problem.to_string())
                 }

@@ -197,6 +197,16 @@ impl Store {
         write_json(&self.account_path(directory), account)
     }
 
+    /// Forgets the account of the CA at `directory` (the CA no longer knows it): the next one
+    /// is created afresh.
+    pub fn forget_account(&self, directory: &str) -> Result<(), StoreError> {
+        let path = self.account_path(directory);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(&path)(e)),
+            _ => Ok(()),
+        }
+    }
+
     fn host_path(&self, host: &str) -> PathBuf {
         self.dir.join("hosts").join(format!("{host}.json"))
     }

@@ -123,6 +123,19 @@ impl Setup {
             .unwrap_or_default()
     }
 
+    /// Like [`Setup::served_by_pebble`], `None` while a host is not served so yet.
+    fn served_by_pebble_now(&self) -> Option<Vec<String>> {
+        let root = self.pebble.root_pem();
+        self.hosts
+            .iter()
+            .map(|h| {
+                https_get_verified(self.stack.https, h, "/", &root)
+                    .ok()
+                    .map(|s| s.fingerprint)
+            })
+            .collect()
+    }
+
     /// Every host served a certificate that chains to pebble's root and names it; the
     /// fingerprints.
     fn served_by_pebble(&self) -> Vec<String> {
@@ -438,13 +451,21 @@ fn a_wrong_tsig_key_is_reported_backs_off_and_the_last_good_certificate_keeps_se
 }
 
 /// The CA down when the agent starts: the account cannot be opened, which the status shows;
-/// once the CA is back, certificates are ordered and served without restarting the agent.
+/// once the CA is back, certificates are ordered and served without restarting the agent. Then
+/// the CA goes down again at renewal time and comes back having lost everything (pebble keeps
+/// no state): the renewal fails, backs off, and succeeds with a new account.
 #[test]
 fn the_ca_down_then_back_recovers_without_a_restart() {
     let mut setup = Setup::new(2);
     setup.pebble.stop();
     let acme = setup.rfc2136(ZONE, "");
-    setup.start(&acme, &[("PRIVATE_INGRESS_ACME_TEST_BACKOFF_SCALE", "60")]);
+    setup.start(
+        &acme,
+        &[
+            ("PRIVATE_INGRESS_ACME_TEST_BACKOFF_SCALE", "600"),
+            ("PRIVATE_INGRESS_ACME_TEST_LIFETIME_SECS", "16"),
+        ],
+    );
     let error = eventually(
         Duration::from_secs(30),
         "the unreachable CA reported",
@@ -459,8 +480,38 @@ fn the_ca_down_then_back_recovers_without_a_restart() {
     assert!(!setup.stack.ready());
     setup.pebble.resume();
     setup.stack.wait_ready(Duration::from_secs(60));
-    setup.served_by_pebble();
+    let first = setup.served_by_pebble();
     assert!(setup.stack.state().unwrap()["issuer"]["last_error"].is_null());
+
+    setup.pebble.stop();
+    let h = setup.hosts[0].clone();
+    let failed = eventually(
+        Duration::from_secs(30),
+        "a renewal failing on the CA's absence",
+        || {
+            let issuer = setup.issuer(&h);
+            issuer["orders_failed"]["ca_unreachable"]
+                .as_u64()
+                .map(|_| issuer)
+        },
+    );
+    assert_eq!(failed["backoff"]["reason"], "ca_unreachable", "{failed}");
+    assert_eq!(
+        https_get(setup.stack.https, &h, "/").unwrap().fingerprint,
+        first[0]
+    );
+    setup.pebble.resume();
+    eventually(
+        Duration::from_secs(40),
+        "renewals from the restarted CA",
+        || {
+            setup
+                .served_by_pebble_now()
+                .filter(|now| now.iter().zip(&first).all(|(a, b)| a != b))
+        },
+    );
+    let logs = setup.stack.agent_logs();
+    assert!(logs.contains("no longer knows the account"), "{logs}");
 }
 
 /// `_acme-challenge.<host>` is a CNAME into a zone of its own, the only one the key may update
