@@ -430,13 +430,13 @@ pub fn promtool_check(metrics: &str) -> Result<(), String> {
         .stderr(Stdio::piped())
         .spawn()
         .expect("promtool (scripts/test installs Debian's prometheus package)");
-    promtool
+    let written = promtool
         .stdin
         .take()
         .expect("promtool's stdin")
-        .write_all(metrics.as_bytes())
-        .map_err(|e| e.to_string())?;
+        .write_all(metrics.as_bytes());
     let out = promtool.wait_with_output().map_err(|e| e.to_string())?;
+    written.map_err(|e| e.to_string())?;
     if out.status.success() {
         Ok(())
     } else {
