@@ -109,8 +109,22 @@ pub fn table(status: &Status) -> String {
             ]
         })
         .collect();
+    write_table(&mut out, &headers, &rows);
+    if let Some(issuer) = &status.issuer {
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        let _ = write!(out, "\n{}", crate::acme::status::table(issuer, now));
+    }
+    out
+}
+
+/// Columns aligned on the widest cell, two spaces apart; the last column is not padded.
+pub(crate) fn write_table<const N: usize>(
+    out: &mut String,
+    headers: &[&str; N],
+    rows: &[[String; N]],
+) {
     let mut widths = headers.map(str::len);
-    for row in &rows {
+    for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
@@ -127,14 +141,9 @@ pub fn table(status: &Status) -> String {
         l.trim_end().to_owned()
     };
     let _ = writeln!(out, "{}", line(&headers.map(String::from)));
-    for row in &rows {
+    for row in rows {
         let _ = writeln!(out, "{}", line(row));
     }
-    if let Some(issuer) = &status.issuer {
-        let now = time::OffsetDateTime::now_utc().unix_timestamp();
-        let _ = write!(out, "\n{}", crate::acme::status::table(issuer, now));
-    }
-    out
 }
 
 trait IfEmpty {

@@ -147,27 +147,7 @@ pub fn table(status: &IssuerStatus, now: i64) -> String {
             ]
         })
         .collect();
-    let mut widths = headers.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: &[String]| {
-        let mut l = String::new();
-        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-            if i + 1 == cells.len() {
-                l.push_str(cell);
-            } else {
-                let _ = write!(l, "{cell:<w$}  ");
-            }
-        }
-        l.trim_end().to_owned()
-    };
-    let _ = writeln!(out, "{}", line(&headers.map(String::from)));
-    for row in &rows {
-        let _ = writeln!(out, "{}", line(row));
-    }
+    crate::status::write_table(&mut out, &headers, &rows);
     out
 }
 

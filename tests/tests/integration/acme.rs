@@ -38,6 +38,18 @@ struct Setup {
     tsig_file: PathBuf,
 }
 
+/// One route per host, all to `backend`.
+fn routes(hosts: &[String], backend: &Backend) -> Vec<RouteSpec> {
+    hosts
+        .iter()
+        .map(|h| RouteSpec {
+            host: h.clone(),
+            upstream: "127.0.0.1".into(),
+            port: Some(backend.address.port()),
+        })
+        .collect()
+}
+
 fn updatable(name: &str, records: &[&str]) -> Zone {
     Zone {
         name: name.into(),
@@ -88,14 +100,7 @@ impl Setup {
     }
 
     fn routes(&self) -> Vec<RouteSpec> {
-        self.hosts
-            .iter()
-            .map(|h| RouteSpec {
-                host: h.clone(),
-                upstream: "127.0.0.1".into(),
-                port: Some(self.backend.address.port()),
-            })
-            .collect()
+        routes(&self.hosts, &self.backend)
     }
 
     fn write_workspace(&self, acme: &str) {
@@ -462,7 +467,9 @@ fn the_ca_down_then_back_recovers_without_a_restart() {
     setup.start(
         &acme,
         &[
-            ("PRIVATE_INGRESS_ACME_TEST_BACKOFF_SCALE", "600"),
+            // Every back-off step within seconds (6 h become 3.6 s): the test waits for what
+            // follows the failures, not for the schedule, which another test observes.
+            ("PRIVATE_INGRESS_ACME_TEST_BACKOFF_SCALE", "6000"),
             ("PRIVATE_INGRESS_ACME_TEST_LIFETIME_SECS", "16"),
         ],
     );
@@ -502,7 +509,7 @@ fn the_ca_down_then_back_recovers_without_a_restart() {
     );
     setup.pebble.resume();
     eventually(
-        Duration::from_secs(40),
+        Duration::from_secs(60),
         "renewals from the restarted CA",
         || {
             setup
@@ -558,14 +565,7 @@ fn cloudflare_orders_go_through_the_documented_v4_endpoints() {
     let api = CloudflareStandIn::start(token, &["example.org", ZONE], dns.clone());
     let backend = Backend::start("app");
     let hosts: Vec<String> = (0..2).map(host).collect();
-    let routes: Vec<RouteSpec> = hosts
-        .iter()
-        .map(|h| RouteSpec {
-            host: h.clone(),
-            upstream: "127.0.0.1".into(),
-            port: Some(backend.address.port()),
-        })
-        .collect();
+    let routes = routes(&hosts, &backend);
     let acme = format!(
         "  tls_rotation = 'sozu_managed,\n  acme = {{\n    directory = \"{}\",\n    ca_bundle = \"{}\",\n    \
          dns01 = {{ provider = 'cloudflare, api_token_file = \"{}\" }},\n    \
