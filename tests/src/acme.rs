@@ -132,9 +132,13 @@ impl Pebble {
         let previous = std::fs::read_to_string(&self.log).unwrap_or_default();
         std::fs::write(self.log.with_extension("previous.log"), previous).ok();
         self.process = Some(Process::spawn(&mut cmd, &self.log));
-        let listen = self.listen;
-        eventually(Duration::from_secs(10), "pebble listening", || {
-            TcpStream::connect(listen).ok().map(|_| ())
+        // Pebble makes its root and intermediate keys first: seconds on a loaded machine.
+        let (listen, management) = (self.listen, self.management);
+        eventually(Duration::from_secs(60), "pebble listening", || {
+            TcpStream::connect(listen)
+                .and_then(|_| TcpStream::connect(management))
+                .ok()
+                .map(|_| ())
         });
     }
 

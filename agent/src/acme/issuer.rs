@@ -199,6 +199,9 @@ pub async fn run(
     loop {
         let workspace = workspaces.borrow_and_update().clone();
         issuer.follow(workspace.as_deref(), &state_dir);
+        // What the state directory holds is served and shown before the CA is asked anything.
+        issuer.prepare();
+        issuer.publish();
         let wake = issuer.step(&mut tasks).await;
         issuer.publish();
         let sleep = Duration::from_secs(u64::try_from((wake - now()).max(1)).unwrap_or(1));
@@ -273,8 +276,6 @@ impl Issuer {
         };
         let now = now();
         let mut wake = now + 3_600;
-        self.load_records();
-        self.restore_pairs(&acme);
         if let Err(e) = self.ensure_tools(&acme) {
             self.ca_error = Some(e.to_string());
             return now + 60;
@@ -307,6 +308,14 @@ impl Issuer {
             }
         }
         wake
+    }
+
+    /// Reads the records of hosts new to the loop, and puts their stored pairs into the tls dir.
+    fn prepare(&mut self) {
+        if let Some(acme) = self.acme.clone() {
+            self.load_records();
+            self.restore_pairs(&acme);
+        }
     }
 
     fn load_records(&mut self) {

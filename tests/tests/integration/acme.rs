@@ -376,7 +376,8 @@ fn a_wrong_tsig_key_is_reported_backs_off_and_the_last_good_certificate_keeps_se
     setup.start(
         &acme,
         &[
-            ("PRIVATE_INGRESS_ACME_TEST_LIFETIME_SECS", "10"),
+            // The first renewal about 10 s after the first issuance: time to swap the key.
+            ("PRIVATE_INGRESS_ACME_TEST_LIFETIME_SECS", "20"),
             ("PRIVATE_INGRESS_ACME_TEST_BACKOFF_SCALE", "60"),
         ],
     );
@@ -393,7 +394,7 @@ fn a_wrong_tsig_key_is_reported_backs_off_and_the_last_good_certificate_keeps_se
     let mut schedule = Vec::new();
     let mut seen_failures = 0;
     let mut kept: Option<String> = None;
-    eventually(Duration::from_secs(40), "two failed renewals", || {
+    eventually(Duration::from_secs(60), "two failed renewals", || {
         let issuer = setup.issuer(&h);
         let failures = issuer["backoff"]["failures"].as_u64().unwrap_or(0);
         if failures > seen_failures {
@@ -416,8 +417,9 @@ fn a_wrong_tsig_key_is_reported_backs_off_and_the_last_good_certificate_keeps_se
     eprintln!(
         "back-off after failures (failures, seconds left when seen, scaled 60x): {schedule:?}"
     );
+    // 1 min and 10 min scaled 60 times, ±10%, seen up to a poll late.
     assert!(schedule[0].1 <= 2, "{schedule:?}");
-    assert!((8..=11).contains(&schedule[1].1), "{schedule:?}");
+    assert!((6..=11).contains(&schedule[1].1), "{schedule:?}");
     let issuer = setup.issuer(&h);
     assert!(
         issuer["orders_failed"]["dns_update"].as_u64().unwrap() >= 2,
@@ -653,7 +655,9 @@ fn a_restarted_agent_reuses_its_account_and_certificates_and_orders_nothing() {
     setup.stack.wait_ready(Duration::from_secs(30));
     assert_eq!(setup.served_by_pebble(), before);
     for h in &setup.hosts {
-        let issuer = setup.issuer(h);
+        let issuer = eventually(Duration::from_secs(10), "the issuer's status", || {
+            Some(setup.issuer(h)).filter(|i| !i.is_null())
+        });
         assert_eq!(issuer["orders_placed"], 0, "{h}: {issuer}");
         assert_eq!(issuer["state"], "valid", "{h}: {issuer}");
     }
