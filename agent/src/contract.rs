@@ -6,8 +6,9 @@
 //!
 //! Two rules are checked here, after evaluation, rather than in Nickel: the uniqueness of
 //! (host, path_prefix) across routes, because a hash map makes it linear where a Nickel fold is
-//! quadratic (and aborts on a deep stack at ten thousand routes); and the refusal of modes that are
-//! not built yet. Both still point at the offending source with file, line and column.
+//! quadratic (and aborts on a deep stack at ten thousand routes); and the pairing of
+//! `tls_rotation = 'sozu_managed` with an `acme` record. Both still point at the offending source
+//! with file, line and column.
 //!
 //! nickel-lang-core's values are not `Send`, has no step limit, and aborts the process on a stack
 //! overflow: callers that evaluate untrusted input go through [`crate::sandbox`], which runs this
@@ -95,7 +96,7 @@ pub fn evaluate(path: &Path) -> Result<Workspace, ContractError> {
         pos_table: program.pos_table(),
         root: &value,
     };
-    located.check_not_yet_supported(&raw)?;
+    located.check_rotation_mode(&raw)?;
     located.check_unique_routes(&raw)?;
 
     Workspace::from_raw(raw).map_err(|err| ContractError::invalid(format!("error: {err}")))
@@ -147,19 +148,35 @@ struct Located<'a> {
 }
 
 impl Located<'_> {
-    fn check_not_yet_supported(&self, raw: &RawWorkspace) -> Result<(), ContractError> {
-        if raw.tls_rotation != TlsRotation::SozuManaged {
-            return Ok(());
-        }
-        let mut diagnostic = Diagnostic::error()
-            .with_message("tls_rotation 'sozu_managed is not supported yet")
-            .with_notes(vec![
-                "Use 'csi_driver (cert-manager's CSI driver) or 'reloader (a Secret per route)."
-                    .into(),
-            ]);
-        if let Some((file, range)) = self.field_span(self.root, "tls_rotation") {
+    /// `'sozu_managed` needs an `acme` record, and an `acme` record means nothing in another mode:
+    /// both are mistakes an operator wants to hear about, not settings to ignore.
+    fn check_rotation_mode(&self, raw: &RawWorkspace) -> Result<(), ContractError> {
+        let sozu_managed = raw.tls_rotation == TlsRotation::SozuManaged;
+        let (message, field, label, notes) = match (sozu_managed, &raw.acme) {
+            (true, None) => (
+                "tls_rotation 'sozu_managed needs an `acme` record",
+                "tls_rotation",
+                "set here",
+                vec![
+                    "The agent orders the certificates itself: give at least `acme = { dns01 = { provider = 'cloudflare, api_token_file = \"/run/secrets/cloudflare/token\" } }`.".into(),
+                    "See docs/acme.md for the fields and the DNS providers.".into(),
+                ],
+            ),
+            (false, Some(_)) => (
+                "`acme` is only read with tls_rotation 'sozu_managed",
+                "acme",
+                "this record",
+                vec![format!(
+                    "tls_rotation is '{}: cert-manager obtains the certificates. Set tls_rotation = 'sozu_managed, or remove `acme`.",
+                    raw.tls_rotation
+                )],
+            ),
+            _ => return Ok(()),
+        };
+        let mut diagnostic = Diagnostic::error().with_message(message).with_notes(notes);
+        if let Some((file, range)) = self.field_span(self.root, field) {
             diagnostic =
-                diagnostic.with_labels(vec![Label::primary(file, range).with_message("set here")]);
+                diagnostic.with_labels(vec![Label::primary(file, range).with_message(label)]);
         }
         Err(ContractError::invalid(self.render(&[diagnostic])))
     }
@@ -440,6 +457,62 @@ mod tests {
         assert_eq!(ws.deploy.termination_grace_period_seconds, 1);
         assert_eq!(ws.deploy.monitoring.namespace, "observability");
         assert_eq!(ws.deploy.monitoring.pod_labels.len(), 2);
+    }
+
+    #[test]
+    fn sozu_managed_with_an_acme_record_passes_with_its_defaults() {
+        use crate::workspace::{Dns01, TsigAlgorithm};
+        let ws = evaluate(&examples().join("acme.ncl")).unwrap();
+        assert_eq!(ws.tls_rotation, TlsRotation::SozuManaged);
+        let acme = ws.acme.expect("the acme record");
+        assert_eq!(
+            acme.directory,
+            "https://acme-v02.api.letsencrypt.org/directory"
+        );
+        assert_eq!(acme.state_dir, Path::new("/var/lib/private-ingress/acme"));
+        assert_eq!(acme.propagation.timeout_secs, 120);
+        assert_eq!(acme.propagation.nameservers, None);
+        assert_eq!((acme.profile, acme.ca_bundle, acme.eab), (None, None, None));
+        match acme.dns01 {
+            Dns01::Rfc2136 {
+                server,
+                tsig_algorithm,
+                ..
+            } => {
+                assert_eq!(server.to_string(), "10.0.0.53:53");
+                assert_eq!(tsig_algorithm, TsigAlgorithm::HmacSha256);
+            }
+            other => panic!("{other:?}"),
+        }
+        // JSON spells the tags as strings, and the rest the same way.
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            &dir,
+            "ws.json",
+            r#"{ "zone": "in.example.org", "cluster_issuer": "ca", "tls_rotation": "sozu_managed",
+                 "acme": { "directory": "https://127.0.0.1:14000/dir", "profile": "shortlived",
+                           "ca_bundle": "/etc/ca.pem", "eab": { "kid": "kid-1", "hmac_key_file": "/run/eab" },
+                           "dns01": { "provider": "cloudflare", "api_token_file": "/run/token" },
+                           "propagation": { "nameservers": ["[fd00::53]:5353", "10.0.0.1"], "timeout": 30 },
+                           "state_dir": "/var/lib/pi" },
+                 "routes": [] }"#,
+        );
+        let acme = evaluate(&path).unwrap().acme.unwrap();
+        assert_eq!(
+            acme.dns01,
+            Dns01::Cloudflare {
+                api_token_file: "/run/token".into()
+            }
+        );
+        let servers: Vec<String> = acme
+            .propagation
+            .nameservers
+            .unwrap()
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(servers, ["[fd00::53]:5353", "10.0.0.1:53"]);
+        assert_eq!(acme.profile.as_deref(), Some("shortlived"));
     }
 
     #[test]

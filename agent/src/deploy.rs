@@ -4,7 +4,9 @@
 //!
 //! One route entry drives everything a new private service needs: its certificate volume (a
 //! cert-manager CSI volume, or a Certificate and its Secret), the mount of that volume at
-//! `<tls_dir>/<host>`, and its DNS record. Every per-host name is derived from the host alone,
+//! `<tls_dir>/<host>`, and its DNS record. With `tls_rotation = 'sozu_managed` there is no
+//! per-host volume: the agent orders the certificates itself into a memory-backed tls dir, keeps
+//! its ACME state on a PersistentVolumeClaim, and reads its DNS credentials from a Secret. Every per-host name is derived from the host alone,
 //! never from a position in a list, and nothing is aligned across lines, so appending one route
 //! adds exactly those lines to the rendered output and changes no other.
 //!
@@ -36,7 +38,7 @@ use serde_json::{json, Value};
 use sha2::Digest;
 
 use crate::render::{self, RenderError, SozuSettings};
-use crate::workspace::{ContainerResources, TlsRotation, Upstream, Workspace};
+use crate::workspace::{ContainerResources, Dns01, TlsRotation, Upstream, Workspace};
 
 /// Name of every object, and the `app.kubernetes.io/name` label that selects the pods.
 const APP: &str = "private-ingress";
@@ -65,6 +67,15 @@ const CSI_DRIVER: &str = "csi.cert-manager.io";
 /// with an RSA key, so ten thousand routes take some 50 MB. Memory is used only while a worker
 /// starts, and counts against sozu's limit.
 const SOZU_TMP_SIZE: &str = "128Mi";
+/// `'sozu_managed`: the PersistentVolumeClaim of `acme.state_dir`, and the Secret (created by the
+/// operator, never rendered: it holds the credentials) whose keys are mounted as the files the
+/// workspace names.
+const ACME_STATE_CLAIM: &str = "private-ingress-acme-state";
+const ACME_SECRET: &str = "private-ingress-acme";
+/// The claim's size: an account and a few KiB per host.
+const ACME_STATE_SIZE: &str = "1Gi";
+/// The memory-backed tls dir: a pair is about 5 KiB, so room for ten thousand hosts.
+const TLS_DIR_SIZE: &str = "64Mi";
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
@@ -81,8 +92,15 @@ pub enum DeployError {
         name: &'static str,
         address: SocketAddr,
     },
-    #[error("tls_rotation {0} cannot be deployed yet")]
-    Unsupported(TlsRotation),
+    #[error(
+        "acme: {first} and {second} are both mounted from the Secret {ACME_SECRET} as {name}: give \
+         them different file names or directories"
+    )]
+    AcmeFileClash {
+        first: &'static str,
+        second: &'static str,
+        name: String,
+    },
     #[error("cannot read {}: {reason}", path.display())]
     Read { path: PathBuf, reason: String },
     #[error("{}: cannot find the imports: {reason}", path.display())]
@@ -284,13 +302,11 @@ fn common_dir<'a>(mut paths: impl Iterator<Item = &'a PathBuf>) -> PathBuf {
 }
 
 /// The Kubernetes manifests of the workspace, as one multi-document YAML stream in apply order:
-/// Namespace, ServiceAccount, ConfigMap, Certificates (`'reloader`), Services, ServiceMonitor
-/// (when asked for), Deployment, PodDisruptionBudget. Object keys are sorted, like `kubectl get
-/// -o yaml` prints them.
+/// Namespace, ServiceAccount, ConfigMap, Certificates (`'reloader`), the ACME state's
+/// PersistentVolumeClaim (`'sozu_managed`), Services, ServiceMonitor (when asked for),
+/// Deployment, PodDisruptionBudget. Object keys are sorted, like `kubectl get -o yaml` prints
+/// them.
 pub fn k8s(workspace: &Workspace, files: &WorkspaceFiles) -> Result<String, DeployError> {
-    if workspace.tls_rotation == TlsRotation::SozuManaged {
-        return Err(DeployError::Unsupported(workspace.tls_rotation));
-    }
     for (name, address) in [
         ("https", workspace.listeners.https),
         ("http", workspace.listeners.http),
@@ -308,13 +324,20 @@ pub fn k8s(workspace: &Workspace, files: &WorkspaceFiles) -> Result<String, Depl
     if workspace.tls_rotation == TlsRotation::Reloader {
         docs.extend(pod.hosts.iter().map(|host| certificate(workspace, host)));
     }
+    let acme = match workspace.acme.as_deref() {
+        Some(acme) if workspace.tls_rotation == TlsRotation::SozuManaged => {
+            docs.push(acme_state_claim(workspace));
+            Some(acme_files(acme)?)
+        }
+        _ => None,
+    };
     docs.push(load_balancer(workspace));
     if workspace.deploy.service_monitor {
         docs.push(metrics_service(workspace));
         docs.push(service_monitor(workspace));
     }
     docs.push(network_policy(workspace));
-    docs.push(deployment(workspace, &pod));
+    docs.push(deployment(workspace, &pod, acme.as_ref()));
     docs.push(pod_disruption_budget(workspace));
 
     let mut out = format!(
@@ -549,6 +572,72 @@ fn certificate(workspace: &Workspace, host: &str) -> Value {
     })
 }
 
+/// `'sozu_managed`: the account, the certificates and the order state outlive the pod here, so
+/// a restarted pod neither creates a second account nor orders again.
+fn acme_state_claim(workspace: &Workspace) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": metadata(workspace, ACME_STATE_CLAIM),
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": { "requests": { "storage": ACME_STATE_SIZE } },
+        },
+    })
+}
+
+/// The files `'sozu_managed` reads, each a key of the Secret [`ACME_SECRET`] mounted at the path
+/// the workspace names: the DNS provider's secret, the EAB key, the CA bundle.
+struct AcmeFiles {
+    state_dir: PathBuf,
+    /// Directory → (Secret key, file name) of the files in it.
+    dirs: BTreeMap<PathBuf, Vec<(&'static str, String)>>,
+}
+
+fn acme_files(acme: &crate::workspace::Acme) -> Result<AcmeFiles, DeployError> {
+    use crate::workspace::Dns01;
+    let mut files: Vec<(&'static str, &Path)> = match &acme.dns01 {
+        Dns01::Rfc2136 {
+            tsig_secret_file, ..
+        } => vec![("tsig-secret", tsig_secret_file)],
+        Dns01::Cloudflare { api_token_file } => vec![("cloudflare-api-token", api_token_file)],
+    };
+    if let Some(eab) = &acme.eab {
+        files.push(("eab-hmac-key", &eab.hmac_key_file));
+    }
+    if let Some(bundle) = &acme.ca_bundle {
+        files.push(("ca-bundle", bundle));
+    }
+    let mut dirs: BTreeMap<PathBuf, Vec<(&'static str, String)>> = BTreeMap::new();
+    let mut seen: BTreeMap<&Path, &'static str> = BTreeMap::new();
+    for (key, path) in files {
+        if let Some(first) = seen.insert(path, key) {
+            return Err(DeployError::AcmeFileClash {
+                first,
+                second: key,
+                name: path.display().to_string(),
+            });
+        }
+        let dir = path.parent().unwrap_or(Path::new("/")).to_owned();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        dirs.entry(dir).or_default().push((key, name));
+    }
+    Ok(AcmeFiles {
+        state_dir: acme.state_dir.clone(),
+        dirs,
+    })
+}
+
+/// A volume name for a directory of ACME files: `acme-files-<8 hex digits of SHA-256(dir)>`.
+fn acme_files_volume(dir: &Path) -> String {
+    let digest = sha2::Sha256::digest(dir.to_string_lossy().as_bytes());
+    let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    format!("acme-files-{short}")
+}
+
 fn load_balancer(workspace: &Workspace) -> Value {
     let mut metadata = metadata(workspace, APP);
     let mut spec = json!({
@@ -670,6 +759,35 @@ fn network_policy(workspace: &Workspace) -> Value {
         })
         .chain(workspace.deploy.extra_egress_ports.iter().copied())
         .collect();
+    // 'sozu_managed: the agent talks to the ACME directory and to Cloudflare's API over HTTPS
+    // (names whose addresses change, so any address), and updates and asks DNS servers that
+    // may listen on another port than 53.
+    if let Some(acme) = &workspace.acme {
+        let directory_port = acme_directory_port(&acme.directory);
+        let mut tcp: BTreeSet<u16> = BTreeSet::from([443, directory_port]);
+        let mut dns: BTreeSet<u16> = BTreeSet::new();
+        if let Dns01::Rfc2136 { server, .. } = &acme.dns01 {
+            dns.insert(server.port());
+        }
+        dns.extend(
+            acme.propagation
+                .nameservers
+                .iter()
+                .flatten()
+                .map(|s| s.port()),
+        );
+        dns.remove(&53);
+        tcp.extend(dns.iter().copied());
+        let mut ports: Vec<Value> = tcp
+            .iter()
+            .map(|port| json!({ "port": port, "protocol": "TCP" }))
+            .collect();
+        ports.extend(
+            dns.iter()
+                .map(|port| json!({ "port": port, "protocol": "UDP" })),
+        );
+        egress.push(json!({ "ports": ports }));
+    }
     // A rule without ports would allow every port.
     if !upstream_ports.is_empty() {
         let ports: Vec<Value> = upstream_ports
@@ -689,6 +807,16 @@ fn network_policy(workspace: &Workspace) -> Value {
             "egress": egress,
         },
     })
+}
+
+/// The port of the ACME directory URL (`https://host[:port]/…`): 443 unless it names another.
+fn acme_directory_port(directory: &str) -> u16 {
+    directory
+        .strip_prefix("https://")
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|authority| authority.rsplit_once(':'))
+        .and_then(|(_, port)| port.parse().ok())
+        .unwrap_or(443)
 }
 
 fn pod_disruption_budget(workspace: &Workspace) -> Value {
@@ -730,14 +858,19 @@ fn security_context(bind_low_ports: bool) -> Value {
     })
 }
 
-fn deployment(workspace: &Workspace, pod: &Pod) -> Value {
+fn deployment(workspace: &Workspace, pod: &Pod, acme: Option<&AcmeFiles>) -> Value {
     let https = workspace.listeners.https.port();
     let http = workspace.listeners.http.port();
     let low_port = https.min(http);
     let bind_low_ports = low_port < 1024;
 
-    let tls_mounts: Vec<Value> = pod
-        .hosts
+    // `'sozu_managed`: one writable tls dir the agent fills itself; otherwise a volume per host.
+    let per_host = if acme.is_some() {
+        &[][..]
+    } else {
+        &pod.hosts[..]
+    };
+    let tls_mounts: Vec<Value> = per_host
         .iter()
         .map(|host| {
             json!({
@@ -747,7 +880,7 @@ fn deployment(workspace: &Workspace, pod: &Pod) -> Value {
             })
         })
         .collect();
-    let tls_volumes = pod.hosts.iter().map(|host| {
+    let tls_volumes = per_host.iter().map(|host| {
         let name = tls_name(host);
         match workspace.tls_rotation {
             TlsRotation::Reloader => json!({
@@ -792,6 +925,32 @@ fn deployment(workspace: &Workspace, pod: &Pod) -> Value {
         json!({ "name": "workspace", "configMap": { "name": config_map_name(pod), "items": workspace_items } }),
     ];
     volumes.extend(tls_volumes);
+    let mut acme_mounts = Vec::new();
+    if let Some(acme) = acme {
+        volumes.push(
+            json!({ "name": "tls", "emptyDir": { "medium": "Memory", "sizeLimit": TLS_DIR_SIZE } }),
+        );
+        acme_mounts
+            .push(json!({ "name": "tls", "mountPath": workspace.tls_dir.to_string_lossy() }));
+        volumes.push(json!({ "name": "acme-state", "persistentVolumeClaim": { "claimName": ACME_STATE_CLAIM } }));
+        acme_mounts
+            .push(json!({ "name": "acme-state", "mountPath": acme.state_dir.to_string_lossy() }));
+        for (dir, files) in &acme.dirs {
+            let name = acme_files_volume(dir);
+            let items: Vec<Value> = files
+                .iter()
+                .map(|(key, file)| json!({ "key": key, "path": file }))
+                .collect();
+            volumes.push(json!({
+                "name": name,
+                // 0440: readable by the pod's group (fsGroup) only.
+                "secret": { "secretName": ACME_SECRET, "defaultMode": 0o440, "items": items },
+            }));
+            acme_mounts.push(
+                json!({ "name": name, "mountPath": dir.to_string_lossy(), "readOnly": true }),
+            );
+        }
+    }
 
     let mut agent_mounts = vec![
         json!({ "name": "run", "mountPath": RUN_DIR }),
@@ -799,6 +958,7 @@ fn deployment(workspace: &Workspace, pod: &Pod) -> Value {
         json!({ "name": "workspace", "mountPath": WORKSPACE_DIR, "readOnly": true }),
     ];
     agent_mounts.extend(tls_mounts);
+    agent_mounts.extend(acme_mounts);
     let http_probe = |path: &str, period: u32, failures: u32| {
         json!({
             "httpGet": { "path": path, "port": "admin" },
@@ -882,6 +1042,15 @@ fn deployment(workspace: &Workspace, pod: &Pod) -> Value {
         annotations["prometheus.io/port"] = json!(ADMIN_PORT.to_string());
         annotations["prometheus.io/path"] = json!("/metrics");
     }
+    let strategy = if acme.is_some() {
+        // The one pod holds the ACME state's claim (ReadWriteOnce) and its lock: a new pod can
+        // only start once the old one is gone.
+        json!({ "type": "Recreate" })
+    } else {
+        // A new pod serves before an old one stops: adding a route adds a volume, which rolls
+        // the pods.
+        json!({ "type": "RollingUpdate", "rollingUpdate": { "maxSurge": 1, "maxUnavailable": 0 } })
+    };
     json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -889,9 +1058,7 @@ fn deployment(workspace: &Workspace, pod: &Pod) -> Value {
         "spec": {
             "replicas": workspace.deploy.replicas,
             "selector": { "matchLabels": selector() },
-            // A new pod serves before an old one stops: adding a route adds a volume, which rolls
-            // the pods.
-            "strategy": { "type": "RollingUpdate", "rollingUpdate": { "maxSurge": 1, "maxUnavailable": 0 } },
+            "strategy": strategy,
             "template": {
                 "metadata": { "labels": labels(), "annotations": annotations },
                 "spec": {
@@ -951,6 +1118,18 @@ impl Serialize for Sorted<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_acme_directory_port_is_read_from_its_url() {
+        for (url, port) in [
+            ("https://acme-v02.api.letsencrypt.org/directory", 443),
+            ("https://ca.internal:9000/acme/acme/directory", 9000),
+            ("https://[fd00::1]:8443/dir", 8443),
+            ("https://[fd00::1]/dir", 443),
+        ] {
+            assert_eq!(acme_directory_port(url), port, "{url}");
+        }
+    }
 
     #[test]
     fn imports_are_found_with_their_format_and_escapes() {

@@ -10,9 +10,12 @@
 //! - the live agent: [`sources`] fetch the slow inputs (the workspace, DNS answers, certificate
 //!   pairs through [`certs`], sozu's socket) in tasks of their own; [`reconcile`] decides and
 //!   applies through [`sozu`], the only code that talks to sozu's socket; [`api`] serves what
-//!   it knows, and [`status`] prints it. [`run`] wires them.
+//!   it knows, and [`status`] prints it; with `tls_rotation = 'sozu_managed`, [`acme`] obtains
+//!   the certificates itself and writes them where the certificate source reads them. [`run`]
+//!   wires them.
 #![deny(unsafe_code)]
 
+pub mod acme;
 pub mod api;
 pub mod certs;
 pub mod cli;

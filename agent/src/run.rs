@@ -29,6 +29,8 @@ pub enum RunError {
     },
     #[error("cannot install signal handlers: {0}")]
     Signals(std::io::Error),
+    #[error(transparent)]
+    Acme(#[from] crate::acme::AcmeError),
 }
 
 pub fn init_logging(format: LogFormat) {
@@ -86,7 +88,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     ];
     let certs = sources::tlsdir::spawn(
         args.tls_dir.clone(),
-        latest_rx,
+        latest_rx.clone(),
         facts.clone(),
         clock.clone(),
     )?;
@@ -121,15 +123,40 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         seed: u64::from(std::process::id()),
         ..Settings::default()
     };
-    let agent = Agent::new(proxy, certs, settings, views.status.clone(), clock);
+    let agent = Agent::new(proxy, certs.clone(), settings, views.status.clone(), clock);
+    // With tls_rotation = 'sozu_managed, the issuer writes pairs where the tls dir source reads
+    // them, and tells it which host it wrote.
+    let mut issuer = tokio::spawn(issue_when_sozu_managed(
+        latest_rx,
+        args.tls_dir.clone(),
+        certs,
+        views.issuer.clone(),
+    ));
     drop(facts);
     let (signalled, mut signal_rx) = watch::channel(false);
     let agent_task = tokio::spawn(agent.run(facts_rx, async move {
         let _ = signal_rx.wait_for(|s| *s).await;
     }));
 
-    wait_for_signal().await.map_err(RunError::Signals)?;
+    // The agent runs until a signal, or until the issuer cannot run at all (its state directory
+    // is another agent's).
+    let mut issuer_done = false;
+    let issuer_failed = loop {
+        tokio::select! {
+            signal = wait_for_signal() => { signal.map_err(RunError::Signals)?; break None }
+            result = &mut issuer, if !issuer_done => {
+                issuer_done = true;
+                if let Ok(Err(e)) = result {
+                    break Some(e);
+                }
+            }
+        }
+    };
     tracing::info!("stopping");
+    if !issuer_done {
+        issuer.abort();
+        let _ = issuer.await;
+    }
     // The loop stops after the pass in flight, if any; sozu keeps serving what it holds.
     let _ = signalled.send(true);
     let _ = agent_task.await;
@@ -138,8 +165,38 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     }
     let _ = stop_tx.send(true);
     let _ = admin.await;
+    if let Some(e) = issuer_failed {
+        tracing::error!(error = %e, "the ACME issuer cannot run");
+        return Err(e.into());
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Runs the ACME issuer once a workspace with `tls_rotation = 'sozu_managed` is loaded.
+/// Runs the ACME issuer once the workspace asks for `tls_rotation = 'sozu_managed`.
+async fn issue_when_sozu_managed(
+    mut workspaces: sources::WorkspaceWatch,
+    tls_dir: Option<std::path::PathBuf>,
+    certs: sources::tlsdir::TlsDir,
+    status: crate::acme::IssuerHandle,
+) -> Result<(), crate::acme::AcmeError> {
+    use crate::workspace::TlsRotation;
+    let sozu_managed = |w: &Option<Arc<crate::workspace::Workspace>>| {
+        w.as_ref()
+            .is_some_and(|w| w.tls_rotation == TlsRotation::SozuManaged)
+    };
+    if workspaces.wait_for(sozu_managed).await.is_err() {
+        return Ok(());
+    }
+    let options = crate::acme::Options {
+        tls_dir,
+        knobs: crate::acme::Knobs::from_env(),
+        written: Some(Box::new(move |host: &str| certs.changed(host))),
+        status,
+        on_status: Box::new(|_| {}),
+    };
+    crate::acme::run(workspaces, options).await
 }
 
 async fn wait_for_signal() -> std::io::Result<()> {

@@ -151,11 +151,19 @@ pub fn table(status: &Status) -> String {
             &dns_rows,
         );
     }
+    if let Some(issuer) = &status.issuer {
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        let _ = write!(out, "\n{}", crate::acme::status::table(issuer, now));
+    }
     out
 }
 
-/// Columns padded to their widest cell; the last column is not padded.
-fn write_table<const N: usize>(out: &mut String, headers: &[&str; N], rows: &[[String; N]]) {
+/// Columns aligned on the widest cell, two spaces apart; the last column is not padded.
+pub(crate) fn write_table<const N: usize>(
+    out: &mut String,
+    headers: &[&str; N],
+    rows: &[[String; N]],
+) {
     let mut widths = headers.map(str::len);
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {

@@ -27,6 +27,50 @@ pub struct RawWorkspace {
     /// Optional in the contract: absent, any source may connect.
     pub allowed_sources: Option<Vec<String>>,
     pub deploy: RawDeploy,
+    /// Optional in the contract: read with `tls_rotation = 'sozu_managed` only.
+    pub acme: Option<RawAcme>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAcme {
+    pub directory: String,
+    pub email: Option<String>,
+    pub profile: Option<String>,
+    pub ca_bundle: Option<String>,
+    pub eab: Option<Eab>,
+    pub dns01: RawDns01,
+    pub propagation: RawPropagation,
+    pub state_dir: String,
+}
+
+/// Both providers' fields, all optional: the contract has already checked that the ones of the
+/// chosen provider are there and no others.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDns01 {
+    pub provider: Dns01Provider,
+    pub server: Option<String>,
+    pub zone: Option<String>,
+    pub tsig_key_name: Option<String>,
+    pub tsig_algorithm: Option<String>,
+    pub tsig_secret_file: Option<String>,
+    pub api_token_file: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dns01Provider {
+    Rfc2136,
+    Cloudflare,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPropagation {
+    pub nameservers: Option<Vec<String>>,
+    /// A float for the same reason as [`RawRoute::port`].
+    pub timeout: f64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -72,7 +116,7 @@ pub enum TlsRotation {
     CsiDriver,
     /// cert-manager writes a Secret per route, mounted as a volume.
     Reloader,
-    /// sozu obtains certificates itself.
+    /// The agent obtains certificates itself, from an ACME CA over DNS-01 (the `acme` record).
     SozuManaged,
 }
 
@@ -103,6 +147,66 @@ pub struct Workspace {
     /// Boxed: a workspace travels by value (in the sandbox's report, for one), and the deploy
     /// settings would more than double its size for code that never reads them.
     pub deploy: Box<Deploy>,
+    /// How certificates are ordered, with `tls_rotation = 'sozu_managed` (and only then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acme: Option<Box<Acme>>,
+}
+
+/// The ACME client's settings. Secrets are paths: the agent reads them when it uses them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Acme {
+    pub directory: String,
+    pub email: Option<String>,
+    pub profile: Option<String>,
+    /// Roots that sign the ACME server's TLS certificate; the system's when absent.
+    pub ca_bundle: Option<PathBuf>,
+    pub eab: Option<Eab>,
+    pub dns01: Dns01,
+    pub propagation: Propagation,
+    pub state_dir: PathBuf,
+}
+
+/// External account binding: the key id and the file holding the base64url HMAC key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Eab {
+    pub kid: String,
+    pub hmac_key_file: PathBuf,
+}
+
+/// Where DNS-01 TXT records are published.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "provider", rename_all = "snake_case")]
+pub enum Dns01 {
+    /// RFC 2136 dynamic updates signed with TSIG.
+    Rfc2136 {
+        server: SocketAddr,
+        zone: String,
+        tsig_key_name: String,
+        tsig_algorithm: TsigAlgorithm,
+        tsig_secret_file: PathBuf,
+    },
+    /// Cloudflare's v4 API, with an API token.
+    Cloudflare { api_token_file: PathBuf },
+}
+
+/// The HMACs a TSIG key may use (the older ones are refused by the contract).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TsigAlgorithm {
+    #[serde(rename = "hmac-sha256")]
+    HmacSha256,
+    #[serde(rename = "hmac-sha384")]
+    HmacSha384,
+    #[serde(rename = "hmac-sha512")]
+    HmacSha512,
+}
+
+/// How long to wait for a TXT record to be visible, and on which servers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Propagation {
+    /// Asked instead of the zone's authoritative servers, when set.
+    pub nameservers: Option<Vec<SocketAddr>>,
+    pub timeout_secs: u64,
 }
 
 /// How `render --format k8s` deploys the workspace. The defaults live in the contract, where
@@ -264,6 +368,8 @@ pub enum ModelError {
          deploy.pre_stop_seconds {pre_stop}"
     )]
     GracePeriod { grace: u32, pre_stop: u32 },
+    #[error("acme.{field}: {reason}")]
+    Acme { field: &'static str, reason: String },
 }
 
 impl Workspace {
@@ -346,6 +452,7 @@ impl Workspace {
                 pre_stop: deploy.pre_stop_seconds,
             });
         }
+        let acme = raw.acme.map(Acme::from_raw).transpose()?.map(Box::new);
         Ok(Workspace {
             zone: raw.zone,
             listeners,
@@ -356,6 +463,7 @@ impl Workspace {
             lb_ip,
             allowed_sources,
             deploy,
+            acme,
         })
     }
 
@@ -363,6 +471,97 @@ impl Workspace {
     pub fn certificate_paths(&self, host: &str) -> (PathBuf, PathBuf) {
         let dir = self.tls_dir.join(host);
         (dir.join("tls.crt"), dir.join("tls.key"))
+    }
+}
+
+/// A DNS server as the contract admits it: an IP address, with a port unless it is 53.
+pub fn dns_server(s: &str) -> Option<SocketAddr> {
+    s.parse::<SocketAddr>()
+        .ok()
+        .or_else(|| s.parse::<IpAddr>().ok().map(|ip| SocketAddr::new(ip, 53)))
+}
+
+impl Acme {
+    fn from_raw(raw: RawAcme) -> Result<Acme, ModelError> {
+        let fail = |field: &'static str, reason: &str| ModelError::Acme {
+            field,
+            reason: reason.to_owned(),
+        };
+        let absolute = |field: &'static str, path: String| {
+            let path = PathBuf::from(path);
+            if path.is_absolute() {
+                Ok(path)
+            } else {
+                Err(fail(field, "not an absolute path"))
+            }
+        };
+        let d = raw.dns01;
+        let dns01 = match d.provider {
+            Dns01Provider::Rfc2136 => {
+                let server = d.server.as_deref().unwrap_or_default();
+                Dns01::Rfc2136 {
+                    server: dns_server(server)
+                        .ok_or_else(|| fail("dns01.server", "not a DNS server address"))?,
+                    zone: d.zone.ok_or_else(|| fail("dns01.zone", "missing"))?,
+                    tsig_key_name: d
+                        .tsig_key_name
+                        .ok_or_else(|| fail("dns01.tsig_key_name", "missing"))?,
+                    tsig_algorithm: match d.tsig_algorithm.as_deref() {
+                        None | Some("hmac-sha256") => TsigAlgorithm::HmacSha256,
+                        Some("hmac-sha384") => TsigAlgorithm::HmacSha384,
+                        Some("hmac-sha512") => TsigAlgorithm::HmacSha512,
+                        Some(_) => return Err(fail("dns01.tsig_algorithm", "unsupported")),
+                    },
+                    tsig_secret_file: absolute(
+                        "dns01.tsig_secret_file",
+                        d.tsig_secret_file.unwrap_or_default(),
+                    )?,
+                }
+            }
+            Dns01Provider::Cloudflare => Dns01::Cloudflare {
+                api_token_file: absolute(
+                    "dns01.api_token_file",
+                    d.api_token_file.unwrap_or_default(),
+                )?,
+            },
+        };
+        let nameservers = raw
+            .propagation
+            .nameservers
+            .map(|servers| {
+                servers
+                    .iter()
+                    .map(|s| {
+                        dns_server(s).ok_or_else(|| {
+                            fail("propagation.nameservers", "not a DNS server address")
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?;
+        let timeout = raw.propagation.timeout;
+        if timeout.fract() != 0.0 || !(1.0..=3600.0).contains(&timeout) {
+            return Err(fail(
+                "propagation.timeout",
+                "not a whole number of seconds from 1 to 3600",
+            ));
+        }
+        Ok(Acme {
+            directory: raw.directory,
+            email: raw.email,
+            profile: raw.profile,
+            ca_bundle: raw
+                .ca_bundle
+                .map(|p| absolute("ca_bundle", p))
+                .transpose()?,
+            eab: raw.eab,
+            dns01,
+            propagation: Propagation {
+                nameservers,
+                timeout_secs: timeout as u64,
+            },
+            state_dir: absolute("state_dir", raw.state_dir)?,
+        })
     }
 }
 
@@ -437,6 +636,7 @@ pub(crate) fn test_workspace(tls_dir: &std::path::Path, routes: Vec<Route>) -> W
         lb_ip: None,
         allowed_sources: None,
         deploy: Default::default(),
+        acme: None,
     }
 }
 

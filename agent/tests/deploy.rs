@@ -286,6 +286,125 @@ fn reloader_mode_has_a_certificate_and_a_secret_volume_per_host() {
     );
 }
 
+/// `tls_rotation = 'sozu_managed`: no certificate volume per host, a memory-backed tls dir the
+/// agent fills, the ACME state on a PersistentVolumeClaim, the credentials from the Secret
+/// `private-ingress-acme` mounted as the files the workspace names, one replica, recreated on
+/// rollout. Appending a route adds no volume, and `--format dns` is the same as in other modes.
+#[test]
+fn sozu_managed_mode_has_a_memory_tls_dir_a_state_claim_and_the_credentials_as_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let acme = "  lb_ip = \"10.200.3.6\",\n  listeners = { https = \"0.0.0.0:8443\", http = \"0.0.0.0:8080\" },\n  \
+        tls_rotation = 'sozu_managed,\n  acme = {\n    ca_bundle = \"/etc/acme-ca/roots.pem\",\n    \
+        eab = { kid = \"kid-1\", hmac_key_file = \"/run/secrets/acme/eab\" },\n    \
+        dns01 = { provider = 'rfc2136, server = \"10.0.0.53\", zone = \"in.librecloud.online\", \
+        tsig_key_name = \"acme-key\", tsig_secret_file = \"/run/secrets/acme/tsig\" },\n    \
+        state_dir = \"/var/lib/acme\",\n  },\n";
+    let workspace = workspace_file(dir.path(), "managed.ncl", acme, &[GRAFANA, PROMETHEUS]);
+    let yaml = render(&workspace, "k8s");
+    let docs = documents(&yaml);
+    let passed = kubernetes_validate(&yaml).unwrap_or_else(|report| panic!("{report}"));
+    assert!(
+        passed.contains(&"persistentvolumeclaim".to_owned()),
+        "{passed:?}"
+    );
+    assert!(find(&docs, "Certificate").is_empty());
+    let claim = find(&docs, "PersistentVolumeClaim")[0];
+    assert_eq!(
+        claim["spec"]["accessModes"],
+        serde_json::json!(["ReadWriteOnce"])
+    );
+
+    let deployment = find(&docs, "Deployment")[0];
+    assert_eq!(deployment["spec"]["replicas"], 1);
+    assert_eq!(deployment["spec"]["strategy"]["type"], "Recreate");
+    let volumes = pod_spec(&docs)["volumes"].as_array().unwrap().clone();
+    assert!(
+        volumes.iter().all(|v| v.get("csi").is_none()),
+        "no CSI volume"
+    );
+    let agent = container(&docs, "initContainers", "agent");
+    let mounts = agent["volumeMounts"].as_array().unwrap();
+    let mounted = |path: &str| {
+        let mount = mounts
+            .iter()
+            .find(|m| m["mountPath"] == path)
+            .unwrap_or_else(|| panic!("nothing mounted at {path}"));
+        let volume = volumes.iter().find(|v| v["name"] == mount["name"]).unwrap();
+        (mount.clone(), volume.clone())
+    };
+    let (tls_mount, tls) = mounted("/etc/sozu/tls");
+    assert_eq!(tls["emptyDir"]["medium"], "Memory");
+    assert!(
+        tls_mount.get("readOnly").is_none(),
+        "the agent writes the tls dir"
+    );
+    assert!(mounts.iter().all(|m| !m["mountPath"]
+        .as_str()
+        .unwrap()
+        .starts_with("/etc/sozu/tls/")));
+    let (_, state) = mounted("/var/lib/acme");
+    assert_eq!(
+        state["persistentVolumeClaim"]["claimName"],
+        claim["metadata"]["name"]
+    );
+    let (secrets_mount, secrets) = mounted("/run/secrets/acme");
+    assert_eq!(secrets_mount["readOnly"], true);
+    assert_eq!(secrets["secret"]["secretName"], "private-ingress-acme");
+    assert_eq!(
+        secrets["secret"]["items"],
+        serde_json::json!([{ "key": "tsig-secret", "path": "tsig" }, { "key": "eab-hmac-key", "path": "eab" }])
+    );
+    let (_, bundle) = mounted("/etc/acme-ca");
+    assert_eq!(
+        bundle["secret"]["items"],
+        serde_json::json!([{ "key": "ca-bundle", "path": "roots.pem" }])
+    );
+
+    // The NetworkPolicy lets the agent reach the ACME directory and Cloudflare (HTTPS to any
+    // address); DNS (port 53) is allowed in every mode.
+    let policy = find(&docs, "NetworkPolicy")[0];
+    let egress_ports: Vec<(u64, String)> = policy["spec"]["egress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|rule| rule.get("to").is_none())
+        .flat_map(|rule| rule["ports"].as_array().cloned().unwrap_or_default())
+        .map(|p| {
+            (
+                p["port"].as_u64().unwrap_or(0),
+                p["protocol"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    for wanted in [(443, "TCP"), (53, "UDP"), (53, "TCP")] {
+        assert!(
+            egress_ports.contains(&(wanted.0, wanted.1.to_owned())),
+            "{wanted:?} allowed out: {egress_ports:?}"
+        );
+    }
+
+    // A new route: the workspace changes, the pod's volumes do not.
+    let appended = workspace_file(
+        dir.path(),
+        "managed.ncl",
+        acme,
+        &[GRAFANA, PROMETHEUS, ALERTMANAGER],
+    );
+    let docs_after = documents(&render(&appended, "k8s"));
+    let names = |v: &[Value]| v.iter().map(|v| v["name"].clone()).collect::<Vec<_>>();
+    let volumes_after = pod_spec(&docs_after)["volumes"].as_array().unwrap().clone();
+    assert_eq!(names(&volumes_after[4..]), names(&volumes[4..]));
+
+    // The DNS records are those of any mode.
+    let csi = workspace_file(
+        dir.path(),
+        "csi.ncl",
+        "  lb_ip = \"10.200.3.6\",\n",
+        &[GRAFANA, PROMETHEUS, ALERTMANAGER],
+    );
+    assert_eq!(render(&appended, "dns"), render(&csi, "dns"));
+}
+
 /// The ConfigMap, laid out the way the kubelet mounts it, is a workspace the agent can load: the
 /// file it is given checks, with every route.
 #[test]

@@ -123,6 +123,7 @@ pub fn run(cmd: &mut Command) -> (i32, String, String) {
     )
 }
 
+pub mod acme;
 pub mod bench;
 pub mod corpus;
 pub mod kubelet;

@@ -56,12 +56,13 @@ pub fn eventually_every<T>(
     }
 }
 
-struct Process {
+/// A child process whose output goes to a log file, killed on drop.
+pub struct Process {
     child: Child,
 }
 
 impl Process {
-    fn spawn(cmd: &mut Command, log: &Path) -> Process {
+    pub fn spawn(cmd: &mut Command, log: &Path) -> Process {
         let out = std::fs::File::create(log).expect("create a log file");
         let err = out.try_clone().expect("clone the log file");
         let child = cmd
@@ -84,9 +85,14 @@ impl Process {
             .status();
     }
 
-    fn kill(&mut self) {
+    pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// The exit status, if the process has ended.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
     }
 
     /// Sends SIGTERM and waits for the exit status.
@@ -297,10 +303,42 @@ fn tls_config() -> Arc<rustls::ClientConfig> {
 /// One HTTPS GET to `host` through `address` on a new connection: the certificate the handshake
 /// presented, and the response. Errors are strings: a test asserts on them or retries.
 pub fn https_get(address: SocketAddr, host: &str, path: &str) -> Result<Seen, String> {
+    https_get_with(tls_config(), address, host, path)
+}
+
+/// [`https_get`], accepting only a certificate chain that leads to `root_pem` and names `host`.
+pub fn https_get_verified(
+    address: SocketAddr,
+    host: &str,
+    path: &str,
+    root_pem: &str,
+) -> Result<Seen, String> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for der in rustls::pki_types::CertificateDer::pem_slice_iter(root_pem.as_bytes()) {
+        roots
+            .add(der.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.resumption = rustls::client::Resumption::disabled();
+    https_get_with(Arc::new(config), address, host, path)
+}
+
+fn https_get_with(
+    config: Arc<rustls::ClientConfig>,
+    address: SocketAddr,
+    host: &str,
+    path: &str,
+) -> Result<Seen, String> {
     let server_name =
         rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
-    let mut conn =
-        rustls::ClientConnection::new(tls_config(), server_name).map_err(|e| e.to_string())?;
+    let mut conn = rustls::ClientConnection::new(config, server_name).map_err(|e| e.to_string())?;
     let mut sock = TcpStream::connect_timeout(&address, Duration::from_secs(2))
         .map_err(|e| format!("connect: {e}"))?;
     sock.set_read_timeout(Some(Duration::from_secs(5))).ok();
@@ -412,6 +450,33 @@ impl KeepAlive {
     }
 }
 
+/// `promtool check metrics` on a scrape (scripts/test installs Debian's prometheus package).
+pub fn promtool_check(metrics: &str) -> Result<(), String> {
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (scripts/test installs Debian's prometheus package)");
+    let written = promtool
+        .stdin
+        .take()
+        .expect("promtool's stdin")
+        .write_all(metrics.as_bytes());
+    let out = promtool.wait_with_output().map_err(|e| e.to_string())?;
+    written.map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "promtool: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
 /// A certificate written under the tls dir, and its fingerprint.
 pub fn certificate(tls_dir: &Path, host: &str) -> String {
     fingerprint_of_pem(&crate::write_certificate(tls_dir, host))
@@ -485,9 +550,15 @@ impl Stack {
     }
 
     pub fn workspace_text(&self, routes: &[RouteSpec]) -> String {
+        self.workspace_text_with(routes, "")
+    }
+
+    /// [`Stack::workspace_text`] with more workspace fields (`extra`: Nickel field definitions,
+    /// each ending in a comma).
+    pub fn workspace_text_with(&self, routes: &[RouteSpec], extra: &str) -> String {
         let mut text = format!(
             "{{\n  zone = \"in.example.org\",\n  cluster_issuer = \"internal-ca\",\n  tls_dir = \"{}\",\n  \
-             listeners = {{ https = \"{}\", http = \"{}\" }},\n  routes = [\n",
+             listeners = {{ https = \"{}\", http = \"{}\" }},\n{extra}\n  routes = [\n",
             self.tls_dir().display(),
             self.https,
             self.http

@@ -255,13 +255,14 @@ fn gauge(out: &mut String, name: &str, help: &str, value: i64) {
     sample(out, name, &[], value);
 }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+/// A family's `# HELP` and `# TYPE` lines.
+pub(crate) fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let help = help.replace('\\', "\\\\").replace('\n', "\\n");
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
 /// One sample; labels in the order given (sorted by name, as exposition readers expect).
-fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: i64) {
+pub(crate) fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: i64) {
     out.push_str(name);
     if !labels.is_empty() {
         out.push('{');

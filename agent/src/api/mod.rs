@@ -22,6 +22,9 @@ pub struct Status {
     #[serde(default)]
     pub dns: Vec<DnsNameStatus>,
     pub counters: Counters,
+    /// With `tls_rotation = 'sozu_managed`: the ACME issuer, per host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<crate::acme::IssuerStatus>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -203,6 +206,7 @@ impl Snapshot {
             routes: self.routes.values().map(|r| r.status.clone()).collect(),
             dns: dns.to_vec(),
             counters: self.head.counters.clone(),
+            issuer: None,
         }
     }
 }
@@ -216,6 +220,8 @@ pub struct StatusRef<'a> {
     routes: RoutesRef<'a>,
     dns: &'a [DnsNameStatus],
     counters: &'a Counters,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    issuer: Option<&'a crate::acme::IssuerStatus>,
 }
 
 struct RoutesRef<'a>(&'a imbl::OrdMap<RouteKey, Arc<RouteView>>);
@@ -229,11 +235,13 @@ impl Serialize for RoutesRef<'_> {
 /// The loop's published status.
 pub type SharedStatus = Arc<Published>;
 
-/// What the admin endpoints read: the loop's snapshots and the DNS source's table.
+/// What the admin endpoints read: the loop's snapshots, the DNS source's table, and the ACME
+/// issuer's status.
 #[derive(Clone, Default)]
 pub struct Views {
     pub status: SharedStatus,
     pub dns: crate::sources::dns::DnsTable,
+    pub issuer: crate::acme::IssuerHandle,
 }
 
 impl Views {
@@ -251,6 +259,7 @@ impl Views {
         let (dns, counters) = self.dns(&snapshot.head.counters);
         let mut status = snapshot.status(&dns);
         status.counters = counters;
+        status.issuer = self.issuer.snapshot();
         status
     }
 
@@ -258,6 +267,7 @@ impl Views {
     pub fn state_json(&self) -> Result<Vec<u8>, serde_json::Error> {
         let snapshot = self.status.load();
         let (dns, counters) = self.dns(&snapshot.head.counters);
+        let issuer = self.issuer.snapshot();
         serde_json::to_vec(&StatusRef {
             ready: snapshot.head.ready,
             workspace: &snapshot.head.workspace,
@@ -265,6 +275,7 @@ impl Views {
             routes: RoutesRef(&snapshot.routes),
             dns: &dns,
             counters: &counters,
+            issuer: issuer.as_ref(),
         })
     }
 
@@ -272,7 +283,11 @@ impl Views {
     pub fn metrics(&self) -> String {
         let snapshot = self.status.load();
         let (dns, counters) = self.dns(&snapshot.head.counters);
-        metrics::render(&snapshot, &counters, &dns)
+        let mut text = metrics::render(&snapshot, &counters, &dns);
+        if let Some(issuer) = self.issuer.snapshot() {
+            crate::acme::status::write_metrics(&mut text, &issuer);
+        }
+        text
     }
 }
 

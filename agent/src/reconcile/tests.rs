@@ -613,12 +613,15 @@ async fn incremental_passes_end_where_a_full_recomputation_would() {
                     let refs: Vec<&str> = addresses.iter().map(String::as_str).collect();
                     let error = refs.is_empty().then_some("SERVFAIL");
                     if !refs.is_empty() {
-                        let mut ips: Vec<IpAddr> = refs.iter().map(|a| a.parse().unwrap()).collect();
+                        let mut ips: Vec<IpAddr> =
+                            refs.iter().map(|a| a.parse().unwrap()).collect();
                         ips.sort();
                         ips.dedup();
-                        if mirror.workspace.as_ref().is_some_and(|w| {
-                            crate::desired::upstream_names(w).contains(name)
-                        }) {
+                        if mirror
+                            .workspace
+                            .as_ref()
+                            .is_some_and(|w| crate::desired::upstream_names(w).contains(name))
+                        {
                             mirror.resolved.insert(name.into(), ips);
                         }
                     }
@@ -655,15 +658,18 @@ async fn incremental_passes_end_where_a_full_recomputation_would() {
                             upstream: upstream.clone(),
                         })
                         .collect();
-                    let mut ws = crate::workspace::test_workspace(std::path::Path::new("/tls"), list);
-                    ws.routes.sort_by(|a, b| {
-                        (&a.host, &a.path_prefix).cmp(&(&b.host, &b.path_prefix))
-                    });
+                    let mut ws =
+                        crate::workspace::test_workspace(std::path::Path::new("/tls"), list);
+                    ws.routes
+                        .sort_by(|a, b| (&a.host, &a.path_prefix).cmp(&(&b.host, &b.path_prefix)));
                     let ws = Arc::new(ws);
                     let used = crate::desired::upstream_names(&ws);
                     mirror.resolved.retain(|n, _| used.contains(n));
-                    let hosts_used: BTreeSet<&str> = ws.routes.iter().map(|r| r.host.as_str()).collect();
-                    mirror.last_good.retain(|h, _| hosts_used.contains(h.as_str()));
+                    let hosts_used: BTreeSet<&str> =
+                        ws.routes.iter().map(|r| r.host.as_str()).collect();
+                    mirror
+                        .last_good
+                        .retain(|h, _| hosts_used.contains(h.as_str()));
                     mirror.workspace = Some(ws.clone());
                     h.send(Fact::Workspace(Ok(ws)));
                     log.push(format!("workspace {} routes", routes.len()));
@@ -684,7 +690,9 @@ async fn incremental_passes_end_where_a_full_recomputation_would() {
             }
             // Let the loop take it all in (paused time: this costs nothing).
             tokio::time::sleep(Duration::from_millis(50)).await;
-            let Some(ws) = &mirror.workspace else { continue };
+            let Some(ws) = &mirror.workspace else {
+                continue;
+            };
             let actual = h.sozu.0.lock().unwrap().actual.clone();
             let (expected, _) =
                 crate::desired::build(ws, &mirror.resolved, &mirror.last_good, Some(&actual));

@@ -27,6 +27,7 @@ use crate::state::Certificate;
 use crate::workspace::Workspace;
 
 /// The handle of a running tls dir source.
+#[derive(Clone)]
 pub struct TlsDir {
     inputs: Sender<Input>,
 }
@@ -37,9 +38,18 @@ impl CertSource for TlsDir {
     }
 }
 
+impl TlsDir {
+    /// `host`'s pair was just written by this process (the ACME issuer): read it now, and watch
+    /// its directory if it is new, whatever the watches saw.
+    pub fn changed(&self, host: &str) {
+        let _ = self.inputs.send(Input::Host(host.to_owned()));
+    }
+}
+
 enum Input {
     Workspace(Option<Arc<Workspace>>),
     Reread,
+    Host(String),
     Event(notify::Result<notify::Event>),
 }
 
@@ -162,6 +172,8 @@ struct Todo {
     hosts: BTreeSet<String>,
     /// Host directories that came or went: their watch is made again.
     rewatch: BTreeSet<String>,
+    /// Watch the tls dir if it is not yet (it may have been created since).
+    tls_dir: bool,
 }
 
 impl Reader {
@@ -183,6 +195,11 @@ impl Reader {
         match input {
             Input::Workspace(workspace) => todo.workspace = Some(workspace),
             Input::Reread => todo.everything = true,
+            Input::Host(host) => {
+                todo.rewatch.insert(host.clone());
+                todo.hosts.insert(host);
+                todo.tls_dir = true;
+            }
             Input::Event(event) => {
                 let Some(tls_dir) = &self.tls_dir else { return };
                 for change in classify(&event, tls_dir, &self.watched) {
@@ -219,8 +236,10 @@ impl Reader {
                 return false;
             }
         }
-        if todo.everything {
+        if todo.everything || todo.tls_dir {
             self.watch_tls_dir();
+        }
+        if todo.everything {
             todo.hosts = self.hosts.clone();
         }
         for host in &todo.rewatch {

@@ -107,27 +107,9 @@ fn cold_start_serves_every_route_with_its_certificate() {
 fn metrics_pass_promtool_and_describe_every_route() {
     let (stack, _specs, _backends, fingerprints) = running(3);
     let metrics = stack.metrics();
-    let mut promtool = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("promtool (scripts/test installs Debian's prometheus package)");
-    use std::io::Write as _;
-    promtool
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(metrics.as_bytes())
-        .unwrap();
-    let out = promtool.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool: {}{}\n{metrics}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    if let Err(e) = private_ingress_tests::live::promtool_check(&metrics) {
+        panic!("{e}\n{metrics}");
+    }
     assert!(metrics.contains("private_ingress_ready 1"), "{metrics}");
     assert!(metrics.contains("private_ingress_routes 3"), "{metrics}");
     for (host, fingerprint) in &fingerprints {

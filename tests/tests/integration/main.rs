@@ -21,3 +21,6 @@ mod pod;
 
 /// A seeded, randomised soak: rotations, bad pairs, edits, kills and restarts.
 mod soak;
+
+/// `tls_rotation = 'sozu_managed`: certificates ordered from pebble over DNS-01 (BIND, Cloudflare).
+mod acme;
