@@ -12,7 +12,12 @@
 //! With `--baseline`: the same, between this build and another build of the agent
 //! (`PRIVATE_INGRESS_BASELINE_BIN`), in the same run; the table is printed, nothing written.
 //!
+//! With sizes (`-- 10 1000 10000`): for each, the agent serving that many routes, each with its
+//! own certificate; single rotations of random hosts, idle and with `/metrics` scraped back to
+//! back beside them; one route appended. One table, with the ratios of each size to the first.
+//!
 //!     cargo bench -p private-ingress-tests --bench rotation [-- --rotations 100 --hosts 1000]
+//!     cargo bench -p private-ingress-tests --bench rotation -- 10 1000 10000 [--rotations 30]
 //!     bench/run-peers [--rotations 100] [--rounds 5] [--out DIR]
 //!     PRIVATE_INGRESS_BASELINE_BIN=old/private-ingress cargo bench -p private-ingress-tests \
 //!         --bench rotation -- --baseline [--rotations 100] [--rounds 5]
@@ -25,13 +30,14 @@ use private_ingress_tests::bench::workload::{
     self, percentile, wait_serving, Load, Outcome, Workload,
 };
 use private_ingress_tests::bench::{
-    contenders, mass, ours, Contender, Start, System, HOST, START_TIMEOUT,
+    contenders, mass, ours, scale, Contender, Start, System, HOST, START_TIMEOUT,
 };
 use private_ingress_tests::live::Backend;
 
 struct Args {
     peers: bool,
     baseline: bool,
+    sizes: Vec<usize>,
     rotations: usize,
     rounds: usize,
     hosts: usize,
@@ -43,6 +49,7 @@ fn args() -> Args {
     let mut args = Args {
         peers: false,
         baseline: false,
+        sizes: Vec::new(),
         rotations: 100,
         rounds: 5,
         hosts: 1_000,
@@ -65,6 +72,9 @@ fn args() -> Args {
             "--out" => args.out = PathBuf::from(value("--out")),
             // cargo bench passes --bench to every harness = false target.
             "--bench" => {}
+            size if size.parse::<usize>().is_ok() => {
+                args.sizes.push(size.parse().unwrap_or_default());
+            }
             other => panic!(
                 "unknown argument {other}; use --peers, --baseline, --rotations N, --rounds N, --hosts N, --after-switch-ms N, --out DIR"
             ),
@@ -95,7 +105,9 @@ fn main() {
         pairs.len(),
         started.elapsed()
     );
-    if args.baseline {
+    if !args.sizes.is_empty() {
+        sizes(&args);
+    } else if args.baseline {
         let contenders = vec![
             contenders().remove(0),
             Contender {
@@ -209,6 +221,77 @@ fn ours(args: &Args, pairs: &[workload::Pair]) {
         println!("  the agent's log: {step}: p50 {p50:.3} ms ({count} times)");
     }
     println!("  the agent's counters: {}", m.counters);
+    println!(
+        "  the agent's RSS at rest ({:?} idle): {:.1} MiB after its start, {:.1} MiB after the renewal ({:+.1} %)",
+        mass::REST,
+        m.rss_started,
+        m.rss_renewed,
+        (m.rss_renewed / m.rss_started - 1.0) * 100.0
+    );
+}
+
+/// Rotation at each size, one table (see the module).
+fn sizes(args: &Args) {
+    let rotations = args.rotations.min(100);
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let p = |v: &[Duration], q| percentile(v, q).map_or(f64::NAN, ms);
+    let mut rows = Vec::new();
+    for &n in &args.sizes {
+        let started = Instant::now();
+        let outcome = scale::run(n, rotations, 0x5eed + n as u64)
+            .unwrap_or_else(|e| panic!("{n} routes: {e}"));
+        println!("{n} routes measured in {:.0?}", started.elapsed());
+        rows.push(outcome);
+    }
+    println!(
+        "\n{:>7}  {:>10}  {:>8}  {:>24}  {:>24}  {:>16}  {:>10}  {:>10}  {:>10}",
+        "routes",
+        "cold start",
+        "RSS rest",
+        "rotation p50/p99/max",
+        "with scrapes p50/p99/max",
+        "scrape p50 (MB)",
+        "append",
+        "evaluation",
+        "ratio"
+    );
+    for r in &rows {
+        let evaluated = r.append_evaluated.map_or(f64::NAN, ms);
+        println!(
+            "{:>7}  {:>8.0}ms  {:>5.1}MiB  {:>6.2} / {:>6.2} / {:>6.2} ms  {:>6.2} / {:>6.2} / {:>6.2} ms  {:>7.1}ms ({:>4.1})  {:>8.0}ms  {:>8.0}ms  {:>9.2}x",
+            r.routes,
+            ms(r.cold_start),
+            r.rss_rest,
+            p(&r.rotations, 50.0),
+            p(&r.rotations, 99.0),
+            p(&r.rotations, 100.0),
+            p(&r.rotations_scraped, 50.0),
+            p(&r.rotations_scraped, 99.0),
+            p(&r.rotations_scraped, 100.0),
+            p(&r.scrapes, 50.0),
+            r.scrape_bytes as f64 / 1e6,
+            ms(r.append_served),
+            evaluated,
+            ms(r.append_served) / evaluated,
+        );
+    }
+    if let (Some(first), Some(last)) = (rows.first(), rows.last()) {
+        println!(
+            "rotation at {} routes / at {}: p50 {:.2}x, p99 {:.2}x; with scrapes, p50 {:.2}x",
+            last.routes,
+            first.routes,
+            p(&last.rotations, 50.0) / p(&first.rotations, 50.0),
+            p(&last.rotations, 99.0) / p(&first.rotations, 99.0),
+            p(&last.rotations_scraped, 50.0) / p(&first.rotations, 50.0),
+        );
+    }
+    println!(
+        "rotation: from the AtomicWriter swap to the first handshake presenting the new certificate, \
+         {rotations} swaps of hosts drawn from a seed, 50 ms apart; with scrapes: {rotations} more while \
+         /metrics is fetched back to back; append: from the workspace with one more route renamed \
+         into place to that host's first handshake; evaluation: the agent's own, of that workspace \
+         (its log); ratio = append / evaluation"
+    );
 }
 
 /// Starts a contender and waits for it to serve the first certificate.

@@ -75,6 +75,7 @@ pub struct Agent<P, C> {
     /// The routes' status as last published, and which routes must be built again.
     pub(super) routes: imbl::OrdMap<RouteKey, Arc<RouteView>>,
     pub(super) dirty: Dirty,
+    pub(super) churn: Churn,
     /// Why the last pass could not reach sozu.
     pub(super) sozu_error: Option<String>,
     pub(super) last_converged: Option<u64>,
@@ -100,6 +101,43 @@ pub struct Work {
     pub resync: bool,
     /// Only what is shown changed.
     pub publish: bool,
+}
+
+/// Memory handed back after churn. Every renewal allocates a new certificate, its status and its
+/// copies, and frees the old ones; glibc keeps what was freed as part of the process's resident
+/// memory, spread over its heaps, so a sidecar that renews a thousand certificates would grow by
+/// megabytes and stay there. Once churn has quietened down, the freed pages are returned.
+#[derive(Debug, Default)]
+pub struct Churn {
+    /// Pairs taken in and requests sent since the last trim.
+    since_trim: usize,
+    pub trim_at: Option<Instant>,
+}
+
+/// How much churn is worth a trim (a trim costs about a millisecond on a small heap).
+const CHURN_TRIM_MIN: usize = 64;
+/// How long churn must have stopped before the trim: a mass renewal trims once, at its end.
+const CHURN_QUIET: Duration = Duration::from_secs(2);
+
+impl Churn {
+    pub fn add(&mut self, n: usize) {
+        self.since_trim += n;
+        if self.since_trim >= CHURN_TRIM_MIN {
+            self.trim_at = Some(Instant::now() + CHURN_QUIET);
+        }
+    }
+
+    pub fn trim(&mut self) {
+        let started = std::time::Instant::now();
+        crate::memory::release_freed_memory();
+        tracing::debug!(
+            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+            churn = self.since_trim,
+            "freed memory returned after churn"
+        );
+        self.since_trim = 0;
+        self.trim_at = None;
+    }
 }
 
 impl Work {
@@ -147,6 +185,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             model: None,
             routes: imbl::OrdMap::new(),
             dirty: Dirty::default(),
+            churn: Churn::default(),
             sozu_error: None,
             last_converged: None,
             status,
@@ -209,6 +248,10 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 _ = tokio::time::sleep_until(expiry_at.unwrap_or(never)), if expiry_at.is_some() => {
                     work.publish = true;
                 }
+                _ = tokio::time::sleep_until(self.churn.trim_at.unwrap_or(never)),
+                    if self.churn.trim_at.is_some() => {
+                    self.churn.trim();
+                }
             }
             if retry_at.is_some() {
                 continue;
@@ -259,6 +302,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 work.publish = true;
             }
             Fact::Pairs(pairs) => {
+                self.churn.add(pairs.len());
                 for (host, read) in pairs {
                     match self.certs.absorb(&host, read, &mut self.counters) {
                         PairChange::Serve => {

@@ -55,10 +55,11 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         self.publish();
         step_took(started, "status published");
         // Last, once readiness is published: returning pages is not worth a later /readyz.
-        if self.counters.sozu_requests - sent_before >= BULK_REQUESTS {
-            let started = Instant::now();
-            crate::memory::release_freed_memory();
-            step_took(started, "freed memory returned");
+        let sent = self.counters.sozu_requests - sent_before;
+        if sent >= BULK_REQUESTS {
+            self.churn.trim();
+        } else {
+            self.churn.add(usize::try_from(sent).unwrap_or(usize::MAX));
         }
         PassOutcome::Done
     }

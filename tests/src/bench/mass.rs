@@ -38,6 +38,25 @@ pub struct MassOutcome {
     pub counters: String,
     /// inotify watches the agent holds, and the limits they count against.
     pub inotify: String,
+    /// The agent's resident memory at rest (after [`REST`] idle), in MiB: after its start, and
+    /// after the renewal.
+    pub rss_started: f64,
+    pub rss_renewed: f64,
+}
+
+/// How long the agent is left alone before its memory at rest is read.
+pub const REST: Duration = Duration::from_secs(10);
+
+/// The resident memory of `pid` now (`VmRSS:`), in MiB.
+pub fn rss_mib(pid: Option<u32>) -> f64 {
+    pid.and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
 pub fn host(i: usize) -> String {
@@ -67,6 +86,8 @@ pub fn run(firsts: &[Pair], renewed: &[Pair], timeout: Duration) -> Result<MassO
         }
     }
     let inotify = inotify_report(ours.stack.agent_pid());
+    std::thread::sleep(REST);
+    let rss_started = rss_mib(ours.stack.agent_pid());
 
     let renamed: Arc<Vec<OnceLock<Instant>>> = Arc::new((0..n).map(|_| OnceLock::new()).collect());
     let written = Arc::new(AtomicUsize::new(0));
@@ -119,6 +140,8 @@ pub fn run(firsts: &[Pair], renewed: &[Pair], timeout: Duration) -> Result<MassO
     }
     let sweep = sweep_start.elapsed();
     let passes = super::ours::split(&ours.stack.agent_logs());
+    std::thread::sleep(REST);
+    let rss_renewed = rss_mib(ours.stack.agent_pid());
     drop(ours);
     Ok(MassOutcome {
         hosts: n,
@@ -133,6 +156,8 @@ pub fn run(firsts: &[Pair], renewed: &[Pair], timeout: Duration) -> Result<MassO
         passes,
         counters,
         inotify,
+        rss_started,
+        rss_renewed,
     })
 }
 

@@ -28,6 +28,7 @@ pub mod nginx;
 pub mod ours;
 pub mod process;
 pub mod report;
+pub mod scale;
 pub mod watcher;
 pub mod workload;
 

@@ -163,6 +163,23 @@ pub fn split(agent_log: &str) -> Vec<(String, f64, usize)> {
         .collect()
 }
 
+/// Every `elapsed_ms` the agent logged with `message`, in order.
+pub fn split_lines(agent_log: &str, message: &str) -> Vec<f64> {
+    agent_log
+        .lines()
+        .map(strip_ansi)
+        .filter(|l| l.contains(message))
+        .filter_map(|l| {
+            l.split_once("elapsed_ms=")?
+                .1
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
 fn strip_ansi(line: &str) -> String {
     let mut out = String::with_capacity(line.len());
     let mut chars = line.chars();

@@ -1,0 +1,205 @@
+//! Rotation at scale (ours only): the agent serving `n` routes, each with its own certificate,
+//! then single rotations of hosts drawn from a seed, each timed from the AtomicWriter swap to the
+//! first handshake presenting the new certificate (idle, then with `/metrics` scraped back to back
+//! beside them), and one route appended to the workspace, timed to its first handshake beside the
+//! agent's own evaluation of that workspace.
+//!
+//! Run at 10, 1,000 and 10,000 routes in one process, the figures of each size are measured on
+//! the machine in the same state: the ratios between sizes are what the bench is for.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use super::ours::{self, Ours};
+use super::workload::{handshake, Pair};
+use crate::live::{atomic_write, Backend, RouteSpec};
+
+pub struct ScaleOutcome {
+    pub routes: usize,
+    /// From starting the agent to `/readyz`.
+    pub cold_start: Duration,
+    /// The agent's resident memory after the start and 10 s idle, in MiB.
+    pub rss_rest: f64,
+    pub rotations: Vec<Duration>,
+    /// Rotations while `/metrics` is scraped back to back.
+    pub rotations_scraped: Vec<Duration>,
+    /// Each scrape's duration, and the size of the last.
+    pub scrapes: Vec<Duration>,
+    pub scrape_bytes: usize,
+    /// From the workspace with one more route renamed into place to its host's first handshake.
+    pub append_served: Duration,
+    /// The agent's own evaluation of that workspace (its debug log).
+    pub append_evaluated: Option<Duration>,
+}
+
+pub fn host(i: usize) -> String {
+    format!("s{i}.in.example.org")
+}
+
+/// xorshift64*, for the hosts to rotate.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n as u64) as usize
+    }
+}
+
+pub fn run(n: usize, rotations: usize, seed: u64) -> Result<ScaleOutcome, String> {
+    let backend = Backend::start("app");
+    let firsts: Vec<Pair> = (0..n).map(|i| Pair::new(&host(i))).collect();
+    let mut rng = Rng(seed.max(1));
+    let renewals: Vec<(usize, Pair)> = (0..2 * rotations)
+        .map(|_| {
+            let i = rng.below(n);
+            (i, Pair::new(&host(i)))
+        })
+        .collect();
+    let appended = Pair::new(&host(n));
+    let hosts: Vec<(String, &Pair)> = firsts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (host(i), p))
+        .collect();
+
+    let started = Instant::now();
+    let ours = ours::serve(
+        &hosts,
+        backend.address,
+        "warn,private_ingress::sources::workspace=debug",
+    )?;
+    let cold_start = started.elapsed();
+    std::thread::sleep(super::mass::REST);
+    let rss_rest = super::mass::rss_mib(ours.stack.agent_pid());
+    let https = ours.stack.https;
+
+    let (idle, scraped) = renewals.split_at(rotations);
+    let rotations = rotate(&ours, https, idle)?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let scraper = {
+        let (stop, admin) = (stop.clone(), ours.stack.admin);
+        std::thread::spawn(move || {
+            let mut took = Vec::new();
+            let mut bytes = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = Instant::now();
+                let body = ureq::get(&format!("http://{admin}/metrics"))
+                    .call()
+                    .and_then(|mut r| r.body_mut().read_to_string());
+                took.push(t.elapsed());
+                bytes = body.map_or(0, |b| b.len());
+            }
+            (took, bytes)
+        })
+    };
+    let rotations_scraped = rotate(&ours, https, scraped);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (scrapes, scrape_bytes) = scraper.join().map_err(|_| "the scraper panicked")?;
+    let rotations_scraped = rotations_scraped?;
+
+    // One more route: its certificate first, then the workspace, renamed into place as a
+    // ConfigMap update is (written in place, a half-written file would be evaluated first).
+    atomic_write(
+        &ours.certs.path().join(host(n)),
+        &appended.crt,
+        &appended.key,
+        0,
+    );
+    let mut routes: Vec<RouteSpec> = (0..=n)
+        .map(|i| RouteSpec {
+            host: host(i),
+            upstream: backend.address.ip().to_string(),
+            port: Some(backend.address.port()),
+        })
+        .collect();
+    routes.sort_by(|a, b| a.host.cmp(&b.host));
+    let current = std::fs::read_to_string(ours.stack.workspace_path())
+        .map_err(|e| format!("the workspace: {e}"))?;
+    let tls_dir = current
+        .lines()
+        .find(|l| l.trim_start().starts_with("tls_dir"))
+        .ok_or("the workspace names no tls_dir")?
+        .to_owned();
+    let mut text = ours.stack.workspace_text(&routes);
+    if let Some(line) = text.lines().find(|l| l.trim_start().starts_with("tls_dir")) {
+        text = text.replace(line, &tls_dir);
+    }
+    let evaluations_before = evaluations(&ours.stack.agent_logs()).len();
+    let staged = ours.stack.workspace_path().with_extension("next");
+    std::fs::write(&staged, text).map_err(|e| format!("write the workspace: {e}"))?;
+    let renamed = Instant::now();
+    std::fs::rename(&staged, ours.stack.workspace_path())
+        .map_err(|e| format!("rename the workspace: {e}"))?;
+    let deadline = renamed + Duration::from_secs(60);
+    loop {
+        if let Ok((fp, done)) = handshake(https, &host(n)) {
+            if fp == appended.fingerprint {
+                let append_served = done.duration_since(renamed);
+                let append_evaluated = evaluations(&ours.stack.agent_logs())
+                    .get(evaluations_before)
+                    .copied();
+                return Ok(ScaleOutcome {
+                    routes: n,
+                    cold_start,
+                    rss_rest,
+                    rotations,
+                    rotations_scraped,
+                    scrapes,
+                    scrape_bytes,
+                    append_served,
+                    append_evaluated,
+                });
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the appended route was not served: {}",
+                ours.stack.logs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Swaps each host's pair in turn; for each, the time to the first handshake presenting it.
+fn rotate(
+    ours: &Ours,
+    https: SocketAddr,
+    renewals: &[(usize, Pair)],
+) -> Result<Vec<Duration>, String> {
+    let mut generation = 0;
+    let mut latencies = Vec::new();
+    for (i, pair) in renewals {
+        generation += 1;
+        let dir = ours.certs.path().join(host(*i));
+        let swapped = Instant::now();
+        atomic_write(&dir, &pair.crt, &pair.key, generation);
+        let deadline = swapped + Duration::from_secs(10);
+        loop {
+            match handshake(https, &host(*i)) {
+                Ok((fp, done)) if fp == pair.fingerprint => {
+                    latencies.push(done.duration_since(swapped));
+                    break;
+                }
+                _ if Instant::now() > deadline => {
+                    return Err(format!("{} not rotated after 10 s", host(*i)));
+                }
+                _ => {}
+            }
+        }
+        // Apart, so that each rotation is measured alone.
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(latencies)
+}
+
+/// Every "workspace evaluated" time in the agent's log, in order.
+fn evaluations(log: &str) -> Vec<Duration> {
+    ours::split_lines(log, "workspace evaluated")
+        .into_iter()
+        .map(|ms| Duration::from_secs_f64(ms / 1e3))
+        .collect()
+}
