@@ -16,6 +16,8 @@
 //! own certificate; single rotations of random hosts, idle and with `/metrics` scraped back to
 //! back beside them; one route appended. One table, with the ratios of each size to the first.
 //!
+//! With `--hops`: where each rotation's time goes, hop by hop (see `bench::hops`).
+//!
 //!     cargo bench -p private-ingress-tests --bench rotation [-- --rotations 100 --hosts 1000]
 //!     cargo bench -p private-ingress-tests --bench rotation -- 10 1000 10000 [--rotations 30]
 //!     bench/run-peers [--rotations 100] [--rounds 5] [--out DIR]
@@ -30,13 +32,14 @@ use private_ingress_tests::bench::workload::{
     self, percentile, wait_serving, Load, Outcome, Workload,
 };
 use private_ingress_tests::bench::{
-    contenders, mass, ours, scale, Contender, Start, System, HOST, START_TIMEOUT,
+    contenders, hops, mass, ours, scale, Contender, Start, System, HOST, START_TIMEOUT,
 };
 use private_ingress_tests::live::Backend;
 
 struct Args {
     peers: bool,
     baseline: bool,
+    hops: bool,
     sizes: Vec<usize>,
     rotations: usize,
     rounds: usize,
@@ -49,6 +52,7 @@ fn args() -> Args {
     let mut args = Args {
         peers: false,
         baseline: false,
+        hops: false,
         sizes: Vec::new(),
         rotations: 100,
         rounds: 5,
@@ -62,6 +66,7 @@ fn args() -> Args {
         match arg.as_str() {
             "--peers" => args.peers = true,
             "--baseline" => args.baseline = true,
+            "--hops" => args.hops = true,
             "--rotations" => args.rotations = value("--rotations").parse().expect("--rotations N"),
             "--hosts" => args.hosts = value("--hosts").parse().expect("--hosts N"),
             "--rounds" => args.rounds = value("--rounds").parse().expect("--rounds N"),
@@ -76,7 +81,7 @@ fn args() -> Args {
                 args.sizes.push(size.parse().unwrap_or_default());
             }
             other => panic!(
-                "unknown argument {other}; use --peers, --baseline, --rotations N, --rounds N, --hosts N, --after-switch-ms N, --out DIR"
+                "unknown argument {other}; use sizes, --peers, --baseline, --hops, --rotations N, --rounds N, --hosts N, --after-switch-ms N, --out DIR"
             ),
         }
     }
@@ -105,7 +110,9 @@ fn main() {
         pairs.len(),
         started.elapsed()
     );
-    if !args.sizes.is_empty() {
+    if args.hops {
+        hops(&args, &pairs);
+    } else if !args.sizes.is_empty() {
         sizes(&args);
     } else if args.baseline {
         let contenders = vec![
@@ -227,6 +234,37 @@ fn ours(args: &Args, pairs: &[workload::Pair]) {
         m.rss_started,
         m.rss_renewed,
         (m.rss_renewed / m.rss_started - 1.0) * 100.0
+    );
+}
+
+/// Hop by hop, idle (see `bench::hops`).
+fn hops(args: &Args, pairs: &[workload::Pair]) {
+    let outcome = hops::run(pairs, args.rotations).unwrap_or_else(|e| panic!("{e}"));
+    let ms = |d: Option<Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3);
+    println!(
+        "{} rotations timed hop by hop ({} with a timestamp missing)",
+        outcome.totals.len(),
+        outcome.incomplete
+    );
+    println!(
+        "{:>16}  {:>8}  {:>8}  {:>8}",
+        "hop", "p50 ms", "p90 ms", "max ms"
+    );
+    for (name, samples) in hops::HOPS.iter().zip(&outcome.hops) {
+        println!(
+            "{:>16}  {:>8.3}  {:>8.3}  {:>8.3}",
+            name,
+            ms(percentile(samples, 50.0)),
+            ms(percentile(samples, 90.0)),
+            ms(percentile(samples, 100.0))
+        );
+    }
+    println!(
+        "{:>16}  {:>8.3}  {:>8.3}  {:>8.3}",
+        "rename → served",
+        ms(percentile(&outcome.totals, 50.0)),
+        ms(percentile(&outcome.totals, 90.0)),
+        ms(percentile(&outcome.totals, 100.0))
     );
 }
 

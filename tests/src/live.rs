@@ -537,6 +537,15 @@ impl Stack {
         }
     }
 
+    /// sozu's log level from its next start (`info` by default; `debug` logs each request its
+    /// worker applies, with a timestamp).
+    pub fn set_sozu_log_level(&self, level: &str) {
+        let path = self.dir.path().join("sozu.toml");
+        let config = std::fs::read_to_string(&path).expect("read sozu.toml");
+        let config = config.replace("log_level = \"info\"", &format!("log_level = \"{level}\""));
+        std::fs::write(&path, config).expect("write sozu.toml");
+    }
+
     pub fn tls_dir(&self) -> PathBuf {
         self.dir.path().join("tls")
     }
@@ -888,7 +897,8 @@ impl Drop for Stack {
 /// A certificate pair written the way cert-manager's CSI driver and kubelet Secret volumes
 /// write it ([`crate::kubelet::volumes::atomic_write`]): the key first here, as the writer's
 /// order is undefined.
-pub fn atomic_write(dir: &Path, crt: &str, key: &str, generation: u32) {
+/// Returns when the `..data` link was renamed into place: the moment a watcher can see the swap.
+pub fn atomic_write(dir: &Path, crt: &str, key: &str, generation: u32) -> std::time::SystemTime {
     crate::kubelet::volumes::atomic_write(
         dir,
         &[
@@ -897,7 +907,7 @@ pub fn atomic_write(dir: &Path, crt: &str, key: &str, generation: u32) {
         ],
         None,
         generation,
-    );
+    )
 }
 
 /// The SHA-256 fingerprint (lower-case hex) of the first certificate in `pem`.

@@ -226,6 +226,10 @@ impl Reader {
 
     /// Does `todo`; returns false once nobody listens.
     fn work(&mut self, mut todo: Todo) -> bool {
+        if !todo.hosts.is_empty() {
+            // The moment a change was taken up: the first hop of a rotation's timing.
+            tracing::debug!(hosts = todo.hosts.len(), "pair changes seen");
+        }
         if let Some(workspace) = todo.workspace.take() {
             let new = self.follow(workspace.as_deref());
             todo.hosts.extend(new);

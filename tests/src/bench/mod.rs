@@ -23,6 +23,7 @@ use process::Group;
 
 pub mod envoy;
 pub mod haproxy;
+pub mod hops;
 pub mod mass;
 pub mod nginx;
 pub mod ours;

@@ -62,6 +62,7 @@ pub fn baseline_start(start: &Start) -> Result<Box<dyn System>, String> {
         &[(super::HOST.to_owned(), start.first)],
         start.backend.address,
         "warn",
+        None,
     )?;
     Ok(Box::new(ours))
 }
@@ -71,7 +72,7 @@ pub fn baseline_start(start: &Start) -> Result<Box<dyn System>, String> {
 /// answers. `log` is the agent's `RUST_LOG`: warnings only when measuring (it logs every rotation
 /// at info level), its debug timings for [`split`]. Also used by the mass renewal.
 pub fn serve(hosts: &[(String, &Pair)], backend: SocketAddr, log: &str) -> Result<Ours, String> {
-    serve_with(None, hosts, backend, log)
+    serve_with(None, hosts, backend, log, None)
 }
 
 /// [`serve`] with the agent binary `bin` (this build's when `None`).
@@ -80,8 +81,12 @@ pub fn serve_with(
     hosts: &[(String, &Pair)],
     backend: SocketAddr,
     log: &str,
+    sozu_log: Option<&str>,
 ) -> Result<Ours, String> {
     let mut stack = Stack::new();
+    if let Some(level) = sozu_log {
+        stack.set_sozu_log_level(level);
+    }
     let certs = cert_root();
     let routes: Vec<RouteSpec> = hosts
         .iter()

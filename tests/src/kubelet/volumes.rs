@@ -267,7 +267,7 @@ pub fn atomic_write(
     files: &[(String, Vec<u8>, u32)],
     group: Option<u32>,
     generation: u32,
-) {
+) -> std::time::SystemTime {
     std::fs::create_dir_all(dir).expect("create the volume directory");
     chown_group(dir, group);
     let stamp = format!("..2026_11_30_00_00_{:02}.{generation}", generation % 60);
@@ -290,6 +290,7 @@ pub fn atomic_write(
     let old = std::fs::read_link(dir.join("..data")).ok();
     std::os::unix::fs::symlink(&stamp, dir.join("..data_tmp")).expect("link ..data_tmp");
     std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).expect("swap ..data");
+    let renamed = std::time::SystemTime::now();
     let top: std::collections::BTreeSet<&str> = files
         .iter()
         .map(|(path, _, _)| path.split('/').next().unwrap_or(path))
@@ -303,4 +304,5 @@ pub fn atomic_write(
     if let Some(old) = old {
         std::fs::remove_dir_all(dir.join(old)).expect("remove the previous payload");
     }
+    renamed
 }
