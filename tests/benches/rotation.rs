@@ -16,7 +16,8 @@
 //! own certificate; single rotations of random hosts, idle and with `/metrics` scraped back to
 //! back beside them; one route appended. One table, with the ratios of each size to the first.
 //!
-//! With `--hops`: where each rotation's time goes, hop by hop (see `bench::hops`).
+//! With `--hops`: where each rotation's time goes, hop by hop (see `bench::hops`), at one route
+//! or at each size given (`--hops 10 10000`).
 //!
 //!     cargo bench -p private-ingress-tests --bench rotation [-- --rotations 100 --hosts 1000]
 //!     cargo bench -p private-ingress-tests --bench rotation -- 10 1000 10000 [--rotations 30]
@@ -237,12 +238,23 @@ fn ours(args: &Args, pairs: &[workload::Pair]) {
     );
 }
 
-/// Hop by hop, idle (see `bench::hops`).
+/// Hop by hop, idle (see `bench::hops`): at one route, or at each size given (`--hops 10 10000`).
 fn hops(args: &Args, pairs: &[workload::Pair]) {
-    let outcome = hops::run(pairs, args.rotations).unwrap_or_else(|e| panic!("{e}"));
+    let sizes = if args.sizes.is_empty() {
+        vec![1]
+    } else {
+        args.sizes.clone()
+    };
+    for routes in sizes {
+        hops_at(args, pairs, routes);
+    }
+}
+
+fn hops_at(args: &Args, pairs: &[workload::Pair], routes: usize) {
+    let outcome = hops::run(pairs, args.rotations, routes).unwrap_or_else(|e| panic!("{e}"));
     let ms = |d: Option<Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3);
     println!(
-        "{} rotations timed hop by hop ({} with a timestamp missing)",
+        "\n{routes} route(s): {} rotations timed hop by hop ({} with a timestamp missing)",
         outcome.totals.len(),
         outcome.incomplete
     );

@@ -2,6 +2,8 @@
 //! several connections, which sozu serves concurrently: a cold start of a thousand routes is bound
 //! by round trips, not by work. Phases go strictly in order.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use crate::plan::{depends_on, phase, Op, Outcome};
 
 /// Why sending a request failed.
@@ -45,37 +47,45 @@ pub fn send_in_phases(
                 todo.push(i);
             }
         }
-        let stop = std::sync::atomic::AtomicBool::new(false);
-        let results: Vec<(usize, Outcome)> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..lanes.min(todo.len().max(1)))
-                .map(|lane| {
-                    let (todo, send, stop, lanes) = (&todo, &send, &stop, lanes);
-                    scope.spawn(move || {
-                        let mut done = Vec::new();
-                        for &i in todo.iter().skip(lane).step_by(lanes) {
-                            if stop.load(std::sync::atomic::Ordering::Relaxed) {
-                                done.push((i, Outcome::NotSent("connection lost".into())));
-                                continue;
-                            }
-                            let outcome = match send(lane, &ops[i]) {
-                                Ok(()) => Outcome::Applied,
-                                Err(SendError::Refused(reason)) => Outcome::Refused(reason),
-                                Err(SendError::Broken(reason)) => {
-                                    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-                                    Outcome::NotSent(reason)
-                                }
-                            };
-                            done.push((i, outcome));
-                        }
-                        done
+        let stop = AtomicBool::new(false);
+        let used = lanes.min(todo.len().max(1));
+        let run_lane = |lane: usize| {
+            let mut done = Vec::new();
+            for &i in todo.iter().skip(lane).step_by(used) {
+                if stop.load(Ordering::Relaxed) {
+                    done.push((i, Outcome::NotSent("connection lost".into())));
+                    continue;
+                }
+                let outcome = match send(lane, &ops[i]) {
+                    Ok(()) => Outcome::Applied,
+                    Err(SendError::Refused(reason)) => Outcome::Refused(reason),
+                    Err(SendError::Broken(reason)) => {
+                        stop.store(true, Ordering::Relaxed);
+                        Outcome::NotSent(reason)
+                    }
+                };
+                done.push((i, outcome));
+            }
+            done
+        };
+        // One lane's worth (a rotation is one request) goes on this thread: starting and joining
+        // a thread would be most of the agent's own share of the rotation.
+        let results: Vec<(usize, Outcome)> = if used == 1 {
+            run_lane(0)
+        } else {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..used)
+                    .map(|lane| {
+                        let run_lane = &run_lane;
+                        scope.spawn(move || run_lane(lane))
                     })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap_or_default())
-                .collect()
-        });
+                    .collect();
+                handles
+                    .into_iter()
+                    .flat_map(|h| h.join().unwrap_or_default())
+                    .collect()
+            })
+        };
         for (i, outcome) in results {
             match &outcome {
                 Outcome::Refused(_) => refused.push(i),

@@ -39,11 +39,23 @@ pub struct HopsOutcome {
     pub incomplete: usize,
 }
 
-pub fn run(pairs: &[Pair], rotations: usize) -> Result<HopsOutcome, String> {
+/// `routes` in all: the rotated host and as many others as it takes, each with a certificate of
+/// its own, so that the same hops can be compared between a small and a large workspace.
+pub fn run(pairs: &[Pair], rotations: usize, routes: usize) -> Result<HopsOutcome, String> {
     let backend = Backend::start("app");
+    let others: Vec<(String, Pair)> = (1..routes.max(1))
+        .map(|i| {
+            let host = super::scale::host(i);
+            let pair = Pair::new(&host);
+            (host, pair)
+        })
+        .collect();
+    let hosts: Vec<(String, &Pair)> = std::iter::once((HOST.to_owned(), &pairs[0]))
+        .chain(others.iter().map(|(h, p)| (h.clone(), p)))
+        .collect();
     let ours = super::ours::serve_with(
         None,
-        &[(HOST.to_owned(), &pairs[0])],
+        &hosts,
         backend.address,
         "warn,private_ingress=debug",
         Some("debug"),
