@@ -141,7 +141,7 @@ impl RouteMetrics {
 /// The whole exposition: the agent's own figures, every route's lines, every upstream name's.
 pub fn render(snapshot: &Snapshot, counters: &Counters, dns: &[DnsNameStatus]) -> String {
     let routes = snapshot.routes.len();
-    let mut out = String::with_capacity(4096 + routes * 600);
+    let mut out = String::with_capacity(4096 + routes * 1024);
     let head = &snapshot.head;
     gauge(
         &mut out,
