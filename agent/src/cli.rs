@@ -25,8 +25,8 @@ pub enum Command {
         #[command(flatten)]
         eval: EvalArgs,
     },
-    /// Render a workspace: its normalised model, a sozu configuration, Kubernetes manifests or
-    /// DNS records.
+    /// Render a workspace: its normalised model, a sozu configuration, Kubernetes manifests, DNS
+    /// records or alert rules.
     Render {
         /// The workspace file (.ncl, or plain .json/.yaml/.toml data).
         workspace: PathBuf,
@@ -43,6 +43,11 @@ pub enum Command {
             default_value = "/var/run/sozu/sozu.sock"
         )]
         sozu_socket: PathBuf,
+        /// prometheus-rules, k8s: multiply every alert's `for:` by this factor (at least 1 s
+        /// each). 1 in production; a small factor makes alerts fire in seconds, for a test or a
+        /// staging Prometheus.
+        #[arg(long, default_value_t = 1.0, value_parser = for_scale)]
+        alert_for_scale: f64,
         #[command(flatten)]
         eval: EvalArgs,
     },
@@ -139,6 +144,9 @@ pub enum Format {
     K8s,
     /// The split-horizon DNS records: one A/AAAA record per route host → `lb_ip`.
     Dns,
+    /// Prometheus alert rules on the agent's `/metrics` (a rules file; runbook in
+    /// docs/operations.md).
+    PrometheusRules,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -158,6 +166,13 @@ impl EvalArgs {
             timeout: Duration::from_secs_f64(self.eval_timeout),
             memory_bytes: self.eval_memory_mib.saturating_mul(1 << 20),
         }
+    }
+}
+
+fn for_scale(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 100.0 => Ok(v),
+        _ => Err(format!("`{s}` is not a factor above 0 and at most 100")),
     }
 }
 

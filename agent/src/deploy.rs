@@ -37,11 +37,14 @@ use serde::{Serialize, Serializer};
 use serde_json::{json, Value};
 use sha2::Digest;
 
+use crate::alerts::AlertSettings;
 use crate::render::{self, RenderError, SozuSettings};
 use crate::workspace::{ContainerResources, Dns01, TlsRotation, Upstream, Workspace};
 
 /// Name of every object, and the `app.kubernetes.io/name` label that selects the pods.
 const APP: &str = "private-ingress";
+/// The Grafana dashboard over the agent's `/metrics`, as Grafana imports it.
+pub const DASHBOARD: &str = include_str!("../../deploy/grafana-dashboard.json");
 /// The user and group both containers run as: the `nonroot` user of distroless images. sozu
 /// creates its control socket with mode 0600, so the agent must be the same user to open it.
 const RUN_AS: u32 = 65532;
@@ -303,10 +306,15 @@ fn common_dir<'a>(mut paths: impl Iterator<Item = &'a PathBuf>) -> PathBuf {
 
 /// The Kubernetes manifests of the workspace, as one multi-document YAML stream in apply order:
 /// Namespace, ServiceAccount, ConfigMap, Certificates (`'reloader`), the ACME state's
-/// PersistentVolumeClaim (`'sozu_managed`), Services, ServiceMonitor (when asked for),
-/// Deployment, PodDisruptionBudget. Object keys are sorted, like `kubectl get -o yaml` prints
-/// them.
-pub fn k8s(workspace: &Workspace, files: &WorkspaceFiles) -> Result<String, DeployError> {
+/// PersistentVolumeClaim (`'sozu_managed`), Services, ServiceMonitor, PrometheusRule and the
+/// Grafana dashboard's ConfigMap (each when asked for), NetworkPolicy, Deployment,
+/// PodDisruptionBudget. Object keys are sorted, like `kubectl get -o yaml` prints them. `alerts`
+/// renders the PrometheusRule's rules.
+pub fn k8s(
+    workspace: &Workspace,
+    files: &WorkspaceFiles,
+    alerts: &AlertSettings,
+) -> Result<String, DeployError> {
     for (name, address) in [
         ("https", workspace.listeners.https),
         ("http", workspace.listeners.http),
@@ -335,6 +343,12 @@ pub fn k8s(workspace: &Workspace, files: &WorkspaceFiles) -> Result<String, Depl
     if workspace.deploy.service_monitor {
         docs.push(metrics_service(workspace));
         docs.push(service_monitor(workspace));
+    }
+    if workspace.deploy.prometheus_rule {
+        docs.push(prometheus_rule(workspace, alerts));
+    }
+    if workspace.deploy.grafana_dashboard {
+        docs.push(grafana_dashboard(workspace));
     }
     docs.push(network_policy(workspace));
     docs.push(deployment(workspace, &pod, acme.as_ref()));
@@ -713,6 +727,30 @@ fn service_monitor(workspace: &Workspace) -> Value {
             "selector": { "matchLabels": metrics_labels() },
             "endpoints": [{ "port": "admin", "path": "/metrics" }],
         },
+    })
+}
+
+/// The alert rules of [`crate::alerts`], for a prometheus-operator Prometheus to load.
+fn prometheus_rule(workspace: &Workspace, alerts: &AlertSettings) -> Value {
+    json!({
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": metadata(workspace, APP),
+        "spec": crate::alerts::groups(alerts),
+    })
+}
+
+/// The Grafana dashboard (`deploy/grafana-dashboard.json`), in a ConfigMap carrying the label
+/// Grafana's dashboard sidecar looks for (`grafana_dashboard: "1"`, the Grafana and
+/// kube-prometheus-stack charts' default).
+fn grafana_dashboard(workspace: &Workspace) -> Value {
+    let mut metadata = metadata(workspace, &format!("{APP}-dashboard"));
+    metadata["labels"]["grafana_dashboard"] = json!("1");
+    json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata,
+        "data": { format!("{APP}.json"): DASHBOARD },
     })
 }
 

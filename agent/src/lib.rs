@@ -6,7 +6,7 @@
 //! - [`desired`] maps it to sozu's vocabulary ([`state`]), the one mapping both outputs share;
 //!   [`plan`] turns the difference between that and what sozu holds into requests. Both pure;
 //! - [`render`] and [`deploy`] write files from the model (a sozu configuration, Kubernetes
-//!   manifests, DNS records);
+//!   manifests, DNS records); [`alerts`] holds the alert rules on the agent's metrics;
 //! - the live agent: [`sources`] fetch the slow inputs (the workspace, DNS answers, certificate
 //!   pairs through [`certs`], sozu's socket) in tasks of their own; [`reconcile`] decides and
 //!   applies through [`sozu`], the only code that talks to sozu's socket; [`api`] serves what
@@ -16,6 +16,7 @@
 #![deny(unsafe_code)]
 
 pub mod acme;
+pub mod alerts;
 pub mod api;
 pub mod certs;
 pub mod cli;

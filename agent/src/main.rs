@@ -4,6 +4,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Parser;
 
+use private_ingress::alerts::{self, AlertSettings};
 use private_ingress::cli::{Cli, Command, EvalArgs, Format};
 use private_ingress::contract::{ContractError, SCHEMA};
 use private_ingress::deploy;
@@ -56,14 +57,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             format,
             output,
             sozu_socket,
+            alert_for_scale,
             eval,
         } => {
             let ws = match load(&workspace, &eval)? {
                 Ok(ws) => ws,
                 Err(code) => return Ok(code),
             };
+            let alerts = AlertSettings {
+                for_scale: alert_for_scale,
+            };
             let text = match format {
                 Format::Json => render::json(&ws)?,
+                Format::PrometheusRules => alerts::rules_file(&alerts)?,
                 Format::SozuToml => {
                     let settings = SozuSettings {
                         command_socket: sozu_socket,
@@ -74,7 +80,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Format::K8s | Format::Dns => {
                     let rendered = if format == Format::K8s {
                         deploy::WorkspaceFiles::read(&workspace)
-                            .and_then(|files| deploy::k8s(&ws, &files))
+                            .and_then(|files| deploy::k8s(&ws, &files, &alerts))
                     } else {
                         deploy::dns(&ws)
                     };

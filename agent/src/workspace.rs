@@ -83,6 +83,8 @@ pub struct RawDeploy {
     pub replicas: f64,
     pub resources: PodResources,
     pub service_monitor: bool,
+    pub prometheus_rule: bool,
+    pub grafana_dashboard: bool,
     /// Floats for the same reason as `replicas`.
     pub pre_stop_seconds: f64,
     pub termination_grace_period_seconds: f64,
@@ -221,6 +223,10 @@ pub struct Deploy {
     pub resources: PodResources,
     /// A prometheus-operator ServiceMonitor instead of `prometheus.io/*` scrape annotations.
     pub service_monitor: bool,
+    /// A prometheus-operator PrometheusRule with the agent's alert rules.
+    pub prometheus_rule: bool,
+    /// A ConfigMap holding the Grafana dashboard, labelled for Grafana's dashboard sidecar.
+    pub grafana_dashboard: bool,
     /// How long sozu keeps accepting once the pod is deleted, before it is asked to stop: the
     /// time the load balancer takes to stop sending it connections.
     pub pre_stop_seconds: u32,
@@ -292,6 +298,8 @@ impl Default for Deploy {
                 },
             },
             service_monitor: false,
+            prometheus_rule: false,
+            grafana_dashboard: false,
             pre_stop_seconds: 10,
             termination_grace_period_seconds: 40,
             extra_egress_ports: Vec::new(),
@@ -430,6 +438,8 @@ impl Workspace {
             replicas,
             resources: raw.deploy.resources,
             service_monitor: raw.deploy.service_monitor,
+            prometheus_rule: raw.deploy.prometheus_rule,
+            grafana_dashboard: raw.deploy.grafana_dashboard,
             pre_stop_seconds: seconds("pre_stop_seconds", raw.deploy.pre_stop_seconds)?,
             termination_grace_period_seconds: seconds(
                 "termination_grace_period_seconds",

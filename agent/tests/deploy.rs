@@ -126,7 +126,7 @@ fn every_rendered_manifest_passes_kubernetes_validate_strict() {
     let monitored = workspace_file(
         dir.path(),
         "monitored.ncl",
-        "  lb_ip = \"fd00::6\",\n  allowed_sources = [\"fd00:8::/32\", \"10.8.0.0/16\"],\n  listeners = { https = \"[::]:8443\", http = \"[::]:8080\" },\n  deploy = { service_monitor = true, replicas = 1, namespace = \"edge\", pre_stop_seconds = 0, monitoring = { namespace = \"observability\", pod_labels = { \"app.kubernetes.io/name\" = \"prometheus\" } } },\n",
+        "  lb_ip = \"fd00::6\",\n  allowed_sources = [\"fd00:8::/32\", \"10.8.0.0/16\"],\n  listeners = { https = \"[::]:8443\", http = \"[::]:8080\" },\n  deploy = { service_monitor = true, prometheus_rule = true, grafana_dashboard = true, replicas = 1, namespace = \"edge\", pre_stop_seconds = 0, monitoring = { namespace = \"observability\", pod_labels = { \"app.kubernetes.io/name\" = \"prometheus\" } } },\n",
         &[GRAFANA, PROMETHEUS],
     );
     for workspace in [

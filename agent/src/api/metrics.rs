@@ -11,7 +11,7 @@ use super::{Counters, DnsNameStatus, RouteState, RouteStatus, Snapshot};
 
 /// The families whose lines come from each route: (name, type, help). Host-wide ones are
 /// rendered by a host's first route only.
-const ROUTE_FAMILIES: [(&str, &str, &str); 8] = [
+const ROUTE_FAMILIES: [(&str, &str, &str); 11] = [
     (
         "private_ingress_route_ok",
         "gauge",
@@ -51,6 +51,21 @@ const ROUTE_FAMILIES: [(&str, &str, &str); 8] = [
         "private_ingress_certificate_rotations_total",
         "counter",
         "Certificates replaced in sozu, per host",
+    ),
+    (
+        "private_ingress_certificate_disk_info",
+        "gauge",
+        "The certificate the agent serves for the host once sozu holds it: the last valid pair read from disk, by fingerprint (SHA-256 of the leaf)",
+    ),
+    (
+        "private_ingress_certificate_served_not_before_seconds",
+        "gauge",
+        "Start of validity of the certificate sozu serves for the host, Unix seconds",
+    ),
+    (
+        "private_ingress_certificate_served_not_after_seconds",
+        "gauge",
+        "Expiry of the certificate sozu serves for the host, Unix seconds",
     ),
 ];
 
@@ -103,6 +118,21 @@ impl RouteMetrics {
             }
             let rotations = i64::try_from(c.rotations).unwrap_or(i64::MAX);
             sample(&mut lines[7], ROUTE_FAMILIES[7].0, &host, rotations);
+            // Beside `served_info`, so that an alert compares the two by fingerprint.
+            if let Some(fingerprint) = &c.disk_fingerprint {
+                let labels = [
+                    ("fingerprint", fingerprint.as_str()),
+                    ("host", route.host.as_str()),
+                ];
+                sample(&mut lines[8], ROUTE_FAMILIES[8].0, &labels, 1);
+            }
+            // The served certificate's own lifetime: the expiry alert is relative to it.
+            if let Some(t) = c.served_not_before {
+                sample(&mut lines[9], ROUTE_FAMILIES[9].0, &host, t);
+            }
+            if let Some(t) = c.served_not_after {
+                sample(&mut lines[10], ROUTE_FAMILIES[10].0, &host, t);
+            }
         }
         RouteMetrics(lines)
     }
@@ -111,7 +141,7 @@ impl RouteMetrics {
 /// The whole exposition: the agent's own figures, every route's lines, every upstream name's.
 pub fn render(snapshot: &Snapshot, counters: &Counters, dns: &[DnsNameStatus]) -> String {
     let routes = snapshot.routes.len();
-    let mut out = String::with_capacity(4096 + routes * 600);
+    let mut out = String::with_capacity(4096 + routes * 1024);
     let head = &snapshot.head;
     gauge(
         &mut out,
@@ -301,5 +331,37 @@ mod tests {
         let mut out = String::new();
         sample(&mut out, "m", &[("reason", "a\"b\\c\nd")], 1);
         assert_eq!(out, "m{reason=\"a\\\"b\\\\c\\nd\"} 1\n");
+    }
+
+    /// What the alert rules compare: the on-disk and served fingerprints side by side, and the
+    /// served certificate's lifetime, which may differ from the one on disk.
+    #[test]
+    fn a_host_shows_its_disk_and_served_certificates_apart() {
+        let route = RouteStatus {
+            id: "pi-a".into(),
+            host: "a.in.example.org".into(),
+            certificate: super::super::CertificateStatus {
+                disk_fingerprint: Some("aa".into()),
+                disk_not_before: Some(2_000),
+                disk_not_after: Some(3_000),
+                served_fingerprints: vec!["bb".into()],
+                served_not_before: Some(1_000),
+                served_not_after: Some(2_500),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let lines = RouteMetrics::of(&route, true).0.concat();
+        for line in [
+            "private_ingress_certificate_disk_info{fingerprint=\"aa\",host=\"a.in.example.org\"} 1\n",
+            "private_ingress_certificate_served_info{fingerprint=\"bb\",host=\"a.in.example.org\"} 1\n",
+            "private_ingress_certificate_served_not_before_seconds{host=\"a.in.example.org\"} 1000\n",
+            "private_ingress_certificate_served_not_after_seconds{host=\"a.in.example.org\"} 2500\n",
+            "private_ingress_certificate_not_after_seconds{host=\"a.in.example.org\"} 3000\n",
+        ] {
+            assert!(lines.contains(line), "{line} missing from\n{lines}");
+        }
+        let other = RouteMetrics::of(&route, false).0.concat();
+        assert!(!other.contains("disk_info"), "{other}");
     }
 }

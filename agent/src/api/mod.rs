@@ -103,6 +103,11 @@ pub struct CertificateStatus {
     /// is overdue.
     pub expiring_soon: bool,
     pub served_fingerprints: Vec<String>,
+    /// Validity of the certificate sozu serves (the one expiring first, when sozu serves
+    /// several), Unix seconds; absent when the agent never read it (sozu held it before the
+    /// agent started and the agent has not replaced it).
+    pub served_not_before: Option<i64>,
+    pub served_not_after: Option<i64>,
     pub error: Option<String>,
     /// Why the pair on disk was refused, as a stable name (see `CertError::reason`).
     pub error_reason: Option<String>,

@@ -125,12 +125,16 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             })
             .unwrap_or_default();
         let https = self.workspace.current.as_ref().map(|w| w.listeners.https);
-        let served_fingerprints = shadow
+        let served_fingerprints: Vec<String> = shadow
             .zip(https)
             .and_then(|(shadow, address)| shadow.certificates.get(&address))
             .map(|held| held.named(&route.host).map(|(f, _)| f.to_owned()).collect())
             .unwrap_or_default();
         let disk = self.certs.last_good().get(&route.host);
+        let served_validity = served_fingerprints
+            .iter()
+            .filter_map(|f| self.certs.validity(&route.host, f))
+            .min_by_key(|(_, not_after)| *not_after);
         let dns_error = match &route.upstream {
             Upstream::Dns { name, .. } => self
                 .dns
@@ -180,6 +184,8 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 disk_not_after: disk.map(|c| c.not_after),
                 expiring_soon: disk.is_some_and(|c| self.certs.expiring_soon(c, now)),
                 served_fingerprints,
+                served_not_before: served_validity.map(|v| v.0),
+                served_not_after: served_validity.map(|v| v.1),
                 error: cert_error.map(|(m, _)| m.to_owned()),
                 error_reason: cert_error.map(|(_, r)| r.to_owned()),
                 rotations: rotation.map_or(0, |r| r.0),

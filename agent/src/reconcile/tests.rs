@@ -438,6 +438,45 @@ async fn a_refused_certificate_delays_no_other_host() {
     assert_eq!(h.served(A), [a.fingerprint]);
 }
 
+/// While sozu refuses a renewal, the status gives the validity of the certificate it still
+/// serves, not the renewal's on disk: the expiry alert is about what clients get.
+#[tokio::test(start_paused = true)]
+async fn the_served_validity_is_the_served_certificates_while_a_renewal_is_refused() {
+    let h = start(Settings::default());
+    h.send(workspace(vec![route(A, ip("10.0.0.1:80"))]));
+    let old = h.pair(A, 3);
+    let status = h.until("ready", |s| s.ready).await;
+    let cert = &status.routes[0].certificate;
+    assert_eq!(cert.served_not_before, Some(old.not_before));
+    assert_eq!(cert.served_not_after, Some(old.not_after));
+
+    let renewed = certificate(A, h.clock.now(), 90);
+    h.sozu
+        .0
+        .lock()
+        .unwrap()
+        .refuse
+        .insert(renewed.fingerprint.clone());
+    h.send(Fact::Pairs(vec![(A.into(), Ok(renewed.clone()))]));
+    let status = h
+        .until("the renewal refused", |s| {
+            s.routes[0].last_error.is_some()
+                && s.routes[0].certificate.disk_fingerprint.as_ref() == Some(&renewed.fingerprint)
+        })
+        .await;
+    let cert = &status.routes[0].certificate;
+    assert_eq!(cert.served_fingerprints, [old.fingerprint]);
+    assert_eq!(cert.served_not_after, Some(old.not_after));
+    assert_eq!(cert.disk_not_after, Some(renewed.not_after));
+
+    h.sozu.0.lock().unwrap().refuse.clear();
+    let status = h.until("ready", |s| s.ready).await;
+    assert_eq!(
+        status.routes[0].certificate.served_not_after,
+        Some(renewed.not_after)
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_periodic_resync_reads_every_pair_and_repairs_drift() {
     let h = start(Settings::default());

@@ -91,6 +91,10 @@ pub struct CertTracker {
     /// The last pair of each host that loaded and validated: it keeps serving while the files on
     /// disk are missing, half-written or invalid.
     last_good: BTreeMap<String, Certificate>,
+    /// The validity of each host's previous last good certificate (fingerprint, not before, not
+    /// after): sozu may still serve it while its replacement waits (refused, or not sent yet),
+    /// and the expiry alert needs the served certificate's lifetime, not the one on disk.
+    replaced: BTreeMap<String, (String, i64, i64)>,
     /// The current failure of each host's pair on disk (message, reason), so each is logged and
     /// counted once, and shown until fixed.
     failures: BTreeMap<String, (String, &'static str)>,
@@ -146,6 +150,10 @@ impl CertTracker {
                 }
                 let at = certificate.not_after.saturating_sub(self.warning);
                 if let Some(old) = self.last_good.insert(host.to_owned(), certificate) {
+                    self.replaced.insert(
+                        host.to_owned(),
+                        (old.fingerprint.clone(), old.not_before, old.not_after),
+                    );
                     self.expiry
                         .remove(&(old.not_after.saturating_sub(self.warning), host.to_owned()));
                 }
@@ -178,12 +186,29 @@ impl CertTracker {
     pub fn retain(&mut self, hosts: &BTreeSet<&str>) {
         self.last_good.retain(|h, _| hosts.contains(h.as_str()));
         self.failures.retain(|h, _| hosts.contains(h.as_str()));
+        self.replaced.retain(|h, _| hosts.contains(h.as_str()));
         self.rotations.retain(|h, _| hosts.contains(h.as_str()));
         self.expiry.retain(|(_, h)| hosts.contains(h.as_str()));
     }
 
     pub fn last_good(&self) -> &BTreeMap<String, Certificate> {
         &self.last_good
+    }
+
+    /// The validity (not before, not after, Unix seconds) of the host's certificate of this
+    /// fingerprint, when the agent read it: the last good one or the one it replaced.
+    pub fn validity(&self, host: &str, fingerprint: &str) -> Option<(i64, i64)> {
+        if let Some(c) = self
+            .last_good
+            .get(host)
+            .filter(|c| c.fingerprint == fingerprint)
+        {
+            return Some((c.not_before, c.not_after));
+        }
+        self.replaced
+            .get(host)
+            .filter(|(f, _, _)| f == fingerprint)
+            .map(|(_, from, to)| (*from, *to))
     }
 
     /// Why the host's pair on disk is refused: (message, reason).

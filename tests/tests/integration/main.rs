@@ -24,3 +24,6 @@ mod soak;
 
 /// `tls_rotation = 'sozu_managed`: certificates ordered from pebble over DNS-01 (BIND, Cloudflare).
 mod acme;
+
+/// Alert rules and the Grafana dashboard against a real Prometheus scraping the agent.
+mod alerts;

@@ -1,0 +1,251 @@
+//! Alert rules on the agent's `/metrics`, as data: `render --format prometheus-rules` writes
+//! them as a Prometheus rules file, and `--format k8s` wraps the same groups in a
+//! prometheus-operator PrometheusRule (`deploy.prometheus_rule`).
+//!
+//! The failures the agent exists to prevent are silent ones: a pair on disk refused while the
+//! old certificate keeps serving until it expires, a workspace edit rejected while the last
+//! good one serves, a route waiting for DNS. Each rule turns one of them into an alert that
+//! names the host (or upstream name) and the reason. docs/operations.md has a runbook section
+//! per alert; a test keeps the two lists equal.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+/// The rule group's name, in the rules file and the PrometheusRule.
+pub const GROUP: &str = "private-ingress";
+
+/// An expiry alert fires once the served certificate has less than this fraction of its
+/// lifetime left: 18 days of a 90-day certificate, 29 hours of a 6-day one. cert-manager and
+/// the agent's own ACME issuer renew at a third of the lifetime left, so by then the renewal is
+/// well overdue.
+pub const EXPIRY_FRACTION: f64 = 0.2;
+
+/// …or less than this, whatever its lifetime: a last call that leaves time to act.
+pub const EXPIRY_FLOOR: Duration = Duration::from_secs(6 * 3600);
+
+/// How the rules are rendered.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AlertSettings {
+    /// Every rule's `for:` is multiplied by this (rounded to whole seconds, at least 1 s). 1 in
+    /// production; a test or a staging Prometheus uses a small factor to see alerts fire in
+    /// seconds rather than minutes.
+    pub for_scale: f64,
+}
+
+impl Default for AlertSettings {
+    fn default() -> Self {
+        AlertSettings { for_scale: 1.0 }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AlertsError {
+    #[error("cannot write the alert rules as YAML: {0}")]
+    Serialise(String),
+}
+
+/// One alerting rule, in the order Prometheus documents its fields.
+#[derive(Debug, Clone, Serialize)]
+pub struct Rule {
+    pub alert: &'static str,
+    pub expr: String,
+    #[serde(rename = "for", serialize_with = "prometheus_duration")]
+    pub hold: Duration,
+    pub labels: Labels,
+    pub annotations: Annotations,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Labels {
+    pub severity: &'static str,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Annotations {
+    /// One line naming the host (or name) and the reason, for the notification's title.
+    pub summary: &'static str,
+    /// What it means and what keeps working meanwhile.
+    pub description: &'static str,
+    /// The runbook section: what to do.
+    pub runbook: String,
+}
+
+#[derive(Serialize)]
+struct Group<'a> {
+    name: &'static str,
+    rules: &'a [Rule],
+}
+
+#[derive(Serialize)]
+struct RulesFile<'a> {
+    groups: [Group<'a>; 1],
+}
+
+/// Minutes.
+const fn min(m: u64) -> Duration {
+    Duration::from_secs(m * 60)
+}
+
+/// Every alert, with its `for:` scaled by `settings`.
+pub fn rules(settings: &AlertSettings) -> Vec<Rule> {
+    let floor = EXPIRY_FLOOR.as_secs();
+    let fraction = EXPIRY_FRACTION;
+    let rule = |alert: &'static str,
+                expr: String,
+                hold: Duration,
+                severity: &'static str,
+                summary: &'static str,
+                description: &'static str| Rule {
+        alert,
+        expr,
+        hold: scale(hold, settings.for_scale),
+        labels: Labels { severity },
+        annotations: Annotations {
+            summary,
+            description,
+            runbook: format!("docs/operations.md#{}", alert.to_lowercase()),
+        },
+    };
+    vec![
+        rule(
+            "PrivateIngressCertificateExpiring",
+            format!(
+                "(\n  private_ingress_certificate_served_not_after_seconds - time()\n    \
+                 < {fraction} * (private_ingress_certificate_served_not_after_seconds - private_ingress_certificate_served_not_before_seconds)\n)\n\
+                 or\n(private_ingress_certificate_served_not_after_seconds - time() < {floor})\n"
+            ),
+            min(15),
+            "warning",
+            "The certificate served for {{ $labels.host }} expires in {{ $value | humanizeDuration }}: its renewal is overdue",
+            "sozu serves a certificate for {{ $labels.host }} with less than a fifth of its lifetime, or less than 6 hours, left. No renewed pair has reached it.",
+        ),
+        rule(
+            "PrivateIngressCertificateRefused",
+            "private_ingress_certificate_refused == 1\n".to_owned(),
+            min(10),
+            "warning",
+            "The certificate pair on disk for {{ $labels.host }} is refused ({{ $labels.reason }})",
+            "The agent refuses the pair in the host's tls directory ({{ $labels.reason }}); the last good certificate keeps serving until it expires.",
+        ),
+        rule(
+            "PrivateIngressCertificateNotServed",
+            "private_ingress_certificate_disk_info\nunless\nprivate_ingress_certificate_served_info\n".to_owned(),
+            min(10),
+            "warning",
+            "sozu does not serve the certificate on disk for {{ $labels.host }}",
+            "The valid pair on disk for {{ $labels.host }} (fingerprint {{ $labels.fingerprint }}) is not the certificate sozu serves: sozu refused it or the agent cannot reach sozu.",
+        ),
+        rule(
+            "PrivateIngressRouteNotOk",
+            "private_ingress_route_ok == 0\n".to_owned(),
+            min(15),
+            "warning",
+            "Route {{ $labels.route }} of {{ $labels.host }} is not fully served",
+            "The route waits for a certificate or for its upstream's first addresses, or sozu refused one of its requests; `private-ingress status` shows which.",
+        ),
+        rule(
+            "PrivateIngressNotReady",
+            "private_ingress_ready == 0\n".to_owned(),
+            min(15),
+            "warning",
+            "private-ingress {{ $labels.instance }} is not ready: sozu does not hold the whole desired state",
+            "Some route waits for a certificate or DNS, or sozu cannot be reached or refuses requests.",
+        ),
+        rule(
+            "PrivateIngressWorkspaceInvalid",
+            "private_ingress_workspace_valid == 0\n".to_owned(),
+            min(5),
+            "warning",
+            "private-ingress {{ $labels.instance }} rejected the latest workspace edit",
+            "The workspace no longer evaluates (syntax, contract or an evaluation limit); the last good workspace keeps serving and new edits wait.",
+        ),
+        rule(
+            "PrivateIngressUpstreamDnsFailing",
+            "private_ingress_dns_lookup_ok == 0\n".to_owned(),
+            min(10),
+            "warning",
+            "The upstream name {{ $labels.name }} does not resolve",
+            "Lookups of {{ $labels.name }} fail; its last good addresses stay in use, and a route whose name never resolved has no backend.",
+        ),
+        rule(
+            "PrivateIngressReconcileErrors",
+            "rate(private_ingress_reconcile_errors_total[5m]) > 0\n".to_owned(),
+            min(15),
+            "warning",
+            "private-ingress {{ $labels.instance }} keeps failing reconcile passes",
+            "Passes fail or sozu refuses requests ({{ $value | humanize }} a second); what sozu refused waits and is retried with back-off.",
+        ),
+    ]
+}
+
+/// The rule groups as JSON, the `spec` of a PrometheusRule.
+pub fn groups(settings: &AlertSettings) -> Value {
+    let rules = rules(settings);
+    json!({ "groups": [Group { name: GROUP, rules: &rules }] })
+}
+
+/// A Prometheus rules file (what `promtool check rules` reads).
+pub fn rules_file(settings: &AlertSettings) -> Result<String, AlertsError> {
+    let rules = rules(settings);
+    let file = RulesFile {
+        groups: [Group {
+            name: GROUP,
+            rules: &rules,
+        }],
+    };
+    let yaml =
+        serde_norway::to_string(&file).map_err(|err| AlertsError::Serialise(err.to_string()))?;
+    Ok(format!(
+        "# Generated by private-ingress: alerts on its /metrics; runbook in docs/operations.md.\n{yaml}"
+    ))
+}
+
+fn scale(hold: Duration, factor: f64) -> Duration {
+    let secs = (hold.as_secs_f64() * factor).round().max(1.0);
+    Duration::from_secs(secs as u64)
+}
+
+/// `15m`, `1h`, `6s`: the largest unit that divides the duration.
+fn prometheus_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    let secs = d.as_secs();
+    let text = if secs > 0 && secs.is_multiple_of(3600) {
+        format!("{}h", secs / 3600)
+    } else if secs > 0 && secs.is_multiple_of(60) {
+        format!("{}m", secs / 60)
+    } else {
+        format!("{secs}s")
+    };
+    s.serialize_str(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn for_values_scale_to_whole_seconds() {
+        let fast = rules(&AlertSettings { for_scale: 0.01 });
+        let refused = fast
+            .iter()
+            .find(|r| r.alert == "PrivateIngressCertificateRefused")
+            .map(|r| r.hold);
+        assert_eq!(refused, Some(Duration::from_secs(6)));
+        let yaml = rules_file(&AlertSettings::default()).unwrap_or_default();
+        assert!(yaml.contains("for: 10m\n"), "{yaml}");
+        assert!(yaml.contains("for: 15m\n"), "{yaml}");
+    }
+
+    #[test]
+    fn each_alert_has_a_severity_a_summary_and_a_runbook_anchor() {
+        for rule in rules(&AlertSettings::default()) {
+            assert!(!rule.labels.severity.is_empty());
+            assert!(rule.annotations.summary.contains("{{ $labels."));
+            assert!(rule
+                .annotations
+                .runbook
+                .ends_with(&rule.alert.to_lowercase()));
+        }
+    }
+}
