@@ -89,10 +89,12 @@ fn targets(backends: &[Backend]) -> Vec<Target> {
 /// Deletes the pod the kubelet way under load: new connections until the endpoint is removed,
 /// keep-alive connections throughout, and slow requests sent just before the removal, in flight
 /// when sozu is told to stop. Returns what the clients saw and how each container stopped.
+/// Deletes the pod under load; returns what the load saw, how each container stopped, and the
+/// containers' logs (with the kubelet's own notes: probes, signals), for a failure to show.
 fn delete_under_load(
     mut pod: Pod,
     backends: &[Backend],
-) -> (Report, Vec<private_ingress_tests::kubelet::Stopped>) {
+) -> (Report, Vec<private_ingress_tests::kubelet::Stopped>, String) {
     let mut load = Load::start(https(), targets(backends), 4, 4);
     std::thread::sleep(Duration::from_secs(1));
     let deletion = std::thread::spawn(move || {
@@ -106,8 +108,13 @@ fn delete_under_load(
     load.remove_endpoint();
     let (pod, stopped) = deletion.join().expect("delete the pod");
     let report = load.stop();
+    let logs = ["sozu", "agent"]
+        .iter()
+        .map(|c| format!("--- {c}:\n{}", pod.logs(c)))
+        .collect::<Vec<_>>()
+        .join("\n");
     drop(pod);
-    (report, stopped)
+    (report, stopped, logs)
 }
 
 fn print_report(what: &str, report: &Report) {
@@ -185,10 +192,10 @@ fn the_rendered_pod_becomes_ready_serves_rotates_and_drains_without_failing_a_re
         );
     }
 
-    let (report, stopped) = delete_under_load(pod, &backends);
+    let (report, stopped, logs) = delete_under_load(pod, &backends);
     print_report("deleted with the preStop", &report);
     println!("containers: {stopped:?}");
-    assert_eq!(report.failed(), 0, "{report:#?}");
+    assert_eq!(report.failed(), 0, "{report:#?}\n{logs}");
     assert!(
         report.new_connections.ok > 0 && report.keep_alive.ok > 0,
         "{report:?}"
@@ -227,7 +234,7 @@ fn without_the_pre_stop_wait_requests_fail_during_a_deletion() {
     let pod = Pod::start(&yaml, &images(), network);
     pod.wait_ready(Duration::from_secs(60))
         .unwrap_or_else(|e| panic!("{e}"));
-    let (report, _) = delete_under_load(pod, &backends);
+    let (report, _, _) = delete_under_load(pod, &backends);
     print_report("deleted without the preStop", &report);
     assert!(report.failed() > 0, "{report:?}");
 }
