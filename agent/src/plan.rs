@@ -498,12 +498,12 @@ pub fn summary(ops: &[Op]) -> BTreeMap<&'static str, usize> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::state::{KeyPem, OWNER_TAG};
     use crate::workspace::{Route, Upstream, Workspace};
 
-    fn workspace(routes: &[(&str, &str, &str)]) -> Workspace {
+    pub(crate) fn workspace(routes: &[(&str, &str, &str)]) -> Workspace {
         let routes = routes
             .iter()
             .map(|(host, path, upstream)| Route {
@@ -518,7 +518,7 @@ mod tests {
         crate::workspace::test_workspace(std::path::Path::new("/tls"), routes)
     }
 
-    fn cert(host: &str, serial: u8) -> Certificate {
+    pub(crate) fn cert(host: &str, serial: u8) -> Certificate {
         Certificate {
             fingerprint: format!("{serial:02x}{}", "ab".repeat(31)),
             chain: vec![format!("PEM {host} {serial}")].into(),
@@ -529,7 +529,7 @@ mod tests {
         }
     }
 
-    fn desired(ws: &Workspace, certs: &[Certificate]) -> Desired {
+    pub(crate) fn desired(ws: &Workspace, certs: &[Certificate]) -> Desired {
         let certificates = certs
             .iter()
             .map(|c| (c.names.iter().next().unwrap().clone(), c.clone()))

@@ -104,46 +104,12 @@ pub fn send_in_phases(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::{BTreeMap, BTreeSet};
+    use std::collections::BTreeSet;
 
     use super::*;
+    use crate::plan::tests::{cert, desired, workspace};
     use crate::plan::{apply, plan};
-    use crate::state::{Actual, Certificate, Desired, KeyPem, Protocol};
-    use crate::workspace::{Route, Upstream, Workspace};
-
-    fn workspace(routes: &[(&str, &str, &str)]) -> Workspace {
-        let routes = routes
-            .iter()
-            .map(|(host, path, upstream)| Route {
-                id: crate::workspace::route_id(host, path),
-                host: (*host).into(),
-                path_prefix: (*path).into(),
-                upstream: Upstream::Ip {
-                    address: upstream.parse().unwrap(),
-                },
-            })
-            .collect();
-        crate::workspace::test_workspace(std::path::Path::new("/tls"), routes)
-    }
-
-    fn cert(host: &str, serial: u8) -> Certificate {
-        Certificate {
-            fingerprint: format!("{serial:02x}{}", "ab".repeat(31)),
-            chain: vec![format!("PEM {host} {serial}")].into(),
-            key: KeyPem::new("key".into()),
-            not_before: 1_700_000_000,
-            not_after: 2_000_000_000,
-            names: BTreeSet::from([host.to_owned()]).into(),
-        }
-    }
-
-    fn desired(ws: &Workspace, certs: &[Certificate]) -> Desired {
-        let certificates = certs
-            .iter()
-            .map(|c| (c.names.iter().next().unwrap().clone(), c.clone()))
-            .collect();
-        crate::desired::build(ws, &BTreeMap::new(), &certificates, None).0
-    }
+    use crate::state::{Actual, Protocol};
 
     #[test]
     fn a_refused_certificate_holds_back_only_its_own_host() {
