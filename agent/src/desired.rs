@@ -228,14 +228,7 @@ pub fn upstream_names(workspace: &Workspace) -> BTreeSet<String> {
 mod tests {
     use super::*;
 
-    fn route(host: &str, upstream: Upstream) -> Route {
-        Route {
-            id: crate::workspace::route_id(host, "/"),
-            host: host.into(),
-            path_prefix: "/".into(),
-            upstream,
-        }
-    }
+    use crate::workspace::test_route as route;
 
     #[test]
     fn a_dns_upstream_is_one_backend_per_address_live_and_its_name_in_a_file() {

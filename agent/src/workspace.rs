@@ -629,6 +629,17 @@ pub fn route_id(host: &str, path_prefix: &str) -> String {
     }
 }
 
+/// A route at `/` of `host`, for unit tests elsewhere in the crate.
+#[cfg(test)]
+pub(crate) fn test_route(host: &str, upstream: Upstream) -> Route {
+    Route {
+        id: route_id(host, "/"),
+        host: host.into(),
+        path_prefix: "/".into(),
+        upstream,
+    }
+}
+
 /// A workspace for unit tests elsewhere in the crate: zone `in.example.org`, loopback listeners
 /// 8443/8080, the given tls dir and routes.
 #[cfg(test)]

@@ -16,7 +16,7 @@ use crate::sources::{CertSource, Fact, NameFact};
 use crate::sozu::phases::{send_in_phases, SendError};
 use crate::sozu::SozuError;
 use crate::state::{Actual, Certificate};
-use crate::workspace::{Route, Upstream};
+use crate::workspace::{test_route as route, Route, Upstream};
 
 /// An in-memory sozu: applies operations as sozu would, can refuse, be down, and "restart".
 #[derive(Default)]
@@ -80,15 +80,6 @@ impl CertSource for FakeCerts {
 
 const A: &str = "a.in.example.org";
 const B: &str = "b.in.example.org";
-
-fn route(host: &str, upstream: Upstream) -> Route {
-    Route {
-        id: crate::workspace::route_id(host, "/"),
-        host: host.into(),
-        path_prefix: "/".into(),
-        upstream,
-    }
-}
 
 fn dns(name: &str) -> Upstream {
     Upstream::Dns {
