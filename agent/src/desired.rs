@@ -118,19 +118,22 @@ pub fn host(
             .find(|(_, names)| plan::owned_certificate(names, &desired.zone))
             .map(|(fingerprint, _)| fingerprint.to_owned())
     };
-    let served = match (certificate, kept()) {
-        (Some(certificate), _) => {
+    // sozu's certificate is looked up only for a host without a validated pair of its own.
+    let served = match certificate {
+        Some(certificate) => {
             desired.set_certificate(name, certificate.clone());
             true
         }
-        (None, Some(fingerprint)) => {
-            desired.keep_certificate(name, &fingerprint);
-            true
-        }
-        (None, None) => {
-            desired.clear_certificate(name);
-            false
-        }
+        None => match kept() {
+            Some(fingerprint) => {
+                desired.keep_certificate(name, &fingerprint);
+                true
+            }
+            None => {
+                desired.clear_certificate(name);
+                false
+            }
+        },
     };
     for route in routes {
         let [https, http] = frontends(route, listeners.https, listeners.http);

@@ -240,11 +240,6 @@ impl Desired {
         &self.certificates
     }
 
-    /// The fingerprint kept for `host`, if any.
-    pub fn kept(&self, host: &str) -> Option<&str> {
-        self.kept.get(host).map(String::as_str)
-    }
-
     /// Whether some host wants the certificate `fingerprint` (to serve, or kept as it is).
     pub fn is_wanted(&self, fingerprint: &str) -> bool {
         self.wanted.contains_key(fingerprint)

@@ -101,9 +101,7 @@ pub struct Options {
 }
 
 fn now() -> i64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+    crate::clock::unix_seconds(SystemTime::now())
 }
 
 /// Per-process counts of one host.

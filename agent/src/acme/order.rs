@@ -58,11 +58,6 @@ pub struct Failed {
     pub retry_after: Option<i64>,
 }
 
-fn unix(t: SystemTime) -> i64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-}
-
 /// Runs the order for `host`: resumes `pending` when it is one of this CA's, else places one.
 pub async fn obtain(
     ctx: &Context<'_>,
@@ -75,7 +70,7 @@ pub async fn obtain(
         ctx.retry_after
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .map(unix)
+            .map(crate::clock::unix_seconds)
     };
     let result = run(ctx, host, pending, &mut placed, &mut save_pending).await;
     match result {
@@ -135,7 +130,7 @@ async fn run(
                 url: order.url().to_owned(),
                 directory: ctx.directory.to_owned(),
                 key_pem: key.serialize_pem(),
-                placed_at: unix(SystemTime::now()),
+                placed_at: crate::clock::unix_seconds(SystemTime::now()),
             };
             save_pending(Some(&record)).map_err(plain)?;
             tracing::info!(host, order = %record.url, "order placed");
@@ -174,7 +169,7 @@ async fn run(
         .poll_certificate(&POLL)
         .await
         .map_err(|e| plain(AcmeError::from_acme(e)))?;
-    let now = unix(SystemTime::now());
+    let now = crate::clock::unix_seconds(SystemTime::now());
     let certificate = crate::certs::parse(
         chain_pem.as_bytes(),
         std::path::Path::new("issued chain"),

@@ -245,8 +245,6 @@ pub fn next(
     }
     if at <= now {
         Next::Order(why)
-    } else if reason == why {
-        Next::Wait { at, why }
     } else {
         Next::Wait { at, why: reason }
     }

@@ -42,8 +42,8 @@ pub fn write_pair(
         dir: dir.clone(),
         source,
     };
-    if current(&dir)
-        .is_some_and(|(crt, key)| crt == chain_pem.as_bytes() && key == key_pem.as_bytes())
+    if crate::certs::read_pair(&dir)
+        .is_ok_and(|pair| pair.crt == chain_pem.as_bytes() && pair.key == key_pem.as_bytes())
     {
         return Ok(Written::Unchanged);
     }
@@ -71,16 +71,6 @@ pub fn write_pair(
     }
     swap_in(&dir, chain_pem, key_pem).map_err(fail)?;
     Ok(Written::New)
-}
-
-/// The pair `..data` names now, if any.
-fn current(dir: &Path) -> Option<(Vec<u8>, Vec<u8>)> {
-    let target = std::fs::read_link(dir.join("..data")).ok()?;
-    let base = dir.join(target);
-    Some((
-        std::fs::read(base.join("tls.crt")).ok()?,
-        std::fs::read(base.join("tls.key")).ok()?,
-    ))
 }
 
 fn swap_in(dir: &Path, chain_pem: &str, key_pem: &str) -> std::io::Result<()> {

@@ -130,6 +130,10 @@ impl Refusals {
     }
 
     pub fn applied(&mut self, op: &Op) {
+        // Nothing refused (the usual case): no description to format for each request.
+        if self.entries.is_empty() {
+            return;
+        }
         self.entries.remove(&op.describe());
     }
 
@@ -138,6 +142,9 @@ impl Refusals {
     /// frontends on its certificate). Refusals within the scope of requests no longer planned
     /// are forgotten.
     pub fn hold_back(&mut self, ops: Vec<Op>, now: Instant, scope: &Scope) -> (Vec<Op>, Vec<Op>) {
+        if self.entries.is_empty() {
+            return (ops, Vec::new());
+        }
         let planned: BTreeSet<String> = ops.iter().map(Op::describe).collect();
         self.entries
             .retain(|key, refusal| planned.contains(key) || !covers(scope, &refusal.scope));

@@ -13,7 +13,6 @@ use crate::api::{
 };
 use crate::plan::Scope;
 use crate::sources::CertSource;
-use crate::state::Address;
 use crate::workspace::{Route, Upstream};
 
 /// Which routes' status must be built again.
@@ -115,14 +114,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         let shadow = self.sozu.shadow();
         let backends_actual: Vec<String> = shadow
             .and_then(|s| s.backends.get(&route.id))
-            .map(|b| {
-                b.values()
-                    .map(|b| match &b.address {
-                        Address::Ip(address) => address.to_string(),
-                        other => other.to_string(),
-                    })
-                    .collect()
-            })
+            .map(|b| b.values().map(|b| b.address.to_string()).collect())
             .unwrap_or_default();
         let https = self.workspace.current.as_ref().map(|w| w.listeners.https);
         let served_fingerprints: Vec<String> = shadow

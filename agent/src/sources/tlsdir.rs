@@ -196,9 +196,13 @@ impl Reader {
             Input::Workspace(workspace) => todo.workspace = Some(workspace),
             Input::Reread => todo.everything = true,
             Input::Host(host) => {
-                todo.rewatch.insert(host.clone());
+                // A directory the issuer just made needs its watch (and the tls dir its own); a
+                // renewal of a watched one is a read, nothing more.
+                if !self.watched.contains(&host) {
+                    todo.rewatch.insert(host.clone());
+                }
+                todo.tls_dir |= !self.tls_dir_watched;
                 todo.hosts.insert(host);
-                todo.tls_dir = true;
             }
             Input::Event(event) => {
                 let Some(tls_dir) = &self.tls_dir else { return };
