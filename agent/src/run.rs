@@ -194,7 +194,6 @@ async fn issue_when_sozu_managed(
         knobs: crate::acme::Knobs::from_env(),
         written: Some(Box::new(move |host: &str| certs.changed(host))),
         status,
-        on_status: Box::new(|_| {}),
     };
     crate::acme::run(workspaces, options).await
 }

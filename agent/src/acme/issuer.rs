@@ -95,9 +95,8 @@ pub struct Options {
     /// Told the host of each pair written, so the certificate source reads it at once (a new
     /// host directory may appear before the tls dir itself is watched).
     pub written: Option<Written>,
+    /// Where each new status goes: `/v1/state`, `status` and `/metrics` read it.
     pub status: IssuerHandle,
-    /// Called with every new status (the agent copies it into `/v1/state`).
-    pub on_status: Box<dyn Fn(&IssuerStatus) + Send + Sync>,
 }
 
 fn now() -> i64 {
@@ -774,7 +773,6 @@ impl Issuer {
             last_error: self.ca_error.clone(),
             hosts,
         };
-        (self.options.on_status)(&status);
         self.options.status.publish(status);
     }
 }
