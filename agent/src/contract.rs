@@ -350,7 +350,7 @@ mod tests {
         let summary: Vec<_> = ws
             .routes
             .iter()
-            .map(|r| format!("{}{} -> {}", r.host, r.path_prefix, r.upstream))
+            .map(|r| format!("{}{} -> {}", r.host, r.path_prefix, r.upstreams_label()))
             .collect();
         assert_eq!(
             summary,
@@ -367,7 +367,11 @@ mod tests {
         let ws = evaluate(&examples().join("modular/workspace.ncl")).unwrap();
         assert_eq!(ws.tls_rotation, TlsRotation::Reloader);
         assert_eq!(ws.listeners.https.to_string(), "[::]:8443");
-        let upstreams: Vec<_> = ws.routes.iter().map(|r| r.upstream.clone()).collect();
+        let upstreams: Vec<_> = ws
+            .routes
+            .iter()
+            .map(|r| r.upstreams[0].upstream.clone())
+            .collect();
         assert!(matches!(upstreams[0], Upstream::Dns { port: 3000, .. }));
         assert_eq!(upstreams[1].to_string(), "10.0.0.12:3001");
         assert_eq!(upstreams[2].to_string(), "unix:///run/portal/http.sock");

@@ -790,7 +790,8 @@ fn network_policy(workspace: &Workspace) -> Value {
     let upstream_ports: BTreeSet<u16> = workspace
         .routes
         .iter()
-        .filter_map(|route| match &route.upstream {
+        .flat_map(|route| &route.upstreams)
+        .filter_map(|u| match &u.upstream {
             Upstream::Dns { port, .. } => Some(*port),
             Upstream::Ip { address } => Some(address.port()),
             Upstream::Unix { .. } => None,

@@ -50,10 +50,16 @@ pub fn routes(workspace: &Workspace, names: Names<'_>) -> Desired {
     desired.listeners = BTreeMap::from([(https, Protocol::Https), (http, Protocol::Http)]);
     desired.https_address = Some(https);
     desired.zone = workspace.zone.clone();
+    desired.hsts = workspace.hsts;
     for route in &workspace.routes {
         desired
             .clusters
             .insert(route.id.clone(), backends(route, names));
+        if let Some(check) = &route.health {
+            desired
+                .health_checks
+                .insert(route.id.clone(), check.clone());
+        }
         desired.frontends.extend(frontends(route, https, http));
     }
     desired
@@ -149,9 +155,9 @@ pub fn host(
     }
 }
 
-/// Sets a route's cluster and its backends from what its upstream resolves to. A DNS name that
-/// has not resolved yet keeps the backends sozu already has for the cluster, if any (see the
-/// module).
+/// Sets a route's cluster, its backends from what its upstreams resolve to, and its health
+/// check. A route whose upstreams in rotation are all DNS names that have not resolved yet
+/// keeps the backends sozu already has for the cluster, if any (see the module).
 pub fn cluster(
     desired: &mut Desired,
     route: &Route,
@@ -159,12 +165,25 @@ pub fn cluster(
     actual: Option<&Actual>,
 ) {
     let mut wanted = backends(route, Names::Resolved(resolved));
-    if wanted.is_empty() && matches!(route.upstream, Upstream::Dns { .. }) {
+    let in_rotation = || route.upstreams.iter().filter(|u| !u.drain);
+    let all_names = in_rotation().next().is_some()
+        && in_rotation().all(|u| matches!(u.upstream, Upstream::Dns { .. }));
+    if wanted.is_empty() && all_names {
         if let Some(present) = actual.and_then(|a| a.backends.get(&route.id)) {
             wanted = present.clone();
         }
     }
     desired.clusters.insert(route.id.clone(), wanted);
+    match &route.health {
+        Some(check) => {
+            desired
+                .health_checks
+                .insert(route.id.clone(), check.clone());
+        }
+        None => {
+            desired.health_checks.remove(&route.id);
+        }
+    }
 }
 
 /// A route's frontends: HTTPS (hostname + path prefix) and HTTP, which the cluster's
@@ -183,13 +202,36 @@ fn frontends(route: &Route, https: SocketAddr, http: SocketAddr) -> [Frontend; 2
         path_prefix: route.path_prefix.clone(),
         cluster_id: Some(route.id.clone()),
         tags: tags.clone(),
+        // HSTS is for HTTPS responses only (RFC 6797 §7.2): sozu refuses it on HTTP.
+        hsts: match protocol {
+            Protocol::Https => route.hsts,
+            Protocol::Http => None,
+        },
     })
 }
 
-/// A route's backends by id. A backend's id is its route's id and its address, so a changed
-/// address is a new backend added before the old one goes.
-fn backends(route: &Route, names: Names<'_>) -> BTreeMap<String, Backend> {
-    let addresses: Vec<Address> = match (&route.upstream, names) {
+/// A route's backends by id: those of its upstreams in rotation (a drained upstream has none),
+/// each with its upstream's weight. A backend's id is its route's id and its address, so a
+/// changed address is a new backend added before the old one goes; an address two upstreams
+/// share is one backend, with the first one's weight.
+pub fn backends(route: &Route, names: Names<'_>) -> BTreeMap<String, Backend> {
+    let mut backends = BTreeMap::new();
+    for upstream in route.upstreams.iter().filter(|u| !u.drain) {
+        for address in addresses(&upstream.upstream, names) {
+            let id = backend_id(&route.id, &address);
+            backends.entry(id.clone()).or_insert(Backend {
+                id,
+                address,
+                weight: upstream.weight,
+            });
+        }
+    }
+    backends
+}
+
+/// The addresses an upstream stands for.
+pub fn addresses(upstream: &Upstream, names: Names<'_>) -> Vec<Address> {
+    match (upstream, names) {
         (Upstream::Dns { name, port }, Names::Resolved(resolved)) => resolved
             .get(name)
             .into_iter()
@@ -202,17 +244,15 @@ fn backends(route: &Route, names: Names<'_>) -> BTreeMap<String, Backend> {
         }],
         (Upstream::Ip { address }, _) => vec![Address::Ip(*address)],
         (Upstream::Unix { path }, _) => vec![Address::Unix(path.clone())],
-    };
-    addresses
-        .into_iter()
-        .map(|address| {
-            let id = match &address {
-                Address::Unix(_) => format!("{}-unix", route.id),
-                other => format!("{}-{other}", route.id),
-            };
-            (id.clone(), Backend { id, address })
-        })
-        .collect()
+    }
+}
+
+/// The id of the backend at `address` in cluster `cluster_id`.
+pub fn backend_id(cluster_id: &str, address: &Address) -> String {
+    match address {
+        Address::Unix(_) => format!("{cluster_id}-unix"),
+        other => format!("{cluster_id}-{other}"),
+    }
 }
 
 /// The DNS names among the workspace's upstreams, each once.
@@ -220,10 +260,8 @@ pub fn upstream_names(workspace: &Workspace) -> BTreeSet<String> {
     workspace
         .routes
         .iter()
-        .filter_map(|r| match &r.upstream {
-            Upstream::Dns { name, .. } => Some(name.clone()),
-            _ => None,
-        })
+        .flat_map(Route::upstream_names)
+        .map(str::to_owned)
         .collect()
 }
 

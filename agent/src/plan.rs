@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 use crate::state::{
-    frontends_of, in_zone, Actual, Backend, Certificate, Desired, Frontend, ListenerCertificates,
-    Protocol,
+    frontends_of, in_zone, Actual, Backend, Certificate, Desired, Frontend, HealthCheck, Hsts,
+    ListenerCertificates, Protocol,
 };
 use crate::workspace::ID_PREFIX;
 
@@ -29,8 +29,20 @@ pub enum Op {
         protocol: Protocol,
         address: SocketAddr,
     },
+    /// The HSTS policy of an HTTPS listener, which its frontends without their own follow.
+    SetListenerHsts {
+        address: SocketAddr,
+        hsts: Option<Hsts>,
+    },
     AddCluster {
         id: String,
+    },
+    SetHealthCheck {
+        cluster_id: String,
+        check: HealthCheck,
+    },
+    RemoveHealthCheck {
+        cluster_id: String,
     },
     AddBackend {
         cluster_id: String,
@@ -55,6 +67,12 @@ pub enum Op {
         cluster_id: String,
         backend: Backend,
     },
+    /// After a backend left its cluster: its idle keep-alive sessions close now, the busy ones
+    /// once their request is answered, so that clients move on to the backends in rotation.
+    CloseSessions {
+        cluster_id: String,
+        backend: Backend,
+    },
     RemoveCluster {
         id: String,
     },
@@ -68,7 +86,19 @@ impl Op {
             Op::ActivateListener { protocol, address } => {
                 format!("activate {protocol} listener {address}")
             }
+            Op::SetListenerHsts { address, hsts } => match hsts.and_then(|h| h.header()) {
+                Some(header) => format!("set hsts `{header}` on listener {address}"),
+                None => format!("turn hsts off on listener {address}"),
+            },
             Op::AddCluster { id } => format!("add cluster {id}"),
+            Op::SetHealthCheck { cluster_id, .. } => format!("set health check of {cluster_id}"),
+            Op::RemoveHealthCheck { cluster_id } => {
+                format!("remove health check of {cluster_id}")
+            }
+            Op::CloseSessions {
+                cluster_id,
+                backend,
+            } => format!("close sessions to backend {} of {cluster_id}", backend.id),
             Op::AddBackend {
                 cluster_id,
                 backend,
@@ -173,6 +203,12 @@ pub fn plan_scope(actual: &Actual, desired: &Desired, scope: &Scope) -> Vec<Op> 
                 Some(&(_, false)) => ops.push(Op::ActivateListener { protocol, address }),
                 Some(&(_, true)) => {}
             }
+            if protocol == Protocol::Https && actual.hsts.get(&address) != desired.hsts.as_ref() {
+                ops.push(Op::SetListenerHsts {
+                    address,
+                    hsts: desired.hsts,
+                });
+            }
         }
         // Every cluster and every host either side knows of.
         let clusters: BTreeSet<&str> = desired
@@ -231,12 +267,28 @@ fn plan_cluster(actual: &Actual, desired: &Desired, id: &str, ops: &mut Vec<Op>)
                 }
             }
             for backend in present.into_iter().flat_map(BTreeMap::values) {
-                if wanted.get(&backend.id) != Some(backend) {
+                if !wanted.contains_key(&backend.id) {
                     ops.push(Op::RemoveBackend {
                         cluster_id: id.to_owned(),
                         backend: backend.clone(),
                     });
+                    ops.push(Op::CloseSessions {
+                        cluster_id: id.to_owned(),
+                        backend: backend.clone(),
+                    });
                 }
+            }
+            let check = desired.health_checks.get(id);
+            if actual.health_checks.get(id) != check {
+                ops.push(match check {
+                    Some(check) => Op::SetHealthCheck {
+                        cluster_id: id.to_owned(),
+                        check: check.clone(),
+                    },
+                    None => Op::RemoveHealthCheck {
+                        cluster_id: id.to_owned(),
+                    },
+                });
             }
         }
         None => {
@@ -332,6 +384,9 @@ pub fn owned_certificate(names: &[String], zone: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     Applied,
+    /// Applied, and sozu says this many sessions are still finishing their requests (the
+    /// answer to [`Op::CloseSessions`]).
+    Closing(u64),
     /// sozu said no; the connection is fine.
     Refused(String),
     /// Not sent: it depends on a request that was refused.
@@ -340,26 +395,42 @@ pub enum Outcome {
     NotSent(String),
 }
 
+impl Outcome {
+    /// Whether sozu applied the request.
+    pub fn is_applied(&self) -> bool {
+        matches!(self, Outcome::Applied | Outcome::Closing(_))
+    }
+}
+
 /// Which step of the plan's order an operation belongs to. Operations of one phase are
 /// independent of each other and may be sent concurrently; phases go strictly in order.
 pub fn phase(op: &Op) -> u8 {
     match op {
         Op::AddListener { .. } => 0,
         Op::ActivateListener { .. } => 1,
-        Op::AddCluster { .. } => 2,
-        Op::AddBackend { .. } => 3,
-        Op::AddCertificate { .. } | Op::ReplaceCertificate { .. } => 4,
-        Op::RemoveCertificate { .. } => 5,
-        Op::RemoveFrontend(_) => 6,
-        Op::AddFrontend(_) => 7,
-        Op::RemoveBackend { .. } => 8,
-        Op::RemoveCluster { .. } => 9,
+        Op::SetListenerHsts { .. } => 2,
+        Op::AddCluster { .. } => 3,
+        Op::AddBackend { .. } | Op::SetHealthCheck { .. } | Op::RemoveHealthCheck { .. } => 4,
+        Op::AddCertificate { .. } | Op::ReplaceCertificate { .. } => 5,
+        Op::RemoveCertificate { .. } => 6,
+        Op::RemoveFrontend(_) => 7,
+        Op::AddFrontend(_) => 8,
+        Op::RemoveBackend { .. } => 9,
+        Op::CloseSessions { .. } => 10,
+        Op::RemoveCluster { .. } => 11,
     }
 }
 
 /// True when `later` must not be sent once `failed` was refused: a frontend needs its cluster,
 /// and an HTTPS frontend needs its host's certificate.
 pub fn depends_on(later: &Op, failed: &Op) -> bool {
+    if let (
+        Op::SetHealthCheck { cluster_id, .. } | Op::AddBackend { cluster_id, .. },
+        Op::AddCluster { id },
+    ) = (later, failed)
+    {
+        return cluster_id == id;
+    }
     let Op::AddFrontend(frontend) = later else {
         return false;
     };
@@ -383,7 +454,11 @@ pub fn scope_of(op: &Op) -> Scope {
         Op::AddCluster { id } | Op::RemoveCluster { id } => {
             scope.clusters.insert(id.clone());
         }
-        Op::AddBackend { cluster_id, .. } | Op::RemoveBackend { cluster_id, .. } => {
+        Op::AddBackend { cluster_id, .. }
+        | Op::RemoveBackend { cluster_id, .. }
+        | Op::CloseSessions { cluster_id, .. }
+        | Op::SetHealthCheck { cluster_id, .. }
+        | Op::RemoveHealthCheck { cluster_id } => {
             scope.clusters.insert(cluster_id.clone());
         }
         Op::AddCertificate { certificate, .. } | Op::ReplaceCertificate { certificate, .. } => {
@@ -392,7 +467,10 @@ pub fn scope_of(op: &Op) -> Scope {
         Op::AddFrontend(f) | Op::RemoveFrontend(f) => {
             scope.hosts.insert(f.hostname.clone());
         }
-        Op::AddListener { .. } | Op::ActivateListener { .. } | Op::RemoveCertificate { .. } => {
+        Op::AddListener { .. }
+        | Op::ActivateListener { .. }
+        | Op::SetListenerHsts { .. }
+        | Op::RemoveCertificate { .. } => {
             scope.everything = true;
         }
     }
@@ -439,7 +517,25 @@ pub fn apply(actual: &mut Actual, op: &Op) {
         Op::RemoveCluster { id } => {
             actual.clusters.remove(id);
             actual.backends.remove(id);
+            actual.health_checks.remove(id);
         }
+        Op::SetListenerHsts { address, hsts } => match hsts {
+            Some(hsts) => {
+                actual.hsts.insert(*address, *hsts);
+            }
+            None => {
+                actual.hsts.remove(address);
+            }
+        },
+        Op::SetHealthCheck { cluster_id, check } => {
+            actual
+                .health_checks
+                .insert(cluster_id.clone(), check.clone());
+        }
+        Op::RemoveHealthCheck { cluster_id } => {
+            actual.health_checks.remove(cluster_id);
+        }
+        Op::CloseSessions { .. } => {}
         Op::AddFrontend(f) => {
             actual.frontends.insert(f.clone());
         }
@@ -484,9 +580,13 @@ pub fn summary(ops: &[Op]) -> BTreeMap<&'static str, usize> {
     let mut counts = BTreeMap::new();
     for op in ops {
         let kind = match op {
-            Op::AddListener { .. } | Op::ActivateListener { .. } => "listeners",
+            Op::AddListener { .. } | Op::ActivateListener { .. } | Op::SetListenerHsts { .. } => {
+                "listeners"
+            }
             Op::AddCluster { .. } | Op::RemoveCluster { .. } => "clusters",
+            Op::SetHealthCheck { .. } | Op::RemoveHealthCheck { .. } => "health checks",
             Op::AddBackend { .. } | Op::RemoveBackend { .. } => "backends",
+            Op::CloseSessions { .. } => "sessions",
             Op::AddFrontend(_) | Op::RemoveFrontend(_) => "frontends",
             Op::AddCertificate { .. }
             | Op::ReplaceCertificate { .. }
@@ -510,9 +610,15 @@ pub(crate) mod tests {
                 id: crate::workspace::route_id(host, path),
                 host: (*host).into(),
                 path_prefix: (*path).into(),
-                upstream: Upstream::Ip {
-                    address: upstream.parse().unwrap(),
-                },
+                upstreams: vec![crate::workspace::RouteUpstream {
+                    upstream: Upstream::Ip {
+                        address: upstream.parse().unwrap(),
+                    },
+                    weight: 1,
+                    drain: false,
+                }],
+                health: None,
+                hsts: None,
             })
             .collect();
         crate::workspace::test_workspace(std::path::Path::new("/tls"), routes)
@@ -603,6 +709,7 @@ pub(crate) mod tests {
             path_prefix: "/".into(),
             cluster_id: Some("operator-app".into()),
             tags: Default::default(),
+            hsts: None,
         });
         actual.certificates.entry(https).or_default().insert(
             &"ff".repeat(32),
@@ -660,12 +767,16 @@ pub(crate) mod tests {
                 &[c],
             ),
         );
-        assert_eq!(ops.len(), 2, "{ops:?}");
+        assert_eq!(ops.len(), 3, "{ops:?}");
         assert!(
             matches!(&ops[0], Op::AddBackend { backend, .. } if backend.address.to_string() == "10.0.0.2:80")
         );
         assert!(
             matches!(&ops[1], Op::RemoveBackend { backend, .. } if backend.address.to_string() == "10.0.0.1:80")
+        );
+        // Keep-alive clients of the old backend move on.
+        assert!(
+            matches!(&ops[2], Op::CloseSessions { backend, .. } if backend.address.to_string() == "10.0.0.1:80")
         );
     }
 

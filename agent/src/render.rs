@@ -266,7 +266,7 @@ mod tests {
             id: crate::workspace::route_id(host, path),
             host: host.into(),
             path_prefix: path.into(),
-            upstream,
+            ..crate::workspace::test_route(host, upstream)
         }
     }
 

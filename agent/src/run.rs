@@ -29,6 +29,8 @@ pub enum RunError {
     },
     #[error("cannot install signal handlers: {0}")]
     Signals(std::io::Error),
+    #[error("cannot start reading sozu's events: {0}")]
+    Events(std::io::Error),
     #[error(transparent)]
     Acme(#[from] crate::acme::AcmeError),
 }
@@ -70,6 +72,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         path: args.workspace.clone(),
         limits: args.eval.limits(),
     };
+    sources::sozu_events::spawn(&args.sozu_socket, facts.clone()).map_err(RunError::Events)?;
     let mut tasks = vec![
         sources::workspace::spawn(&args.workspace, loader, facts.clone(), latest)?,
         sources::sozu_socket::spawn(&args.sozu_socket, facts.clone())?,

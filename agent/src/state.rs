@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Tag on every frontend the agent creates, so it can tell its own from an operator's.
 pub const OWNER_TAG: (&str, &str) = ("managed-by", "private-ingress");
@@ -42,6 +42,73 @@ pub struct Frontend {
     pub path_prefix: String,
     pub cluster_id: Option<String>,
     pub tags: Tags,
+    /// The HSTS policy of this frontend when it overrides the listener's; `None` inherits it.
+    /// Part of the frontend as the agent compares it: a changed override is a new frontend.
+    pub hsts: Option<Hsts>,
+}
+
+/// An HSTS policy (RFC 6797) as sozu applies it: a `Strict-Transport-Security` header on every
+/// HTTPS response, unless the backend sends its own. `enabled = false` on a frontend turns off
+/// the listener's policy for that frontend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Hsts {
+    pub enabled: bool,
+    pub max_age: u32,
+    pub include_subdomains: bool,
+    pub preload: bool,
+}
+
+impl Hsts {
+    /// The header value a client receives, or `None` when the policy is off.
+    pub fn header(&self) -> Option<String> {
+        if !self.enabled {
+            return None;
+        }
+        let mut value = format!("max-age={}", self.max_age);
+        if self.include_subdomains {
+            value.push_str("; includeSubDomains");
+        }
+        if self.preload {
+            value.push_str("; preload");
+        }
+        Some(value)
+    }
+
+    /// The policy that turns the listener's off for one frontend.
+    pub const OFF: Hsts = Hsts {
+        enabled: false,
+        max_age: 0,
+        include_subdomains: false,
+        preload: false,
+    };
+}
+
+/// A cluster's active health check, run by sozu's workers on each backend.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct HealthCheck {
+    pub probe: Probe,
+    /// Seconds between probes, and how long one may take.
+    pub interval: u32,
+    pub timeout: u32,
+    /// Consecutive successes that bring a backend back, failures that take it out.
+    pub healthy_threshold: u32,
+    pub unhealthy_threshold: u32,
+    /// The port probed instead of the backend's own.
+    pub port: Option<u16>,
+}
+
+/// What a health probe does.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum Probe {
+    /// `GET path`; healthy when the status is in one of the inclusive ranges (any 2xx when
+    /// there are none).
+    Http {
+        path: String,
+        accepted_statuses: Vec<(u16, u16)>,
+    },
+    /// Healthy when a TCP connection is established.
+    Tcp,
 }
 
 impl Frontend {
@@ -62,6 +129,7 @@ pub fn frontends_of<'a>(
         path_prefix: String::new(),
         cluster_id: None,
         tags: Tags::default(),
+        hsts: None,
     };
     set.range(first..).take_while(move |f| f.hostname == host)
 }
@@ -104,6 +172,9 @@ impl Serialize for Tags {
 pub struct Backend {
     pub id: String,
     pub address: Address,
+    /// Its share of the cluster's requests, against the other backends' weights. Never 0: sozu
+    /// takes a weight of 0 for 1, so a drain takes a backend out instead.
+    pub weight: u32,
 }
 
 /// Where a backend's traffic goes.
@@ -183,6 +254,10 @@ pub struct Desired {
     pub listeners: BTreeMap<SocketAddr, Protocol>,
     /// Cluster id → its backends by backend id.
     pub clusters: BTreeMap<String, BTreeMap<String, Backend>>,
+    /// Cluster id → its health check, for the clusters that have one.
+    pub health_checks: BTreeMap<String, HealthCheck>,
+    /// The HTTPS listener's HSTS policy, which frontends without their own inherit.
+    pub hsts: Option<Hsts>,
     pub frontends: BTreeSet<Frontend>,
     /// Certificates on the HTTPS listener, one per host; see [`Desired::set_certificate`].
     certificates: BTreeMap<String, Certificate>,
@@ -331,10 +406,56 @@ pub struct Actual {
     pub clusters: BTreeSet<String>,
     /// Backends of the clusters the agent owns, by cluster id then backend id.
     pub backends: BTreeMap<String, BTreeMap<String, Backend>>,
+    /// Health checks of the clusters the agent owns, by cluster id.
+    pub health_checks: BTreeMap<String, HealthCheck>,
+    /// HSTS policy of each HTTPS listener that has one.
+    pub hsts: BTreeMap<SocketAddr, Hsts>,
     /// Every HTTP and HTTPS frontend.
     pub frontends: BTreeSet<Frontend>,
     /// Certificates by listener address.
     pub certificates: BTreeMap<SocketAddr, ListenerCertificates>,
+}
+
+/// One cluster as sozu holds it, read on its own.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterState {
+    pub exists: bool,
+    pub backends: BTreeMap<String, Backend>,
+    pub health_check: Option<HealthCheck>,
+    /// Its HTTP and HTTPS frontends.
+    pub frontends: Vec<Frontend>,
+}
+
+impl Actual {
+    /// Replaces what is known of cluster `id` with `state`; `hosts` are the hosts whose
+    /// frontends may route to it.
+    pub fn replace_cluster(&mut self, id: &str, state: ClusterState, hosts: &[&str]) {
+        if state.exists {
+            self.clusters.insert(id.to_owned());
+            self.backends.insert(id.to_owned(), state.backends);
+        } else {
+            self.clusters.remove(id);
+            self.backends.remove(id);
+        }
+        match state.health_check {
+            Some(check) => {
+                self.health_checks.insert(id.to_owned(), check);
+            }
+            None => {
+                self.health_checks.remove(id);
+            }
+        }
+        let stale: Vec<Frontend> = hosts
+            .iter()
+            .flat_map(|host| frontends_of(&self.frontends, host))
+            .filter(|f| f.cluster_id.as_deref() == Some(id))
+            .cloned()
+            .collect();
+        for frontend in stale {
+            self.frontends.remove(&frontend);
+        }
+        self.frontends.extend(state.frontends);
+    }
 }
 
 /// True when `name` is `zone` or lies below it.

@@ -227,6 +227,7 @@ mod tests {
                 state: RouteState::Error,
                 waiting_for: vec![],
                 last_error: Some("boom".into()),
+                ..RouteStatus::default()
             }],
             ..Status::default()
         };

@@ -12,6 +12,8 @@ use std::path::PathBuf;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use crate::state::{HealthCheck, Hsts, Probe};
+
 /// A workspace as Nickel evaluates it, before normalisation.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -29,6 +31,67 @@ pub struct RawWorkspace {
     pub deploy: RawDeploy,
     /// Optional in the contract: read with `tls_rotation = 'sozu_managed` only.
     pub acme: Option<RawAcme>,
+    /// The HSTS policy of every route that does not set its own; absent from a workspace
+    /// evaluated by an older contract, which then gets the default.
+    #[serde(default)]
+    pub hsts: Option<RawHsts>,
+}
+
+/// `false`, or a policy.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawHsts {
+    Switch(bool),
+    Policy(RawHstsPolicy),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHstsPolicy {
+    /// A float for the same reason as [`RawRoute::port`].
+    pub max_age: f64,
+    pub include_subdomains: bool,
+    pub preload: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstream {
+    pub upstream: String,
+    pub port: Option<f64>,
+    pub weight: Option<f64>,
+    #[serde(default)]
+    pub drain: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHealth {
+    pub mode: HealthMode,
+    pub path: Option<String>,
+    /// Floats for the same reason as [`RawRoute::port`].
+    pub interval: f64,
+    pub timeout: f64,
+    pub healthy_threshold: f64,
+    pub unhealthy_threshold: f64,
+    #[serde(default)]
+    pub accepted_statuses: Vec<RawStatus>,
+    pub port: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthMode {
+    Http,
+    Tcp,
+}
+
+/// An HTTP status (`200`) or an inclusive range of them (`"200-399"`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawStatus {
+    Code(f64),
+    Range(String),
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -103,11 +166,21 @@ pub struct RawListeners {
 #[serde(deny_unknown_fields)]
 pub struct RawRoute {
     pub host: String,
-    pub upstream: String,
+    /// One upstream (with `port`), or several in `upstreams`: the contract admits exactly one
+    /// of the two forms.
+    pub upstream: Option<String>,
     /// A float on purpose: nickel-lang-core's deserializer clamps out-of-range integers
     /// (70000 becomes 65535), so the range is checked here, on the exact value.
     pub port: Option<f64>,
+    #[serde(default)]
+    pub upstreams: Option<Vec<RawUpstream>>,
     pub path_prefix: String,
+    #[serde(default)]
+    pub health: Option<RawHealth>,
+    #[serde(default)]
+    pub drain: bool,
+    #[serde(default)]
+    pub hsts: Option<RawHsts>,
 }
 
 /// How certificates reach `<tls_dir>/<host>/`.
@@ -152,6 +225,22 @@ pub struct Workspace {
     /// How certificates are ordered, with `tls_rotation = 'sozu_managed` (and only then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acme: Option<Box<Acme>>,
+    /// The HSTS policy of the HTTPS listener, which every route without its own follows;
+    /// `None`: no header.
+    #[serde(default = "default_hsts")]
+    pub hsts: Option<Hsts>,
+}
+
+/// The policy of a workspace that sets none, as the contract documents it: a year, this host
+/// only (the zone may hold names this ingress does not serve over HTTPS), never preloaded (a
+/// private zone cannot be on the public preload list).
+pub fn default_hsts() -> Option<Hsts> {
+    Some(Hsts {
+        enabled: true,
+        max_age: 31_536_000,
+        include_subdomains: false,
+        preload: false,
+    })
 }
 
 /// The ACME client's settings. Secrets are paths: the agent reads them when it uses them.
@@ -324,7 +413,51 @@ pub struct Route {
     pub id: String,
     pub host: String,
     pub path_prefix: String,
+    /// At least one; a route written with `upstream` and `port` has exactly one, of weight 1.
+    pub upstreams: Vec<RouteUpstream>,
+    /// sozu's active health check on the route's backends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthCheck>,
+    /// The route's own HSTS policy, overriding the workspace's; `None` follows the workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hsts: Option<Hsts>,
+}
+
+/// One upstream of a route, with its share of the traffic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteUpstream {
     pub upstream: Upstream,
+    pub weight: u32,
+    /// Out of rotation: no new request goes to it, the ones in flight finish. The route's own
+    /// `drain` drains every upstream.
+    pub drain: bool,
+}
+
+impl Route {
+    /// The route's upstreams that are names to resolve.
+    pub fn upstream_names(&self) -> impl Iterator<Item = &str> {
+        self.upstreams.iter().filter_map(|u| match &u.upstream {
+            Upstream::Dns { name, .. } => Some(name.as_str()),
+            _ => None,
+        })
+    }
+
+    /// How the route's upstreams read in status: `a:80`, or `a:80 (×9), b:80 (×1, drained)`.
+    pub fn upstreams_label(&self) -> String {
+        if let [only] = &self.upstreams[..] {
+            if only.weight == 1 && !only.drain {
+                return only.upstream.to_string();
+            }
+        }
+        self.upstreams
+            .iter()
+            .map(|u| {
+                let drain = if u.drain { ", drained" } else { "" };
+                format!("{} (×{}{drain})", u.upstream, u.weight)
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 /// Where a route's traffic goes.
@@ -378,6 +511,8 @@ pub enum ModelError {
     GracePeriod { grace: u32, pre_stop: u32 },
     #[error("acme.{field}: {reason}")]
     Acme { field: &'static str, reason: String },
+    #[error("hsts: {0}")]
+    Hsts(String),
 }
 
 impl Workspace {
@@ -463,6 +598,10 @@ impl Workspace {
             });
         }
         let acme = raw.acme.map(Acme::from_raw).transpose()?.map(Box::new);
+        let hsts = match raw.hsts {
+            None => default_hsts(),
+            Some(hsts) => hsts_from_raw(hsts).map_err(ModelError::Hsts)?,
+        };
         Ok(Workspace {
             zone: raw.zone,
             listeners,
@@ -474,6 +613,7 @@ impl Workspace {
             allowed_sources,
             deploy,
             acme,
+            hsts,
         })
     }
 
@@ -581,38 +721,195 @@ impl Route {
             host: raw.host.clone(),
             reason,
         };
-        let port = match raw.port {
-            None => None,
-            Some(p) if p.fract() == 0.0 && (1.0..=65535.0).contains(&p) => Some(p as u16),
-            Some(p) => {
-                return Err(fail(format!(
-                    "port {p} is not a whole number from 1 to 65535"
-                )))
+        let upstreams = match (&raw.upstream, &raw.upstreams) {
+            (Some(upstream), None) => vec![RouteUpstream {
+                upstream: upstream_from_raw(upstream, raw.port).map_err(fail)?,
+                weight: 1,
+                drain: raw.drain,
+            }],
+            (None, Some(list)) if !list.is_empty() => {
+                if raw.port.is_some() {
+                    return Err(fail("`port` goes inside each of `upstreams`".into()));
+                }
+                list.iter()
+                    .map(|u| {
+                        let weight = match u.weight {
+                            None => 1,
+                            Some(w) if w.fract() == 0.0 && (1.0..=1_000_000.0).contains(&w) => {
+                                w as u32
+                            }
+                            Some(w) => {
+                                return Err(fail(format!(
+                                    "weight {w} of upstream `{}` is not a whole number from 1 to \
+                                     1000000 (drain an upstream with `drain = true`)",
+                                    u.upstream
+                                )))
+                            }
+                        };
+                        Ok(RouteUpstream {
+                            upstream: upstream_from_raw(&u.upstream, u.port).map_err(fail)?,
+                            weight,
+                            drain: u.drain || raw.drain,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?
             }
+            (None, Some(_)) => return Err(fail("`upstreams` is empty".into())),
+            (Some(_), Some(_)) => {
+                return Err(fail("give `upstream` or `upstreams`, not both".into()))
+            }
+            (None, None) => return Err(fail("missing `upstream` (or `upstreams`)".into())),
         };
-        let upstream = match (raw.upstream.strip_prefix("unix://"), port) {
-            (Some(path), None) if path.starts_with('/') => Upstream::Unix {
-                path: PathBuf::from(path),
-            },
-            (Some(_), None) => return Err(fail("a unix upstream needs an absolute path".into())),
-            (Some(_), Some(_)) => return Err(fail("a unix upstream takes no port".into())),
-            (None, None) => return Err(fail(format!("upstream `{}` needs a port", raw.upstream))),
-            (None, Some(port)) => match raw.upstream.parse::<IpAddr>() {
-                Ok(ip) => Upstream::Ip {
-                    address: SocketAddr::new(ip, port),
-                },
-                Err(_) => Upstream::Dns {
-                    name: raw.upstream.clone(),
-                    port,
-                },
-            },
+        let mut seen = std::collections::BTreeSet::new();
+        for u in &upstreams {
+            if !seen.insert(u.upstream.to_string()) {
+                return Err(fail(format!("upstream `{}` is given twice", u.upstream)));
+            }
+        }
+        if upstreams
+            .iter()
+            .filter(|u| matches!(u.upstream, Upstream::Unix { .. }))
+            .count()
+            > 1
+        {
+            return Err(fail("at most one `unix://` upstream per route".into()));
+        }
+        let health = raw
+            .health
+            .map(health_from_raw)
+            .transpose()
+            .map_err(|e| fail(format!("health: {e}")))?;
+        let hsts = match raw.hsts {
+            None => None,
+            Some(hsts) => Some(
+                hsts_from_raw(hsts)
+                    .map_err(|e| fail(format!("hsts: {e}")))?
+                    .unwrap_or(Hsts::OFF),
+            ),
         };
         Ok(Route {
             id: route_id(&raw.host, &raw.path_prefix),
             host: raw.host,
             path_prefix: raw.path_prefix,
-            upstream,
+            upstreams,
+            health,
+            hsts,
         })
+    }
+}
+
+/// One upstream as written: a DNS name or an IP literal with a port, or a `unix://` path.
+fn upstream_from_raw(upstream: &str, port: Option<f64>) -> Result<Upstream, String> {
+    let port = match port {
+        None => None,
+        Some(p) if p.fract() == 0.0 && (1.0..=65535.0).contains(&p) => Some(p as u16),
+        Some(p) => return Err(format!("port {p} is not a whole number from 1 to 65535")),
+    };
+    Ok(match (upstream.strip_prefix("unix://"), port) {
+        (Some(path), None) if path.starts_with('/') => Upstream::Unix {
+            path: PathBuf::from(path),
+        },
+        (Some(_), None) => return Err("a unix upstream needs an absolute path".into()),
+        (Some(_), Some(_)) => return Err("a unix upstream takes no port".into()),
+        (None, None) => return Err(format!("upstream `{upstream}` needs a port")),
+        (None, Some(port)) => match upstream.parse::<IpAddr>() {
+            Ok(ip) => Upstream::Ip {
+                address: SocketAddr::new(ip, port),
+            },
+            Err(_) => Upstream::Dns {
+                name: upstream.to_owned(),
+                port,
+            },
+        },
+    })
+}
+
+/// A whole number within `range`, or why not.
+fn whole(field: &str, n: f64, range: std::ops::RangeInclusive<f64>) -> Result<u32, String> {
+    if n.fract() == 0.0 && range.contains(&n) {
+        Ok(n as u32)
+    } else {
+        Err(format!(
+            "{field} {n} is not a whole number from {} to {}",
+            range.start(),
+            range.end()
+        ))
+    }
+}
+
+fn health_from_raw(raw: RawHealth) -> Result<HealthCheck, String> {
+    let probe = match raw.mode {
+        HealthMode::Http => {
+            let path = raw.path.unwrap_or_else(|| "/".to_owned());
+            if !path.starts_with('/') {
+                return Err(format!("path `{path}` does not start with `/`"));
+            }
+            let accepted_statuses = raw
+                .accepted_statuses
+                .iter()
+                .map(|s| {
+                    let (start, end) = match s {
+                        RawStatus::Code(code) => (*code, *code),
+                        RawStatus::Range(range) => {
+                            let parsed = range.split_once('-').and_then(|(a, b)| {
+                                Some((a.trim().parse::<f64>().ok()?, b.trim().parse::<f64>().ok()?))
+                            });
+                            parsed.ok_or_else(|| {
+                                format!("accepted status `{range}` is not a range like `200-399`")
+                            })?
+                        }
+                    };
+                    let start = whole("accepted status", start, 100.0..=599.0)?;
+                    let end = whole("accepted status", end, 100.0..=599.0)?;
+                    if start > end {
+                        return Err(format!("accepted statuses {start}-{end} are backwards"));
+                    }
+                    Ok((start as u16, end as u16))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Probe::Http {
+                path,
+                accepted_statuses,
+            }
+        }
+        HealthMode::Tcp => {
+            if raw.path.is_some() || !raw.accepted_statuses.is_empty() {
+                return Err("a tcp health check takes no `path` or `accepted_statuses`".into());
+            }
+            Probe::Tcp
+        }
+    };
+    let interval = whole("interval", raw.interval, 1.0..=3600.0)?;
+    let timeout = whole("timeout", raw.timeout, 1.0..=3600.0)?;
+    if timeout > interval {
+        return Err(format!(
+            "timeout {timeout} is longer than interval {interval}"
+        ));
+    }
+    Ok(HealthCheck {
+        probe,
+        interval,
+        timeout,
+        healthy_threshold: whole("healthy_threshold", raw.healthy_threshold, 1.0..=100.0)?,
+        unhealthy_threshold: whole("unhealthy_threshold", raw.unhealthy_threshold, 1.0..=100.0)?,
+        port: raw
+            .port
+            .map(|p| whole("port", p, 1.0..=65535.0).map(|p| p as u16))
+            .transpose()?,
+    })
+}
+
+/// A policy, or `None` for `false`. `true` is the default policy.
+fn hsts_from_raw(raw: RawHsts) -> Result<Option<Hsts>, String> {
+    match raw {
+        RawHsts::Switch(false) => Ok(None),
+        RawHsts::Switch(true) => Ok(default_hsts()),
+        RawHsts::Policy(p) => Ok(Some(Hsts {
+            enabled: true,
+            max_age: whole("max_age", p.max_age, 0.0..=4_294_967_295.0)?,
+            include_subdomains: p.include_subdomains,
+            preload: p.preload,
+        })),
     }
 }
 
@@ -636,7 +933,13 @@ pub(crate) fn test_route(host: &str, upstream: Upstream) -> Route {
         id: route_id(host, "/"),
         host: host.into(),
         path_prefix: "/".into(),
-        upstream,
+        upstreams: vec![RouteUpstream {
+            upstream,
+            weight: 1,
+            drain: false,
+        }],
+        health: None,
+        hsts: None,
     }
 }
 
@@ -658,6 +961,7 @@ pub(crate) fn test_workspace(tls_dir: &std::path::Path, routes: Vec<Route>) -> W
         allowed_sources: None,
         deploy: Default::default(),
         acme: None,
+        hsts: default_hsts(),
     }
 }
 
@@ -668,9 +972,13 @@ mod tests {
     fn raw_route(host: &str, upstream: &str, port: Option<f64>, path: &str) -> RawRoute {
         RawRoute {
             host: host.into(),
-            upstream: upstream.into(),
+            upstream: Some(upstream.into()),
             port,
+            upstreams: None,
             path_prefix: path.into(),
+            health: None,
+            drain: false,
+            hsts: None,
         }
     }
 
@@ -678,16 +986,16 @@ mod tests {
     fn upstream_kinds_are_told_apart() {
         let dns = Route::from_raw(raw_route("a.z", "svc.ns.svc", Some(80.0), "/")).unwrap();
         assert_eq!(
-            dns.upstream,
+            dns.upstreams[0].upstream,
             Upstream::Dns {
                 name: "svc.ns.svc".into(),
                 port: 80
             }
         );
         let v6 = Route::from_raw(raw_route("a.z", "fd00::1", Some(8080.0), "/")).unwrap();
-        assert_eq!(v6.upstream.to_string(), "[fd00::1]:8080");
+        assert_eq!(v6.upstreams[0].upstream.to_string(), "[fd00::1]:8080");
         let unix = Route::from_raw(raw_route("a.z", "unix:///run/a.sock", None, "/")).unwrap();
-        assert_eq!(unix.upstream.to_string(), "unix:///run/a.sock");
+        assert_eq!(unix.upstreams[0].upstream.to_string(), "unix:///run/a.sock");
     }
 
     #[test]

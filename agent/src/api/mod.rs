@@ -61,6 +61,57 @@ pub struct RouteStatus {
     #[serde(default)]
     pub waiting_for: Vec<Waiting>,
     pub last_error: Option<String>,
+    /// Each upstream with its weight, whether it is drained, and its backends' health.
+    #[serde(default)]
+    pub upstreams: Vec<UpstreamStatus>,
+    /// No backend can take a request (every upstream drained, or every backend down): sozu
+    /// answers 503 on this route.
+    #[serde(default)]
+    pub no_available_backend: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct UpstreamStatus {
+    /// As the workspace writes it.
+    pub upstream: String,
+    pub weight: u32,
+    /// The workspace drains it (its own `drain`, or its route's).
+    pub drain: bool,
+    /// `in rotation`; or, drained: `draining (N sessions)` until sozu says its last
+    /// connection ended, then `drained`.
+    pub state: String,
+    pub backends: Vec<BackendStatus>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct BackendStatus {
+    /// sozu's backend id.
+    pub id: String,
+    pub address: String,
+    /// As sozu last reported it: by its health check, or by failed connections.
+    pub health: BackendHealth,
+    /// Times sozu reported it going down or coming back up since the agent started.
+    pub transitions: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendHealth {
+    /// sozu has said nothing of it yet.
+    #[default]
+    Unknown,
+    Up,
+    Down,
+}
+
+impl std::fmt::Display for BackendHealth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BackendHealth::Unknown => "unknown",
+            BackendHealth::Up => "up",
+            BackendHealth::Down => "down",
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -152,6 +203,13 @@ pub struct Counters {
     pub resyncs: u64,
     /// Times a file watcher's queue overflowed and events were lost.
     pub watch_overflows: u64,
+    /// Changes to the agent's objects in sozu that the agent did not make, each repaired by a
+    /// targeted resync.
+    #[serde(default)]
+    pub drift_repairs: u64,
+    /// Times sozu's event stream broke (counted as a possible sozu restart).
+    #[serde(default)]
+    pub event_stream_breaks: u64,
 }
 
 /// A route's status, with its metric lines rendered when it changed.

@@ -18,6 +18,7 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
+use super::backends::{BackendTracker, Drift, Ledger};
 use super::model::Model;
 use super::pass::PassOutcome;
 use super::policy::{Backoff, Refusals};
@@ -29,6 +30,7 @@ use crate::api::{Counters, SharedStatus};
 use crate::api::{RouteKey, RouteView};
 use crate::clock::Clock;
 use crate::plan::Scope;
+use crate::sources::sozu_events::SozuEvent;
 use crate::sources::{CertSource, Fact};
 
 #[derive(Debug, Clone)]
@@ -69,6 +71,10 @@ pub struct Agent<P, C> {
     pub(super) dns: DnsTracker,
     pub(super) certs: CertTracker,
     pub(super) refusals: Refusals,
+    /// What sozu's events said of backends, and the changes the agent made that sozu has not
+    /// reported yet.
+    pub(super) backends: BackendTracker,
+    pub(super) ledger: Ledger,
     pub(super) counters: Counters,
     /// The desired state, kept between passes; `None` until the first pass with a workspace.
     pub(super) model: Option<Model>,
@@ -95,6 +101,8 @@ pub struct Work {
     pub names: BTreeSet<String>,
     /// Requests sozu refused whose retry time came.
     pub retry: Scope,
+    /// Clusters someone else changed in sozu: read again, then planned.
+    pub drifted: BTreeSet<String>,
     /// Ask sozu who it is before trusting the shadow.
     pub check_generation: bool,
     /// Read sozu's whole state again.
@@ -147,6 +155,7 @@ impl Work {
             || !self.hosts.is_empty()
             || !self.names.is_empty()
             || !self.retry.is_empty()
+            || !self.drifted.is_empty()
             || self.check_generation
             || self.resync
     }
@@ -158,6 +167,7 @@ impl Work {
             && !self.workspace
             && self.names.is_empty()
             && self.retry.is_empty()
+            && self.drifted.is_empty()
             && !self.check_generation
             && !self.resync
     }
@@ -181,6 +191,8 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             dns: DnsTracker::default(),
             certs: CertTracker::new(warning),
             refusals: Refusals::default(),
+            backends: BackendTracker::default(),
+            ledger: Ledger::default(),
             counters: Counters::default(),
             model: None,
             routes: imbl::OrdMap::new(),
@@ -317,11 +329,67 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 }
             }
             Fact::SozuSocket => work.check_generation = true,
+            Fact::Sozu(event) => self.absorb_event(event, work),
             Fact::WatchOverflow => {
                 self.counters.watch_overflows += 1;
                 work.publish = true;
             }
         }
+    }
+
+    /// Takes one of sozu's events: backend health and drains go to the status; a change the
+    /// agent did not make to what it owns is repaired by the next pass.
+    fn absorb_event(&mut self, event: SozuEvent, work: &mut Work) {
+        let cluster_of = |backend_id: &str| {
+            self.model
+                .as_ref()
+                .and_then(|m| m.cluster_of_backend(backend_id))
+        };
+        match event {
+            SozuEvent::BackendUp { backend_id } => {
+                if self.backends.health(&backend_id, true) {
+                    self.dirty.clusters.extend(cluster_of(&backend_id));
+                }
+            }
+            SozuEvent::BackendDown { backend_id } => {
+                if self.backends.health(&backend_id, false) {
+                    self.dirty.clusters.extend(cluster_of(&backend_id));
+                }
+            }
+            SozuEvent::NoAvailableBackends { cluster_id } => {
+                self.backends.cluster_available(&cluster_id, false);
+                self.dirty.clusters.insert(cluster_id);
+            }
+            SozuEvent::ClusterRecovered { cluster_id } => {
+                self.backends.cluster_available(&cluster_id, true);
+                self.dirty.clusters.insert(cluster_id);
+            }
+            SozuEvent::BackendDrained { backend_id } => {
+                if self.backends.drained(&backend_id) {
+                    self.dirty.clusters.extend(cluster_of(&backend_id));
+                }
+            }
+            SozuEvent::Changed(change) => match self.ledger.reported(&change, Instant::now()) {
+                Drift::None => return,
+                Drift::Cluster(id) => {
+                    tracing::info!(cluster = %id, change = ?change.kind,
+                        "a cluster of the agent's changed in sozu behind its back; repairing it");
+                    self.counters.drift_repairs += 1;
+                    work.drifted.insert(id);
+                }
+                Drift::Everything => {
+                    tracing::info!(change = ?change.kind,
+                        "sozu's certificates or state changed behind the agent's back; reading it again");
+                    self.counters.drift_repairs += 1;
+                    work.resync = true;
+                }
+            },
+            SozuEvent::StreamBroken => {
+                self.counters.event_stream_breaks += 1;
+                work.check_generation = true;
+            }
+        }
+        work.publish = true;
     }
 
     /// When the next served certificate enters its expiry warning, as a timer deadline.

@@ -16,6 +16,7 @@
 //! [`Fact`]: crate::sources::Fact
 //! [`CertSource`]: crate::sources::CertSource
 
+pub mod backends;
 pub mod driver;
 pub mod model;
 pub mod pass;
@@ -34,13 +35,18 @@ pub use policy::{should_resync, Generation};
 
 use crate::plan::{Op, Outcome};
 use crate::sozu::SozuError;
-use crate::state::Actual;
+use crate::state::{Actual, ClusterState};
 
 /// What sozu is to the loop.
 pub trait Proxy: Send + 'static {
     /// Which sozu answers: see [`should_resync`].
     fn generation(&mut self) -> impl Future<Output = Result<Generation, SozuError>> + Send;
     fn read_state(&mut self) -> impl Future<Output = Result<Actual, SozuError>> + Send;
+    /// One cluster as sozu holds it: a targeted resync after someone else changed it.
+    fn read_cluster(
+        &mut self,
+        id: String,
+    ) -> impl Future<Output = Result<ClusterState, SozuError>> + Send;
     /// Sends `ops` (see [`crate::sozu::phases::send_in_phases`]) and says what became of each.
     fn apply(&mut self, ops: Vec<Op>) -> impl Future<Output = Vec<Outcome>> + Send;
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::desired::{self, Held};
 use crate::plan::Scope;
 use crate::state::{Actual, Desired};
-use crate::workspace::{Route, Upstream, Workspace};
+use crate::workspace::{Route, Workspace};
 
 use super::trackers::{CertTracker, DnsTracker};
 
@@ -43,8 +43,8 @@ impl Model {
                 .entry(route.host.clone())
                 .or_default()
                 .push(i);
-            if let Upstream::Dns { name, .. } = &route.upstream {
-                routes_by_name.entry(name.clone()).or_default().push(i);
+            for name in route.upstream_names().collect::<BTreeSet<_>>() {
+                routes_by_name.entry(name.to_owned()).or_default().push(i);
             }
         }
         let unresolved = routes_by_name
@@ -93,6 +93,15 @@ impl Model {
         self.routes_by_id
             .get(id)
             .map(|&i| &self.workspace.routes[i])
+    }
+
+    /// The cluster a backend id of the agent's belongs to: the id up to its last `-` (an
+    /// address holds none; see [`crate::desired::backend_id`]).
+    pub fn cluster_of_backend(&self, backend_id: &str) -> Option<String> {
+        let (cluster, _) = backend_id.rsplit_once('-')?;
+        self.routes_by_id
+            .contains_key(cluster)
+            .then(|| cluster.to_owned())
     }
 
     pub fn routes_of_name<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a Route> + 'a {

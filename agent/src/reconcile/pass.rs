@@ -76,10 +76,29 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             let started = Instant::now();
             if self.sozu.check().await.map_err(|e| e.to_string())? {
                 self.counters.sozu_reconnects += 1;
+                self.backends.sozu_restarted();
+                self.dirty.all = true;
             }
             step_took(started, "sozu's generation checked");
         }
         let fresh = !self.sozu.is_known();
+        self.sozu.actual().await.map_err(|e| e.to_string())?;
+        // Clusters someone else changed: read again, in place of what the shadow believed.
+        if !fresh {
+            for id in &work.drifted {
+                let hosts: Vec<String> = self
+                    .model
+                    .as_ref()
+                    .and_then(|m| m.route_by_id(id))
+                    .map(|r| vec![r.host.clone()])
+                    .unwrap_or_default();
+                let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
+                self.sozu
+                    .refresh_cluster(id, &hosts)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+        }
         let actual = self.sozu.actual().await.map_err(|e| e.to_string())?;
 
         let started = Instant::now();
@@ -99,6 +118,12 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                     scope.extend(model.name_changed(name, &self.dns, actual));
                 }
                 scope.extend(work.retry.clone());
+                for id in &work.drifted {
+                    scope.clusters.insert(id.clone());
+                    scope
+                        .hosts
+                        .extend(model.route_by_id(id).map(|r| r.host.clone()));
+                }
                 scope
             }
             _ => {
@@ -133,9 +158,27 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         tracing::info!(requests = ops.len(), summary = ?plan::summary(&ops), "applying changes to sozu");
         let mut broken = None;
         let mut refused = false;
+        let bulk = ops.len() >= crate::sozu::bulk::BATCH_MIN;
+        let sent_at = TokioInstant::now();
+        if bulk {
+            // Two state files, each reported once (see `crate::sozu::bulk`).
+            self.ledger.loaded(sent_at);
+            self.ledger.loaded(sent_at);
+        }
         for (op, outcome) in self.sozu.apply(ops).await {
+            self.backends.applied(&op, &outcome);
+            let in_file = bulk
+                && !matches!(
+                    op,
+                    Op::AddCertificate { .. }
+                        | Op::ReplaceCertificate { .. }
+                        | Op::RemoveCertificate { .. }
+                );
+            if !matches!(outcome, Outcome::NotSent(_) | Outcome::Skipped) && !in_file {
+                self.ledger.sent(&op, sent_at);
+            }
             match outcome {
-                Outcome::Applied => {
+                Outcome::Applied | Outcome::Closing(_) => {
                     self.counters.sozu_requests += 1;
                     self.refusals.applied(&op);
                     if let Op::ReplaceCertificate { certificate, .. } = &op {

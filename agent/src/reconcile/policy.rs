@@ -274,6 +274,7 @@ mod tests {
                 path_prefix: "/".into(),
                 cluster_id: Some(format!("pi-{host}")),
                 tags: Default::default(),
+                hsts: None,
             })
         };
         let plan = vec![

@@ -5,15 +5,18 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use super::backends::Drain;
 use super::driver::Agent;
 use super::Proxy;
 use crate::api::metrics::RouteMetrics;
 use crate::api::{
-    CertificateStatus, Head, RouteKey, RouteState, RouteStatus, RouteView, Snapshot, Waiting,
+    BackendHealth, BackendStatus, CertificateStatus, Head, RouteKey, RouteState, RouteStatus,
+    RouteView, Snapshot, UpstreamStatus, Waiting,
 };
+use crate::desired::{self, Names};
 use crate::plan::Scope;
 use crate::sources::CertSource;
-use crate::workspace::{Route, Upstream};
+use crate::workspace::{Route, RouteUpstream, Upstream};
 
 /// Which routes' status must be built again.
 #[derive(Debug, Default)]
@@ -100,17 +103,23 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
 
     /// One route's status and metric lines; `first` carries its host's metrics.
     fn route_view(&self, route: &Route, first: bool, now: i64) -> RouteView {
-        let backends_desired: Vec<String> = match &route.upstream {
-            Upstream::Dns { name, port } => self
-                .dns
-                .resolved()
-                .get(name)
-                .into_iter()
-                .flatten()
-                .map(|ip| std::net::SocketAddr::new(*ip, *port).to_string())
-                .collect(),
-            other => vec![other.to_string()],
-        };
+        let names = Names::Resolved(self.dns.resolved());
+        let backends_desired: Vec<String> = desired::backends(route, names)
+            .values()
+            .map(|b| b.address.to_string())
+            .collect();
+        let upstreams: Vec<UpstreamStatus> = route
+            .upstreams
+            .iter()
+            .map(|u| self.upstream_status(route, u, names))
+            .collect();
+        let in_rotation = upstreams.iter().filter(|u| !u.drain);
+        let no_available_backend = upstreams.iter().all(|u| u.drain)
+            || self.backends.no_available(&route.id)
+            || in_rotation
+                .flat_map(|u| &u.backends)
+                .all(|b| b.health == BackendHealth::Down)
+                && !backends_desired.is_empty();
         let shadow = self.sozu.shadow();
         let backends_actual: Vec<String> = shadow
             .and_then(|s| s.backends.get(&route.id))
@@ -127,13 +136,11 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             .iter()
             .filter_map(|f| self.certs.validity(&route.host, f))
             .min_by_key(|(_, not_after)| *not_after);
-        let dns_error = match &route.upstream {
-            Upstream::Dns { name, .. } => self
-                .dns
+        let dns_error = route.upstream_names().find_map(|name| {
+            self.dns
                 .error(name)
-                .map(|e| format!("resolving {name}: {e}")),
-            _ => None,
-        };
+                .map(|e| format!("resolving {name}: {e}"))
+        });
         let cert_error = self.certs.failure(&route.host);
         let rotation = self.certs.rotations(&route.host);
         let refusal = self
@@ -144,7 +151,16 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         let last_error = cert_error
             .map(|(m, _)| m.to_owned())
             .or(refusal)
-            .or(dns_error);
+            .or(dns_error)
+            .or_else(|| {
+                no_available_backend.then(|| {
+                    if upstreams.iter().all(|u| u.drain) {
+                        "every upstream is drained: sozu answers 503".to_owned()
+                    } else {
+                        "no backend is up: sozu answers 503".to_owned()
+                    }
+                })
+            });
         let mut waiting_for = Vec::new();
         if self
             .model
@@ -153,12 +169,17 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         {
             waiting_for.push(Waiting::Certificate);
         }
-        if backends_desired.is_empty() {
+        let unresolved = route
+            .upstreams
+            .iter()
+            .filter(|u| !u.drain)
+            .any(|u| matches!(&u.upstream, Upstream::Dns { name, .. } if !self.dns.resolved().contains_key(name)));
+        if backends_desired.is_empty() && unresolved {
             waiting_for.push(Waiting::Dns);
         }
         let state = if !waiting_for.is_empty() {
             RouteState::Pending
-        } else if last_error.is_some() || self.sozu_error.is_some() {
+        } else if last_error.is_some() || self.sozu_error.is_some() || no_available_backend {
             RouteState::Error
         } else {
             RouteState::Ok
@@ -167,7 +188,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             id: route.id.clone(),
             host: route.host.clone(),
             path_prefix: route.path_prefix.clone(),
-            upstream: route.upstream.to_string(),
+            upstream: route.upstreams_label(),
             backends_desired,
             backends_actual,
             certificate: CertificateStatus {
@@ -186,10 +207,66 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             state,
             waiting_for,
             last_error,
+            upstreams,
+            no_available_backend,
         };
         RouteView {
             metrics: RouteMetrics::of(&status, first),
             status,
+        }
+    }
+}
+
+impl<P: Proxy, C: CertSource> Agent<P, C> {
+    /// One upstream of `route`: its backends' health, and where its drain stands.
+    fn upstream_status(
+        &self,
+        route: &Route,
+        upstream: &RouteUpstream,
+        names: Names<'_>,
+    ) -> UpstreamStatus {
+        let ids: Vec<(String, String)> = desired::addresses(&upstream.upstream, names)
+            .iter()
+            .map(|a| (desired::backend_id(&route.id, a), a.to_string()))
+            .collect();
+        let backends: Vec<BackendStatus> = ids
+            .iter()
+            .map(|(id, address)| {
+                let (health, transitions) = self.backends.health_of(id);
+                BackendStatus {
+                    id: id.clone(),
+                    address: address.clone(),
+                    health,
+                    transitions,
+                }
+            })
+            .collect();
+        let state = if !upstream.drain {
+            "in rotation".to_owned()
+        } else {
+            let draining: Vec<Option<u64>> = ids
+                .iter()
+                .filter_map(|(id, _)| match self.backends.drain_of(id) {
+                    Some(Drain::Draining(sessions)) => Some(sessions),
+                    _ => None,
+                })
+                .collect();
+            if draining.is_empty() {
+                "drained".to_owned()
+            } else {
+                let sessions: u64 = draining.iter().flatten().sum();
+                format!(
+                    "draining ({sessions} session{})",
+                    if sessions == 1 { "" } else { "s" }
+                )
+            }
+        };
+        UpstreamStatus {
+            upstream: upstream.upstream.to_string(),
+            weight: upstream.weight,
+            drain: upstream.drain,
+            state,
+            backends,
         }
     }
 }

@@ -76,6 +76,17 @@ impl<P: Proxy> SozuSync<P> {
         Ok(self.shadow.get_or_insert_with(Actual::default))
     }
 
+    /// Reads cluster `id` from sozu again and puts it in the shadow in place of what the
+    /// shadow held: the cluster changed behind the agent's back. `hosts` are the hosts whose
+    /// frontends may route to it.
+    pub async fn refresh_cluster(&mut self, id: &str, hosts: &[&str]) -> Result<(), SozuError> {
+        let state = self.proxy.read_cluster(id.to_owned()).await?;
+        if let Some(shadow) = &mut self.shadow {
+            shadow.replace_cluster(id, state, hosts);
+        }
+        Ok(())
+    }
+
     /// Sends `ops` and says what became of each. Each request sozu applied advances the shadow;
     /// a broken connection drops both the shadow and the generation (whoever answers next may be
     /// a new sozu, and the request cut off may or may not have been applied).
@@ -91,7 +102,7 @@ impl<P: Proxy> SozuSync<P> {
         let done: Vec<(Op, Outcome)> = ops.into_iter().zip(outcomes).collect();
         for (op, outcome) in &done {
             match outcome {
-                Outcome::Applied => {
+                Outcome::Applied | Outcome::Closing(_) => {
                     if let Some(shadow) = &mut self.shadow {
                         plan::apply(shadow, op);
                     }

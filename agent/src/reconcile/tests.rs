@@ -64,7 +64,22 @@ impl Proxy for Fake {
                 }
             }
             plan::apply(&mut s.actual, op);
-            Ok(())
+            Ok(matches!(op, Op::CloseSessions { .. }).then_some(0))
+        })
+    }
+    async fn read_cluster(&mut self, id: String) -> Result<crate::state::ClusterState, SozuError> {
+        let s = self.0.lock().unwrap();
+        Ok(crate::state::ClusterState {
+            exists: s.actual.clusters.contains(&id),
+            backends: s.actual.backends.get(&id).cloned().unwrap_or_default(),
+            health_check: s.actual.health_checks.get(&id).cloned(),
+            frontends: s
+                .actual
+                .frontends
+                .iter()
+                .filter(|f| f.cluster_id.as_deref() == Some(id.as_str()))
+                .cloned()
+                .collect(),
         })
     }
 }
@@ -685,7 +700,7 @@ async fn incremental_passes_end_where_a_full_recomputation_would() {
                             id: crate::workspace::route_id(&hosts[*host], path),
                             host: hosts[*host].clone(),
                             path_prefix: (*path).into(),
-                            upstream: upstream.clone(),
+                            ..route(&hosts[*host], upstream.clone())
                         })
                         .collect();
                     let mut ws =

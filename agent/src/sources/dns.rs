@@ -272,7 +272,7 @@ impl<R: Resolve> Source<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workspace::{Route, Upstream, Workspace};
+    use crate::workspace::{Upstream, Workspace};
 
     /// What the fake says for a name: an answer or a failure, or `None` for never answering.
     type Scripted = Option<Result<Answer, ResolveError>>;
@@ -309,14 +309,14 @@ mod tests {
         let routes = names
             .iter()
             .enumerate()
-            .map(|(i, name)| Route {
-                id: format!("pi-r{i}.in.example.org"),
-                host: format!("r{i}.in.example.org"),
-                path_prefix: "/".into(),
-                upstream: Upstream::Dns {
-                    name: (*name).into(),
-                    port: 80,
-                },
+            .map(|(i, name)| {
+                crate::workspace::test_route(
+                    &format!("r{i}.in.example.org"),
+                    Upstream::Dns {
+                        name: (*name).into(),
+                        port: 80,
+                    },
+                )
             })
             .collect();
         Arc::new(crate::workspace::test_workspace(

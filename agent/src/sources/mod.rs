@@ -10,9 +10,11 @@
 //! | [`dns`] | the workspace's upstream names, each on its own schedule (the answer's TTL, within bounds) | a name's addresses and its latest failure, when either changes |
 //! | [`tlsdir`] (a [`CertSource`]) | `<tls dir>/<host>/` of each route host | each host's pair, read and validated |
 //! | [`sozu_socket`] | sozu's socket | that it was created or removed: sozu may have restarted |
+//! | [`sozu_events`] | sozu's event stream (`SubscribeEvents`) | backends up and down, drains ended, configuration changes by whoever; a broken stream |
 
 pub mod dns;
 pub mod resolver;
+pub mod sozu_events;
 pub mod sozu_socket;
 pub mod tlsdir;
 pub mod watcher;
@@ -40,6 +42,8 @@ pub enum Fact {
     Pairs(Vec<(String, Result<Certificate, CertError>)>),
     /// sozu's socket was created or removed: sozu may have restarted.
     SozuSocket,
+    /// What sozu's event stream said.
+    Sozu(sozu_events::SozuEvent),
     /// A file watcher's queue overflowed and events were lost; its source has read everything
     /// again.
     WatchOverflow,

@@ -30,12 +30,17 @@ enum Delivery {
     /// In the second state file, once the certificates are in: frontends (an HTTPS frontend
     /// needs its certificate) and every removal.
     Late,
+    /// One request each, once the files are loaded: what needs its cluster in place (health
+    /// checks) or acts on live sessions (closing those of removed backends), which no state file
+    /// carries.
+    After,
 }
 
 fn delivery_of(op: &Op) -> Delivery {
     match op {
         Op::AddListener { .. }
         | Op::ActivateListener { .. }
+        | Op::SetListenerHsts { .. }
         | Op::AddCertificate { .. }
         | Op::ReplaceCertificate { .. }
         | Op::RemoveCertificate { .. } => Delivery::Request,
@@ -44,6 +49,9 @@ fn delivery_of(op: &Op) -> Delivery {
         | Op::AddFrontend(_)
         | Op::RemoveBackend { .. }
         | Op::RemoveCluster { .. } => Delivery::Late,
+        Op::SetHealthCheck { .. } | Op::RemoveHealthCheck { .. } | Op::CloseSessions { .. } => {
+            Delivery::After
+        }
     }
 }
 
@@ -66,10 +74,11 @@ pub fn send_bulk(
             .cloned()
             .collect()
     };
-    let (requests, early, late) = (
+    let (requests, early, late, after) = (
         pick(Delivery::Request),
         pick(Delivery::Early),
         pick(Delivery::Late),
+        pick(Delivery::After),
     );
     let load = |client: &Lane, file: &[Op], what: &str| {
         if file.is_empty() {
@@ -158,8 +167,14 @@ pub fn send_bulk(
         );
     }
 
+    let after_outcomes = match &late_outcome {
+        Outcome::NotSent(reason) => vec![Outcome::NotSent(reason.clone()); after.len()],
+        _ => send_over(clients, &after),
+    };
+
     // Back in plan order.
     let mut request_outcomes = request_outcomes.into_iter();
+    let mut after_outcomes = after_outcomes.into_iter();
     let outcomes = ops
         .iter()
         .map(|op| match delivery_of(op) {
@@ -167,6 +182,7 @@ pub fn send_bulk(
             Delivery::Early => early_outcome.clone(),
             Delivery::Late if held(op) => Outcome::Skipped,
             Delivery::Late => late_outcome.clone(),
+            Delivery::After => after_outcomes.next().unwrap_or(Outcome::Skipped),
         })
         .collect();
     (outcomes, failure)

@@ -12,10 +12,12 @@ use sozu_command_lib::proto::command::{
     ResponseContent, ResponseStatus, Status, WorkerRequest,
 };
 
-use super::request::to_request;
+use super::request::{health_check_of, hsts_of, to_request};
 use super::SozuError;
 use crate::plan::Op;
-use crate::state::{Actual, Address, Backend, Frontend, ListenerCertificates, Protocol};
+use crate::state::{
+    Actual, Address, Backend, ClusterState, Frontend, HealthCheck, ListenerCertificates, Protocol,
+};
 use crate::workspace::ID_PREFIX;
 
 /// Buffer sizes for each connection. The buffers start at a page and grow on demand up to the
@@ -31,10 +33,20 @@ pub struct SozuClient {
     path: PathBuf,
     timeout: Duration,
     channel: Option<Channel<Request, Response>>,
-    /// The backends of each owned cluster as last read, with the hash sozu gave the cluster then.
-    /// sozu's cluster hash covers the cluster, its backends and its frontends, so an unchanged
-    /// hash means unchanged backends: a resync of an unchanged sozu asks for no cluster by id.
-    clusters_read: BTreeMap<String, (u64, BTreeMap<String, Backend>)>,
+    /// What was last read of each owned cluster, with the hash sozu gave the cluster then.
+    /// sozu's cluster hash covers the cluster (its health check included), its backends and its
+    /// frontends, so an unchanged hash means an unchanged read: a resync of an unchanged sozu
+    /// asks for no cluster by id.
+    clusters_read: BTreeMap<String, (u64, ClusterRead)>,
+}
+
+/// An owned cluster as read from sozu.
+#[derive(Debug, Clone, Default)]
+struct ClusterRead {
+    backends: BTreeMap<String, Backend>,
+    health_check: Option<HealthCheck>,
+    frontends: Vec<Frontend>,
+    exists: bool,
 }
 
 impl SozuClient {
@@ -180,6 +192,9 @@ impl SozuClient {
                     actual
                         .listeners
                         .insert(l.address.into(), (Protocol::Https, l.active));
+                    if let Some(hsts) = l.hsts.as_ref().and_then(hsts_of) {
+                        actual.hsts.insert(l.address.into(), hsts);
+                    }
                 }
             }
             _ => return Err(unexpected("list listeners")),
@@ -201,14 +216,7 @@ impl SozuClient {
                     .into_iter()
                     .map(|f| (Protocol::Https, f));
                 for (protocol, f) in http.chain(https) {
-                    actual.frontends.insert(Frontend {
-                        protocol,
-                        address: f.address.into(),
-                        hostname: f.hostname,
-                        path_prefix: f.path.value,
-                        cluster_id: f.cluster_id,
-                        tags: f.tags.into_iter().collect(),
-                    });
+                    actual.frontends.insert(frontend_of(protocol, f));
                 }
             }
             _ => return Err(unexpected("list frontends")),
@@ -224,9 +232,6 @@ impl SozuClient {
 
         let mut read = std::mem::take(&mut self.clusters_read);
         read.retain(|id, (hash, _)| hashes.get(id) == Some(hash));
-        for (id, (_, backends)) in &read {
-            actual.backends.insert(id.clone(), backends.clone());
-        }
         let owned: Vec<(String, u64)> = hashes
             .into_iter()
             .filter(|(id, _)| id.starts_with(ID_PREFIX) && !read.contains_key(id))
@@ -234,32 +239,18 @@ impl SozuClient {
         // Kept even if a query below fails: what it holds was read and is still current.
         self.clusters_read = read;
         for (id, hash) in owned {
-            let info = self.request(RequestType::QueryClusterById(id.clone()))?;
-            let backends: BTreeMap<String, Backend> =
-                main_content(info, "query cluster", |c| match c {
-                    ContentType::Clusters(list) => Some(
-                        list.vec
-                            .into_iter()
-                            .flat_map(|info| info.backends)
-                            .map(|b| {
-                                (
-                                    b.backend_id.clone(),
-                                    Backend {
-                                        id: b.backend_id,
-                                        address: match b.unix_path {
-                                            Some(path) => Address::Unix(PathBuf::from(path)),
-                                            None => Address::Ip(b.address.into()),
-                                        },
-                                    },
-                                )
-                            })
-                            .collect(),
-                    ),
-                    _ => None,
-                })?;
-            self.clusters_read
-                .insert(id.clone(), (hash, backends.clone()));
-            actual.backends.insert(id, backends);
+            let cluster = self.read_cluster(&id)?;
+            self.clusters_read.insert(id, (hash, cluster));
+        }
+        // The frontends of a read cluster are kept for a targeted read only.
+        for (_, cluster) in self.clusters_read.values_mut() {
+            cluster.frontends = Vec::new();
+        }
+        for (id, (_, cluster)) in &self.clusters_read {
+            actual.backends.insert(id.clone(), cluster.backends.clone());
+            if let Some(check) = &cluster.health_check {
+                actual.health_checks.insert(id.clone(), check.clone());
+            }
         }
 
         let certificates = self.request(RequestType::QueryCertificatesFromTheState(
@@ -289,9 +280,79 @@ impl SozuClient {
         Ok(actual)
     }
 
-    /// Sends one planned operation.
-    pub fn apply(&mut self, op: &Op) -> Result<(), SozuError> {
-        self.request(to_request(op)?).map(|_| ())
+    /// One cluster as sozu holds it: whether it exists, its backends, its health check and its
+    /// frontends.
+    pub fn cluster_state(&mut self, id: &str) -> Result<ClusterState, SozuError> {
+        let read = self.read_cluster(id)?;
+        Ok(ClusterState {
+            exists: read.exists,
+            backends: read.backends,
+            health_check: read.health_check,
+            frontends: read.frontends,
+        })
+    }
+
+    /// One owned cluster's backends and health check, as sozu's main process holds them.
+    fn read_cluster(&mut self, id: &str) -> Result<ClusterRead, SozuError> {
+        let info = self.request(RequestType::QueryClusterById(id.to_owned()))?;
+        main_content(info, "query cluster", |c| match c {
+            ContentType::Clusters(list) => {
+                let mut read = ClusterRead::default();
+                for info in list.vec {
+                    read.exists |= info.configuration.is_some();
+                    let http = info.http_frontends.into_iter().map(|f| (Protocol::Http, f));
+                    let https = info
+                        .https_frontends
+                        .into_iter()
+                        .map(|f| (Protocol::Https, f));
+                    read.frontends
+                        .extend(http.chain(https).map(|(p, f)| frontend_of(p, f)));
+                    read.health_check = info
+                        .configuration
+                        .as_ref()
+                        .and_then(|c| c.health_check.as_ref())
+                        .map(health_check_of);
+                    for b in info.backends {
+                        let weight = b
+                            .load_balancing_parameters
+                            .map_or(1, |p| u32::try_from(p.weight.max(1)).unwrap_or(1));
+                        let backend = Backend {
+                            id: b.backend_id,
+                            address: match b.unix_path {
+                                Some(path) => Address::Unix(PathBuf::from(path)),
+                                None => Address::Ip(b.address.into()),
+                            },
+                            weight,
+                        };
+                        read.backends.insert(backend.id.clone(), backend);
+                    }
+                }
+                Some(read)
+            }
+            _ => None,
+        })
+    }
+
+    /// Sends one planned operation. Closing sessions answers how many are still finishing
+    /// (summed over the workers).
+    pub fn apply(&mut self, op: &Op) -> Result<Option<u64>, SozuError> {
+        let answer = self.request(to_request(op)?)?;
+        if !matches!(op, Op::CloseSessions { .. }) {
+            return Ok(None);
+        }
+        let draining = |content: &ResponseContent| match &content.content_type {
+            Some(ContentType::ClosedSessions(closed)) => closed.draining,
+            _ => 0,
+        };
+        Ok(Some(
+            match answer.as_ref().and_then(|a| a.content_type.as_ref()) {
+                Some(ContentType::WorkerResponses(responses)) => {
+                    responses.map.values().map(draining).sum()
+                }
+                Some(ContentType::ClosedSessions(closed)) => closed.draining,
+                _ => 0,
+            },
+        ))
     }
 
     /// Sends `ops` as one state file that sozu loads itself (`LoadState`): sozu applies them in
@@ -353,6 +414,22 @@ fn acknowledged(message: &str) -> Option<(usize, usize)> {
     let errors = parts.next()?.strip_suffix(" errors")?.parse().ok()?;
     let ok = parts.next()?.strip_suffix(" ok messages")?.parse().ok()?;
     Some((ok, errors))
+}
+
+/// A frontend as sozu lists it.
+fn frontend_of(
+    protocol: Protocol,
+    f: sozu_command_lib::proto::command::RequestHttpFrontend,
+) -> Frontend {
+    Frontend {
+        protocol,
+        address: f.address.into(),
+        hostname: f.hostname,
+        path_prefix: f.path.value,
+        cluster_id: f.cluster_id,
+        tags: f.tags.into_iter().collect(),
+        hsts: super::request::frontend_hsts_of(f.hsts.as_ref()),
+    }
 }
 
 fn unexpected(request: &str) -> SozuError {

@@ -24,7 +24,7 @@ pub enum SendError {
 pub fn send_in_phases(
     ops: &[Op],
     lanes: usize,
-    send: impl Fn(usize, &Op) -> Result<(), SendError> + Sync,
+    send: impl Fn(usize, &Op) -> Result<Option<u64>, SendError> + Sync,
 ) -> Vec<Outcome> {
     let lanes = lanes.max(1);
     let mut outcomes: Vec<Option<Outcome>> = vec![None; ops.len()];
@@ -57,7 +57,8 @@ pub fn send_in_phases(
                     continue;
                 }
                 let outcome = match send(lane, &ops[i]) {
-                    Ok(()) => Outcome::Applied,
+                    Ok(None) => Outcome::Applied,
+                    Ok(Some(draining)) => Outcome::Closing(draining),
                     Err(SendError::Refused(reason)) => Outcome::Refused(reason),
                     Err(SendError::Broken(reason)) => {
                         stop.store(true, Ordering::Relaxed);
@@ -129,7 +130,7 @@ mod tests {
             }
             op => {
                 apply(&mut sent.lock().unwrap(), op);
-                Ok(())
+                Ok(None)
             }
         });
         let hosts: BTreeSet<_> = sent
@@ -188,7 +189,7 @@ mod tests {
             );
             *last = phase(op);
             apply(&mut sent.lock().unwrap(), op);
-            Ok(())
+            Ok(None)
         });
         assert!(outcomes.iter().all(|o| *o == Outcome::Applied));
         assert_eq!(plan(&sent.into_inner().unwrap(), &want), []);

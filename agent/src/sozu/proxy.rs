@@ -10,7 +10,7 @@ use super::phases::{send_in_phases, SendError};
 use super::{SozuClient, SozuError};
 use crate::plan::{Op, Outcome};
 use crate::reconcile::{Generation, Proxy};
-use crate::state::Actual;
+use crate::state::{Actual, ClusterState};
 
 /// One connection, shared by the thread that uses it.
 pub type Lane = Arc<Mutex<SozuClient>>;
@@ -68,7 +68,7 @@ fn lock(lane: &Lane) -> std::sync::MutexGuard<'_, SozuClient> {
 pub fn send_over(lanes: &[Lane], ops: &[Op]) -> Vec<Outcome> {
     send_in_phases(ops, lanes.len(), |lane, op| {
         match lock(&lanes[lane]).apply(op) {
-            Ok(()) => Ok(()),
+            Ok(answer) => Ok(answer),
             Err(SozuError::Refused { message, .. }) => Err(SendError::Refused(message)),
             Err(e) => Err(SendError::Broken(e.to_string())),
         }
@@ -99,6 +99,10 @@ impl Proxy for SozuProxy {
 
     async fn read_state(&mut self) -> Result<Actual, SozuError> {
         self.with_first(|c| c.read_state()).await
+    }
+
+    async fn read_cluster(&mut self, id: String) -> Result<ClusterState, SozuError> {
+        self.with_first(move |c| c.cluster_state(&id)).await
     }
 
     /// A change of [`BATCH_MIN`] requests or more goes in bulk ([`send_bulk`]). When sozu does

@@ -2,14 +2,122 @@
 
 use sozu_command_lib::config::ListenerBuilder;
 use sozu_command_lib::proto::command::{
-    request::RequestType, ActivateListener, AddBackend, AddCertificate, CertificateAndKey, Cluster,
-    ListenerType, PathRule, RemoveBackend, RemoveCertificate, ReplaceCertificate,
-    RequestHttpFrontend, RulePosition,
+    request::RequestType, ActivateListener, AddBackend, AddCertificate, CertificateAndKey,
+    CloseSessions, Cluster, HealthCheckConfig, HealthCheckMode, HstsConfig, HttpStatusRange,
+    ListenerType, LoadBalancingParams, PathRule, RemoveBackend, RemoveCertificate,
+    ReplaceCertificate, RequestHttpFrontend, RulePosition, SetHealthCheck,
+    UpdateHttpsListenerConfig,
 };
 
 use super::SozuError;
 use crate::plan::Op;
-use crate::state::{Address, Backend, Certificate, Frontend, Protocol, UNIX_BACKEND_IDENTITY};
+use crate::state::{
+    Address, Backend, Certificate, Frontend, HealthCheck, Hsts, Probe, Protocol,
+    UNIX_BACKEND_IDENTITY,
+};
+
+/// A policy as sozu takes it. Off is `enabled = false`, which on a frontend suppresses the
+/// listener's policy.
+pub fn hsts_config(hsts: Option<&Hsts>) -> HstsConfig {
+    match hsts {
+        Some(h) if h.enabled => HstsConfig {
+            enabled: Some(true),
+            max_age: Some(h.max_age),
+            include_subdomains: Some(h.include_subdomains),
+            preload: Some(h.preload),
+            force_replace_backend: None,
+        },
+        _ => HstsConfig {
+            enabled: Some(false),
+            ..Default::default()
+        },
+    }
+}
+
+/// A policy as sozu reports it; `None` when it is off.
+pub fn hsts_of(config: &HstsConfig) -> Option<Hsts> {
+    if config.enabled != Some(true) {
+        return None;
+    }
+    Some(Hsts {
+        enabled: true,
+        max_age: config.max_age.unwrap_or(31_536_000),
+        include_subdomains: config.include_subdomains.unwrap_or(false),
+        preload: config.preload.unwrap_or(false),
+    })
+}
+
+/// A frontend's own policy as sozu reports it: off stays an override (`Hsts::OFF`).
+pub fn frontend_hsts_of(config: Option<&HstsConfig>) -> Option<Hsts> {
+    config.map(|c| hsts_of(c).unwrap_or(Hsts::OFF))
+}
+
+/// A health check as sozu takes it.
+pub fn health_check_config(check: &HealthCheck) -> HealthCheckConfig {
+    let (mode, uri, accepted) = match &check.probe {
+        Probe::Http {
+            path,
+            accepted_statuses,
+        } => (
+            HealthCheckMode::Http,
+            path.clone(),
+            accepted_statuses
+                .iter()
+                .map(|&(start, end)| HttpStatusRange {
+                    start: u32::from(start),
+                    end: u32::from(end),
+                })
+                .collect(),
+        ),
+        Probe::Tcp => (HealthCheckMode::Tcp, "/".to_owned(), Vec::new()),
+    };
+    HealthCheckConfig {
+        uri,
+        interval: check.interval,
+        timeout: check.timeout,
+        healthy_threshold: check.healthy_threshold,
+        unhealthy_threshold: check.unhealthy_threshold,
+        expected_status: 0,
+        mode: mode as i32,
+        accepted_statuses: accepted,
+        port: check.port.map(u32::from),
+        headers: Vec::new(),
+    }
+}
+
+/// A health check as sozu reports it.
+pub fn health_check_of(config: &HealthCheckConfig) -> HealthCheck {
+    let probe = if config.mode == HealthCheckMode::Tcp as i32 {
+        Probe::Tcp
+    } else {
+        let mut accepted_statuses: Vec<(u16, u16)> = config
+            .accepted_statuses
+            .iter()
+            .map(|r| {
+                (
+                    u16::try_from(r.start).unwrap_or(u16::MAX),
+                    u16::try_from(r.end).unwrap_or(u16::MAX),
+                )
+            })
+            .collect();
+        if accepted_statuses.is_empty() && config.expected_status != 0 {
+            let code = u16::try_from(config.expected_status).unwrap_or(u16::MAX);
+            accepted_statuses.push((code, code));
+        }
+        Probe::Http {
+            path: config.uri.clone(),
+            accepted_statuses,
+        }
+    };
+    HealthCheck {
+        probe,
+        interval: config.interval,
+        timeout: config.timeout,
+        healthy_threshold: config.healthy_threshold,
+        unhealthy_threshold: config.unhealthy_threshold,
+        port: config.port.and_then(|p| u16::try_from(p).ok()),
+    }
+}
 
 fn frontend_request(f: &Frontend) -> RequestHttpFrontend {
     RequestHttpFrontend {
@@ -23,6 +131,7 @@ fn frontend_request(f: &Frontend) -> RequestHttpFrontend {
             .iter()
             .map(|(n, v)| (n.to_owned(), v.to_owned()))
             .collect(),
+        hsts: f.hsts.as_ref().map(|h| hsts_config(Some(h))),
         ..Default::default()
     }
 }
@@ -74,6 +183,26 @@ pub fn to_request(op: &Op) -> Result<RequestType, SozuError> {
                 interface: None,
             })
         }
+        Op::SetListenerHsts { address, hsts } => {
+            RequestType::UpdateHttpsListener(UpdateHttpsListenerConfig {
+                address: (*address).into(),
+                hsts: Some(hsts_config(hsts.as_ref())),
+                ..Default::default()
+            })
+        }
+        Op::SetHealthCheck { cluster_id, check } => RequestType::SetHealthCheck(SetHealthCheck {
+            cluster_id: cluster_id.clone(),
+            config: health_check_config(check),
+        }),
+        Op::RemoveHealthCheck { cluster_id } => RequestType::RemoveHealthCheck(cluster_id.clone()),
+        Op::CloseSessions {
+            cluster_id,
+            backend,
+        } => RequestType::CloseSessions(CloseSessions {
+            cluster_id: cluster_id.clone(),
+            backend_id: Some(backend.id.clone()),
+            address: None,
+        }),
         Op::AddCluster { id } => RequestType::AddCluster(Cluster {
             cluster_id: id.clone(),
             sticky_session: false,
@@ -90,6 +219,9 @@ pub fn to_request(op: &Op) -> Result<RequestType, SozuError> {
                 backend_id: backend.id.clone(),
                 address: address.into(),
                 unix_path,
+                load_balancing_parameters: Some(LoadBalancingParams {
+                    weight: i32::try_from(backend.weight).unwrap_or(i32::MAX),
+                }),
                 ..Default::default()
             })
         }
