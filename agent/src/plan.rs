@@ -780,6 +780,120 @@ pub(crate) mod tests {
         );
     }
 
+    /// One route of `a.in.example.org` over two IP upstreams with these weights and drains.
+    fn two_upstreams(upstreams: [(u32, bool); 2]) -> Workspace {
+        let mut ws = workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]);
+        ws.routes[0].upstreams = upstreams
+            .iter()
+            .enumerate()
+            .map(|(i, &(weight, drain))| crate::workspace::RouteUpstream {
+                upstream: Upstream::Ip {
+                    address: format!("10.0.0.{}:80", i + 1).parse().unwrap(),
+                },
+                weight,
+                drain,
+            })
+            .collect();
+        ws
+    }
+
+    #[test]
+    fn a_drain_takes_the_backend_out_and_closes_its_sessions_and_an_undrain_puts_it_back() {
+        let c = cert("a.in.example.org", 1);
+        let mut actual = Actual::default();
+        converge(
+            &mut actual,
+            &desired(&two_upstreams([(9, false), (1, false)]), &[c.clone()]),
+        );
+        let weights: Vec<u32> = actual.backends["pi-a.in.example.org"]
+            .values()
+            .map(|b| b.weight)
+            .collect();
+        assert_eq!(weights, [9, 1]);
+        let drain = converge(
+            &mut actual,
+            &desired(&two_upstreams([(9, true), (1, false)]), &[c.clone()]),
+        );
+        assert!(
+            matches!(&drain[..], [Op::RemoveBackend { backend: a, .. }, Op::CloseSessions { backend: b, .. }]
+                if a.address.to_string() == "10.0.0.1:80" && a == b),
+            "{drain:?}"
+        );
+        let undrain = converge(
+            &mut actual,
+            &desired(&two_upstreams([(9, false), (1, false)]), &[c.clone()]),
+        );
+        assert!(
+            matches!(&undrain[..], [Op::AddBackend { backend, .. }] if backend.weight == 9),
+            "{undrain:?}"
+        );
+        // A new weight is the same backend added again (sozu replaces it), never removed.
+        let reweigh = converge(
+            &mut actual,
+            &desired(&two_upstreams([(5, false), (1, false)]), &[c]),
+        );
+        assert!(
+            matches!(&reweigh[..], [Op::AddBackend { backend, .. }] if backend.weight == 5),
+            "{reweigh:?}"
+        );
+    }
+
+    #[test]
+    fn health_checks_and_hsts_follow_the_workspace() {
+        let c = cert("a.in.example.org", 1);
+        let mut ws = workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]);
+        let mut actual = Actual::default();
+        let first = converge(&mut actual, &desired(&ws, &[c.clone()]));
+        let hsts = position(&first, |o| {
+            matches!(o, Op::SetListenerHsts { hsts: Some(_), .. })
+        });
+        let listener = position(&first, |o| matches!(o, Op::ActivateListener { .. }));
+        assert!(
+            listener < hsts,
+            "the listener exists before its policy is set"
+        );
+        assert!(!first.iter().any(|o| matches!(o, Op::SetHealthCheck { .. })));
+
+        let check = crate::state::HealthCheck {
+            probe: crate::state::Probe::Http {
+                path: "/health".into(),
+                accepted_statuses: vec![(200, 299)],
+            },
+            interval: 1,
+            timeout: 1,
+            healthy_threshold: 1,
+            unhealthy_threshold: 2,
+            port: None,
+        };
+        ws.routes[0].health = Some(check.clone());
+        ws.routes[0].hsts = Some(crate::state::Hsts::OFF);
+        let ops = converge(&mut actual, &desired(&ws, &[c.clone()]));
+        assert!(ops.contains(&Op::SetHealthCheck {
+            cluster_id: "pi-a.in.example.org".into(),
+            check
+        }));
+        // The HTTPS frontend's policy changed: it goes, and comes back with the override.
+        let added = ops.iter().find_map(|o| match o {
+            Op::AddFrontend(f) if f.protocol == Protocol::Https => Some(f),
+            _ => None,
+        });
+        assert_eq!(added.and_then(|f| f.hsts), Some(crate::state::Hsts::OFF));
+        assert!(
+            plan(&actual, &desired(&ws, &[c.clone()])).is_empty(),
+            "converged"
+        );
+
+        ws.routes[0].health = None;
+        ws.hsts = None;
+        let ops = converge(&mut actual, &desired(&ws, &[c]));
+        assert!(ops.contains(&Op::RemoveHealthCheck {
+            cluster_id: "pi-a.in.example.org".into()
+        }));
+        assert!(ops
+            .iter()
+            .any(|o| matches!(o, Op::SetListenerHsts { hsts: None, .. })));
+    }
+
     #[test]
     fn a_removed_route_loses_its_frontends_before_its_cluster_and_its_certificate() {
         let a = cert("a.in.example.org", 1);

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::desired::{self, Names};
-use crate::state::{Address, Protocol, UNIX_BACKEND_IDENTITY};
+use crate::state::{Address, HealthCheck, Hsts, Probe, Protocol, UNIX_BACKEND_IDENTITY};
 use crate::workspace::Workspace;
 
 #[derive(Debug, thiserror::Error)]
@@ -89,14 +89,97 @@ struct SozuConfig {
 struct SozuListener {
     protocol: &'static str,
     address: SocketAddr,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hsts: Option<SozuHsts>,
+}
+
+#[derive(Serialize)]
+struct SozuHsts {
+    enabled: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_age: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    include_subdomains: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    preload: Option<bool>,
+}
+
+impl SozuHsts {
+    fn of(hsts: &Hsts) -> SozuHsts {
+        if !hsts.enabled {
+            return SozuHsts {
+                enabled: false,
+                max_age: None,
+                include_subdomains: None,
+                preload: None,
+            };
+        }
+        SozuHsts {
+            enabled: true,
+            max_age: Some(hsts.max_age),
+            include_subdomains: Some(hsts.include_subdomains),
+            preload: Some(hsts.preload),
+        }
+    }
 }
 
 #[derive(Serialize)]
 struct SozuCluster {
     protocol: &'static str,
     https_redirect: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    health_check: Option<SozuHealthCheck>,
     frontends: Vec<SozuFrontend>,
     backends: Vec<SozuBackend>,
+}
+
+#[derive(Serialize)]
+struct SozuHealthCheck {
+    mode: &'static str,
+    uri: String,
+    interval: u32,
+    timeout: u32,
+    healthy_threshold: u32,
+    unhealthy_threshold: u32,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    accepted_statuses: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    port: Option<u16>,
+}
+
+impl SozuHealthCheck {
+    fn of(check: &HealthCheck) -> SozuHealthCheck {
+        let (mode, uri, accepted_statuses) = match &check.probe {
+            Probe::Http {
+                path,
+                accepted_statuses,
+            } => (
+                "HTTP",
+                path.clone(),
+                accepted_statuses
+                    .iter()
+                    .map(|(start, end)| {
+                        if start == end {
+                            start.to_string()
+                        } else {
+                            format!("{start}-{end}")
+                        }
+                    })
+                    .collect(),
+            ),
+            Probe::Tcp => ("TCP", "/".to_owned(), Vec::new()),
+        };
+        SozuHealthCheck {
+            mode,
+            uri,
+            interval: check.interval,
+            timeout: check.timeout,
+            healthy_threshold: check.healthy_threshold,
+            unhealthy_threshold: check.unhealthy_threshold,
+            accepted_statuses,
+            port: check.port,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -112,11 +195,16 @@ struct SozuFrontend {
     #[serde(skip_serializing_if = "Option::is_none")]
     key: Option<String>,
     tags: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hsts: Option<SozuHsts>,
 }
 
 #[derive(Serialize)]
 struct SozuBackend {
     address: String,
+    /// Written when it is not 1, sozu's default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    weight: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     unix_path: Option<String>,
 }
@@ -132,20 +220,26 @@ impl SozuConfig {
             .map(|(id, backends)| {
                 let backends = backends
                     .values()
-                    .map(|backend| match &backend.address {
-                        Address::Unix(path) => SozuBackend {
-                            address: UNIX_BACKEND_IDENTITY.to_string(),
-                            unix_path: Some(path_string(path)),
-                        },
-                        other => SozuBackend {
-                            address: other.to_string(),
-                            unix_path: None,
-                        },
+                    .map(|backend| {
+                        let weight = (backend.weight != 1).then_some(backend.weight);
+                        match &backend.address {
+                            Address::Unix(path) => SozuBackend {
+                                address: UNIX_BACKEND_IDENTITY.to_string(),
+                                weight,
+                                unix_path: Some(path_string(path)),
+                            },
+                            other => SozuBackend {
+                                address: other.to_string(),
+                                weight,
+                                unix_path: None,
+                            },
+                        }
                     })
                     .collect();
                 let cluster = SozuCluster {
                     protocol: "http",
                     https_redirect: true,
+                    health_check: desired.health_checks.get(id).map(SozuHealthCheck::of),
                     frontends: Vec::new(),
                     backends,
                 };
@@ -186,6 +280,7 @@ impl SozuConfig {
                     .iter()
                     .map(|(n, v)| (n.to_owned(), v.to_owned()))
                     .collect(),
+                hsts: frontend.hsts.as_ref().map(SozuHsts::of),
             });
         }
         let listener = |address: &SocketAddr| {
@@ -195,6 +290,10 @@ impl SozuConfig {
                     Protocol::Http => "http",
                 },
                 address: *address,
+                hsts: match protocol {
+                    Protocol::Https => desired.hsts.as_ref().map(SozuHsts::of),
+                    Protocol::Http => None,
+                },
             })
         };
         SozuConfig {

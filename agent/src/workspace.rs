@@ -735,13 +735,12 @@ impl Route {
                     .map(|u| {
                         let weight = match u.weight {
                             None => 1,
-                            Some(w) if w.fract() == 0.0 && (1.0..=1_000_000.0).contains(&w) => {
-                                w as u32
-                            }
+                            // sozu's configuration file holds a weight in a byte.
+                            Some(w) if w.fract() == 0.0 && (1.0..=255.0).contains(&w) => w as u32,
                             Some(w) => {
                                 return Err(fail(format!(
                                     "weight {w} of upstream `{}` is not a whole number from 1 to \
-                                     1000000 (drain an upstream with `drain = true`)",
+                                     255 (drain an upstream with `drain = true`)",
                                     u.upstream
                                 )))
                             }
