@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::api::{Status, Waiting};
+use crate::api::{BackendHealth, Status, Waiting};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
@@ -124,6 +124,47 @@ pub fn table(status: &Status) -> String {
         })
         .collect();
     write_table(&mut out, &headers, &rows);
+    // Upstreams, for the routes where there is more to say than the UPSTREAM column: several
+    // upstreams, a weight, a drain, or a health sozu reported.
+    let upstream_rows: Vec<[String; 6]> = status
+        .routes
+        .iter()
+        .filter(|r| {
+            r.upstreams.len() > 1
+                || r.upstreams.iter().any(|u| {
+                    u.drain
+                        || u.weight != 1
+                        || u.backends
+                            .iter()
+                            .any(|b| b.health != BackendHealth::Unknown)
+                })
+        })
+        .flat_map(|r| {
+            r.upstreams.iter().map(|u| {
+                [
+                    r.host.clone(),
+                    r.path_prefix.clone(),
+                    u.upstream.clone(),
+                    u.weight.to_string(),
+                    u.state.clone(),
+                    u.backends
+                        .iter()
+                        .map(|b| format!("{} {}", b.address, b.health))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                        .if_empty("-"),
+                ]
+            })
+        })
+        .collect();
+    if !upstream_rows.is_empty() {
+        out.push('\n');
+        write_table(
+            &mut out,
+            &["HOST", "PATH", "UPSTREAM", "WEIGHT", "STATE", "BACKENDS"],
+            &upstream_rows,
+        );
+    }
     if !status.dns.is_empty() {
         let dns_rows: Vec<[String; 4]> = status
             .dns
@@ -205,6 +246,51 @@ impl IfEmpty for String {
 mod tests {
     use super::*;
     use crate::api::{CertificateStatus, DnsNameStatus, RouteState, RouteStatus, Waiting};
+
+    #[test]
+    fn drained_and_down_upstreams_get_a_table_of_their_own() {
+        use crate::api::{BackendStatus, UpstreamStatus};
+        let upstream = |name: &str, weight, drain, state: &str, health| UpstreamStatus {
+            upstream: name.into(),
+            weight,
+            drain,
+            state: state.into(),
+            backends: vec![BackendStatus {
+                id: format!("pi-a-{name}"),
+                address: name.into(),
+                health,
+                transitions: 1,
+            }],
+        };
+        let status = Status {
+            routes: vec![RouteStatus {
+                id: "pi-a".into(),
+                host: "a.in.example.org".into(),
+                path_prefix: "/".into(),
+                upstreams: vec![
+                    upstream(
+                        "10.0.0.1:80",
+                        9,
+                        true,
+                        "draining (2 sessions)",
+                        BackendHealth::Up,
+                    ),
+                    upstream("10.0.0.2:80", 1, false, "in rotation", BackendHealth::Down),
+                ],
+                ..RouteStatus::default()
+            }],
+            ..Status::default()
+        };
+        let text = table(&status);
+        assert!(
+            text.contains("10.0.0.1:80  9       draining (2 sessions)  10.0.0.1:80 up"),
+            "{text}"
+        );
+        assert!(
+            text.contains("in rotation            10.0.0.2:80 down"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn one_row_per_route_with_both_fingerprints() {

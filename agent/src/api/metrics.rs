@@ -7,11 +7,11 @@
 
 use std::fmt::Write as _;
 
-use super::{Counters, DnsNameStatus, RouteState, RouteStatus, Snapshot};
+use super::{BackendHealth, Counters, DnsNameStatus, RouteState, RouteStatus, Snapshot};
 
 /// The families whose lines come from each route: (name, type, help). Host-wide ones are
 /// rendered by a host's first route only.
-const ROUTE_FAMILIES: [(&str, &str, &str); 11] = [
+const ROUTE_FAMILIES: [(&str, &str, &str); 14] = [
     (
         "private_ingress_route_ok",
         "gauge",
@@ -66,6 +66,21 @@ const ROUTE_FAMILIES: [(&str, &str, &str); 11] = [
         "private_ingress_certificate_served_not_after_seconds",
         "gauge",
         "Expiry of the certificate sozu serves for the host, Unix seconds",
+    ),
+    (
+        "private_ingress_backend_up",
+        "gauge",
+        "1 when sozu last reported the backend up, 0 down; absent until it reports either",
+    ),
+    (
+        "private_ingress_backend_transitions_total",
+        "counter",
+        "Times sozu reported the backend going down or coming back up since the agent started",
+    ),
+    (
+        "private_ingress_route_no_available_backend",
+        "gauge",
+        "1 when no backend of the route can take a request (all drained or down): sozu answers 503",
     ),
 ];
 
@@ -134,6 +149,27 @@ impl RouteMetrics {
                 sample(&mut lines[10], ROUTE_FAMILIES[10].0, &host, t);
             }
         }
+        let route_labels = [("host", route.host.as_str()), ("route", route.id.as_str())];
+        for backend in route.upstreams.iter().flat_map(|u| &u.backends) {
+            let labels = [
+                ("backend", backend.address.as_str()),
+                ("host", route.host.as_str()),
+                ("route", route.id.as_str()),
+            ];
+            match backend.health {
+                BackendHealth::Up => sample(&mut lines[11], ROUTE_FAMILIES[11].0, &labels, 1),
+                BackendHealth::Down => sample(&mut lines[11], ROUTE_FAMILIES[11].0, &labels, 0),
+                BackendHealth::Unknown => {}
+            }
+            let transitions = i64::try_from(backend.transitions).unwrap_or(i64::MAX);
+            sample(&mut lines[12], ROUTE_FAMILIES[12].0, &labels, transitions);
+        }
+        sample(
+            &mut lines[13],
+            ROUTE_FAMILIES[13].0,
+            &route_labels,
+            i64::from(route.no_available_backend),
+        );
         RouteMetrics(lines)
     }
 }
@@ -206,6 +242,16 @@ pub fn render(snapshot: &Snapshot, counters: &Counters, dns: &[DnsNameStatus]) -
             "private_ingress_certificate_errors_total",
             "Distinct certificate pairs refused before reaching sozu",
             counters.certificate_errors,
+        ),
+        (
+            "private_ingress_drift_repairs_total",
+            "Changes to the agent's objects in sozu that it did not make, each repaired at once",
+            counters.drift_repairs,
+        ),
+        (
+            "private_ingress_sozu_event_stream_breaks_total",
+            "Times sozu's event stream broke (counted as a possible sozu restart)",
+            counters.event_stream_breaks,
         ),
     ] {
         header(&mut out, name, "counter", help);
