@@ -803,7 +803,10 @@ pub(crate) mod tests {
         let mut actual = Actual::default();
         converge(
             &mut actual,
-            &desired(&two_upstreams([(9, false), (1, false)]), &[c.clone()]),
+            &desired(
+                &two_upstreams([(9, false), (1, false)]),
+                std::slice::from_ref(&c),
+            ),
         );
         let weights: Vec<u32> = actual.backends["pi-a.in.example.org"]
             .values()
@@ -812,7 +815,10 @@ pub(crate) mod tests {
         assert_eq!(weights, [9, 1]);
         let drain = converge(
             &mut actual,
-            &desired(&two_upstreams([(9, true), (1, false)]), &[c.clone()]),
+            &desired(
+                &two_upstreams([(9, true), (1, false)]),
+                std::slice::from_ref(&c),
+            ),
         );
         assert!(
             matches!(&drain[..], [Op::RemoveBackend { backend: a, .. }, Op::CloseSessions { backend: b, .. }]
@@ -821,7 +827,10 @@ pub(crate) mod tests {
         );
         let undrain = converge(
             &mut actual,
-            &desired(&two_upstreams([(9, false), (1, false)]), &[c.clone()]),
+            &desired(
+                &two_upstreams([(9, false), (1, false)]),
+                std::slice::from_ref(&c),
+            ),
         );
         assert!(
             matches!(&undrain[..], [Op::AddBackend { backend, .. }] if backend.weight == 9),
@@ -843,7 +852,7 @@ pub(crate) mod tests {
         let c = cert("a.in.example.org", 1);
         let mut ws = workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]);
         let mut actual = Actual::default();
-        let first = converge(&mut actual, &desired(&ws, &[c.clone()]));
+        let first = converge(&mut actual, &desired(&ws, std::slice::from_ref(&c)));
         let hsts = position(&first, |o| {
             matches!(o, Op::SetListenerHsts { hsts: Some(_), .. })
         });
@@ -867,7 +876,7 @@ pub(crate) mod tests {
         };
         ws.routes[0].health = Some(check.clone());
         ws.routes[0].hsts = Some(crate::state::Hsts::OFF);
-        let ops = converge(&mut actual, &desired(&ws, &[c.clone()]));
+        let ops = converge(&mut actual, &desired(&ws, std::slice::from_ref(&c)));
         assert!(ops.contains(&Op::SetHealthCheck {
             cluster_id: "pi-a.in.example.org".into(),
             check
@@ -879,7 +888,7 @@ pub(crate) mod tests {
         });
         assert_eq!(added.and_then(|f| f.hsts), Some(crate::state::Hsts::OFF));
         assert!(
-            plan(&actual, &desired(&ws, &[c.clone()])).is_empty(),
+            plan(&actual, &desired(&ws, std::slice::from_ref(&c))).is_empty(),
             "converged"
         );
 

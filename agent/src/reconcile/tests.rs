@@ -750,3 +750,174 @@ async fn incremental_passes_end_where_a_full_recomputation_would() {
         }
     }
 }
+
+/// A route of `A` over two IP upstreams, the first drained or not.
+fn two_upstreams(drain_first: bool) -> Route {
+    let mut r = route(A, ip("10.0.0.1:80"));
+    r.upstreams = vec![
+        crate::workspace::RouteUpstream {
+            upstream: ip("10.0.0.1:80"),
+            weight: 9,
+            drain: drain_first,
+        },
+        crate::workspace::RouteUpstream {
+            upstream: ip("10.0.0.2:80"),
+            weight: 1,
+            drain: false,
+        },
+    ];
+    r
+}
+
+fn upstream_state(status: &Status, address: &str) -> Option<String> {
+    status
+        .routes
+        .iter()
+        .flat_map(|r| &r.upstreams)
+        .find(|u| u.upstream == address)
+        .map(|u| u.state.clone())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drained_upstream_is_draining_until_sozu_says_its_last_connection_ended() {
+    use crate::sources::sozu_events::SozuEvent;
+    let h = start(Settings::default());
+    h.send(workspace(vec![two_upstreams(false)]));
+    h.pair(A, 90);
+    h.until("ready", |s| s.ready).await;
+    assert_eq!(h.backends(A), ["10.0.0.1:80", "10.0.0.2:80"]);
+
+    h.send(workspace(vec![two_upstreams(true)]));
+    let status = h
+        .until("draining", |s| {
+            upstream_state(s, "10.0.0.1:80").is_some_and(|u| u.starts_with("draining"))
+        })
+        .await;
+    assert_eq!(h.backends(A), ["10.0.0.2:80"]);
+    // The fake sozu answers that no session was left finishing.
+    assert_eq!(
+        upstream_state(&status, "10.0.0.1:80").as_deref(),
+        Some("draining (0 sessions)")
+    );
+    assert_eq!(
+        upstream_state(&status, "10.0.0.2:80").as_deref(),
+        Some("in rotation")
+    );
+    h.send(Fact::Sozu(SozuEvent::BackendDrained {
+        backend_id: format!("pi-{A}-10.0.0.1:80"),
+    }));
+    h.until("drained", |s| {
+        upstream_state(s, "10.0.0.1:80").as_deref() == Some("drained")
+    })
+    .await;
+    // Undrained: back in rotation, with its weight.
+    h.send(workspace(vec![two_upstreams(false)]));
+    h.until("in rotation", |s| {
+        upstream_state(s, "10.0.0.1:80").as_deref() == Some("in rotation")
+    })
+    .await;
+    let s = h.sozu.0.lock().unwrap();
+    let weights: Vec<u32> = s.actual.backends[&format!("pi-{A}")]
+        .values()
+        .map(|b| b.weight)
+        .collect();
+    assert_eq!(weights, [9, 1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_route_whose_backends_are_all_down_or_drained_shows_it() {
+    use crate::api::BackendHealth;
+    use crate::sources::sozu_events::SozuEvent;
+    let h = start(Settings::default());
+    h.send(workspace(vec![two_upstreams(false)]));
+    h.pair(A, 90);
+    h.until("ready", |s| s.ready).await;
+    let down = |address: &str| {
+        Fact::Sozu(SozuEvent::BackendDown {
+            backend_id: format!("pi-{A}-{address}"),
+        })
+    };
+    h.send(down("10.0.0.1:80"));
+    let status = h
+        .until("one down", |s| {
+            s.routes[0]
+                .upstreams
+                .iter()
+                .any(|u| u.backends[0].health == BackendHealth::Down)
+        })
+        .await;
+    assert!(!status.routes[0].no_available_backend);
+    h.send(down("10.0.0.2:80"));
+    let status = h
+        .until("none left", |s| s.routes[0].no_available_backend)
+        .await;
+    assert_eq!(status.routes[0].state, RouteState::Error);
+    assert_eq!(
+        status.routes[0].last_error.as_deref(),
+        Some("no backend is up: sozu answers 503")
+    );
+    h.send(Fact::Sozu(SozuEvent::BackendUp {
+        backend_id: format!("pi-{A}-10.0.0.2:80"),
+    }));
+    let status = h.until("back", |s| !s.routes[0].no_available_backend).await;
+    let b = &status.routes[0].upstreams[1].backends[0];
+    assert_eq!((b.health, b.transitions), (BackendHealth::Up, 2));
+    // Every upstream drained: no backend, said so.
+    let mut both = two_upstreams(true);
+    both.upstreams[1].drain = true;
+    h.send(workspace(vec![both]));
+    let status = h
+        .until("all drained", |s| {
+            s.routes[0].last_error.as_deref() == Some("every upstream is drained: sozu answers 503")
+        })
+        .await;
+    assert!(status.routes[0].no_available_backend);
+    assert!(h.backends(A).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_frontend_removed_behind_the_agents_back_is_restored_from_the_event_alone() {
+    use crate::sources::sozu_events::{Change, ChangeKind, SozuEvent};
+    // No periodic resync: only the event can bring the frontend back.
+    let h = start(Settings {
+        resync: None,
+        ..Settings::default()
+    });
+    h.send(workspace(vec![route(A, ip("10.0.0.1:80"))]));
+    h.pair(A, 90);
+    h.until("ready", |s| s.ready).await;
+    // The agent's own changes, reported by sozu, are not drift.
+    let own = |kind| {
+        Fact::Sozu(SozuEvent::Changed(Change {
+            kind,
+            cluster_id: Some(format!("pi-{A}")),
+            address: None,
+        }))
+    };
+    h.send(own(ChangeKind::ClusterAdded));
+    h.send(own(ChangeKind::FrontendAdded));
+    h.send(own(ChangeKind::FrontendAdded));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(h.status().counters.drift_repairs, 0);
+    let requests = h.sozu.0.lock().unwrap().requests;
+
+    // Someone removes the HTTPS frontend: sozu reports it.
+    {
+        let mut s = h.sozu.0.lock().unwrap();
+        let https = s
+            .actual
+            .frontends
+            .iter()
+            .find(|f| f.protocol == crate::state::Protocol::Https)
+            .cloned()
+            .unwrap();
+        s.actual.frontends.remove(&https);
+    }
+    assert!(h.hosts_routed().is_empty());
+    h.send(own(ChangeKind::FrontendRemoved));
+    h.until("repaired", |s| s.counters.drift_repairs == 1).await;
+    h.until("served again", |_| h.hosts_routed().contains(A))
+        .await;
+    // One request: the frontend, nothing else.
+    assert_eq!(h.sozu.0.lock().unwrap().requests, requests + 1);
+}

@@ -7,7 +7,7 @@
 //! published too, and the stream is opened again, with a growing wait while sozu is away.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use sozu_command_lib::channel::Channel;
@@ -112,7 +112,7 @@ pub fn spawn(socket: &Path, facts: UnboundedSender<Fact>) -> std::io::Result<()>
         .map(|_| ())
 }
 
-fn run(socket: &PathBuf, facts: &UnboundedSender<Fact>) {
+fn run(socket: &Path, facts: &UnboundedSender<Fact>) {
     let mut wait = RETRY_MIN;
     let mut was_open = false;
     loop {
