@@ -796,6 +796,13 @@ fn network_policy(workspace: &Workspace) -> Value {
             Upstream::Ip { address } => Some(address.port()),
             Upstream::Unix { .. } => None,
         })
+        // A health check on another port than the backend's is sozu dialling that port.
+        .chain(
+            workspace
+                .routes
+                .iter()
+                .filter_map(|route| route.health.as_ref()?.port),
+        )
         .chain(workspace.deploy.extra_egress_ports.iter().copied())
         .collect();
     // 'sozu_managed: the agent talks to the ACME directory and to Cloudflare's API over HTTPS

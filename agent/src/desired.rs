@@ -60,6 +60,7 @@ pub fn routes(workspace: &Workspace, names: Names<'_>) -> Desired {
                 .health_checks
                 .insert(route.id.clone(), check.clone());
         }
+        mark_hsts(&mut desired, route);
         desired.frontends.extend(frontends(route, https, http));
     }
     desired
@@ -183,6 +184,17 @@ pub fn cluster(
         None => {
             desired.health_checks.remove(&route.id);
         }
+    }
+    mark_hsts(desired, route);
+}
+
+/// Notes whether sozu adds an HSTS header to the route's responses: its own policy, else the
+/// listener's (see [`Desired::hsts_clusters`]).
+fn mark_hsts(desired: &mut Desired, route: &Route) {
+    if route.hsts.or(desired.hsts).is_some_and(|h| h.enabled) {
+        desired.hsts_clusters.insert(route.id.clone());
+    } else {
+        desired.hsts_clusters.remove(&route.id);
     }
 }
 

@@ -266,16 +266,21 @@ fn plan_cluster(actual: &Actual, desired: &Desired, id: &str, ops: &mut Vec<Op>)
                     });
                 }
             }
+            // A removed backend's sessions are closed, so keep-alive clients move on now; not
+            // where sozu adds HSTS to the responses (see `Desired::hsts_clusters`).
+            let close_sessions = !desired.hsts_clusters.contains(id);
             for backend in present.into_iter().flat_map(BTreeMap::values) {
                 if !wanted.contains_key(&backend.id) {
                     ops.push(Op::RemoveBackend {
                         cluster_id: id.to_owned(),
                         backend: backend.clone(),
                     });
-                    ops.push(Op::CloseSessions {
-                        cluster_id: id.to_owned(),
-                        backend: backend.clone(),
-                    });
+                    if close_sessions {
+                        ops.push(Op::CloseSessions {
+                            cluster_id: id.to_owned(),
+                            backend: backend.clone(),
+                        });
+                    }
                 }
             }
             let check = desired.health_checks.get(id);
@@ -764,25 +769,38 @@ pub(crate) mod tests {
             &mut actual,
             &desired(
                 &workspace(&[("a.in.example.org", "/", "10.0.0.2:80")]),
-                &[c],
+                std::slice::from_ref(&c),
             ),
         );
-        assert_eq!(ops.len(), 3, "{ops:?}");
+        // With HSTS (the default) the old backend's sessions are left to end: sozu would break
+        // a response in flight on a session it closes while adding the header.
+        assert_eq!(ops.len(), 2, "{ops:?}");
         assert!(
             matches!(&ops[0], Op::AddBackend { backend, .. } if backend.address.to_string() == "10.0.0.2:80")
         );
         assert!(
             matches!(&ops[1], Op::RemoveBackend { backend, .. } if backend.address.to_string() == "10.0.0.1:80")
         );
-        // Keep-alive clients of the old backend move on.
+
+        let mut without_hsts = workspace(&[("a.in.example.org", "/", "10.0.0.3:80")]);
+        without_hsts.hsts = None;
+        let ops = converge(&mut actual, &desired(&without_hsts, &[c]));
         assert!(
-            matches!(&ops[2], Op::CloseSessions { backend, .. } if backend.address.to_string() == "10.0.0.1:80")
+            matches!(&ops[0], Op::SetListenerHsts { hsts: None, .. }),
+            "{ops:?}"
+        );
+        assert_eq!(ops.len(), 4, "{ops:?}");
+        // Keep-alive clients of the old backend move on at once.
+        assert!(
+            matches!(&ops[3], Op::CloseSessions { backend, .. } if backend.address.to_string() == "10.0.0.2:80")
         );
     }
 
-    /// One route of `a.in.example.org` over two IP upstreams with these weights and drains.
+    /// One route of `a.in.example.org` over two IP upstreams with these weights and drains;
+    /// without HSTS, so that a drain closes sessions too.
     fn two_upstreams(upstreams: [(u32, bool); 2]) -> Workspace {
         let mut ws = workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]);
+        ws.hsts = None;
         ws.routes[0].upstreams = upstreams
             .iter()
             .enumerate()

@@ -256,6 +256,11 @@ pub struct Desired {
     pub clusters: BTreeMap<String, BTreeMap<String, Backend>>,
     /// Cluster id → its health check, for the clusters that have one.
     pub health_checks: BTreeMap<String, HealthCheck>,
+    /// Clusters whose responses carry an HSTS header that sozu adds. A drain there takes the
+    /// backend out without closing its sessions: sozu 2.3.3 writes the header before the status
+    /// line of a response in flight on a session it was told to close, and the client gets a
+    /// broken response. Keep-alive clients still move: sozu picks a backend for each request.
+    pub hsts_clusters: BTreeSet<String>,
     /// The HTTPS listener's HSTS policy, which frontends without their own inherit.
     pub hsts: Option<Hsts>,
     pub frontends: BTreeSet<Frontend>,

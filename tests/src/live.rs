@@ -137,11 +137,13 @@ fn alive(pid: u32) -> bool {
 }
 
 /// A loopback HTTP/1.1 server that answers every request with its own name (after a pause for
-/// `/delay/<milliseconds>`).
+/// `/delay/<milliseconds>`), and `/healthz` with 200, or 503 once [`Backend::set_healthy`] said
+/// it is not.
 pub struct Backend {
     pub name: String,
     pub address: SocketAddr,
     stop: Arc<AtomicBool>,
+    healthy: Arc<AtomicBool>,
 }
 
 impl Backend {
@@ -174,13 +176,14 @@ impl Backend {
         let address = listener.local_addr().expect("backend address");
         listener.set_nonblocking(true).expect("nonblocking");
         let stop = Arc::new(AtomicBool::new(false));
-        let (body, stopped) = (name.to_owned(), stop.clone());
+        let healthy = Arc::new(AtomicBool::new(true));
+        let (body, stopped, health) = (name.to_owned(), stop.clone(), healthy.clone());
         std::thread::spawn(move || {
             while !stopped.load(Ordering::Relaxed) {
                 match listener.accept() {
                     Ok((stream, _)) => {
-                        let body = body.clone();
-                        std::thread::spawn(move || serve(stream, &body));
+                        let (body, health) = (body.clone(), health.clone());
+                        std::thread::spawn(move || serve(stream, &body, &health));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(2)),
                 }
@@ -190,7 +193,13 @@ impl Backend {
             name: name.to_owned(),
             address,
             stop,
+            healthy,
         }
+    }
+
+    /// Whether `/healthz` answers 200 (healthy) or 503; every other path still answers 200.
+    pub fn set_healthy(&self, healthy: bool) {
+        self.healthy.store(healthy, Ordering::Relaxed);
     }
 }
 
@@ -201,7 +210,7 @@ impl Drop for Backend {
 }
 
 /// Answers requests on one connection until the client closes it (keep-alive).
-fn serve(mut stream: TcpStream, body: &str) {
+fn serve(mut stream: TcpStream, body: &str, healthy: &AtomicBool) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
     let mut buf = Vec::new();
@@ -216,17 +225,20 @@ fn serve(mut stream: TcpStream, body: &str) {
         let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(0) + 4;
         // `GET /delay/<ms>` answers after that many milliseconds: a request in flight for as
         // long as a test needs.
-        let delay = String::from_utf8_lossy(&buf[..end])
-            .split_whitespace()
-            .nth(1)
-            .and_then(|path| path.strip_prefix("/delay/"))
-            .and_then(|ms| ms.parse().ok());
+        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+        let path = head.split_whitespace().nth(1).unwrap_or("/");
+        let delay = path.strip_prefix("/delay/").and_then(|ms| ms.parse().ok());
+        let status = if path == "/healthz" && !healthy.load(Ordering::Relaxed) {
+            "503 Service Unavailable"
+        } else {
+            "200 OK"
+        };
         buf.drain(..end);
         if let Some(ms) = delay {
             std::thread::sleep(Duration::from_millis(ms));
         }
         let response = format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+            "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         );
         if stream.write_all(response.as_bytes()).is_err() {
@@ -330,12 +342,30 @@ pub fn https_get_verified(
     https_get_with(Arc::new(config), address, host, path)
 }
 
+/// [`https_get`], with the response's header fields (names lowercase) beside what it saw.
+pub fn https_get_with_headers(
+    address: SocketAddr,
+    host: &str,
+    path: &str,
+) -> Result<(Seen, Vec<(String, String)>), String> {
+    https_exchange(tls_config(), address, host, path)
+}
+
 fn https_get_with(
     config: Arc<rustls::ClientConfig>,
     address: SocketAddr,
     host: &str,
     path: &str,
 ) -> Result<Seen, String> {
+    https_exchange(config, address, host, path).map(|(seen, _)| seen)
+}
+
+fn https_exchange(
+    config: Arc<rustls::ClientConfig>,
+    address: SocketAddr,
+    host: &str,
+    path: &str,
+) -> Result<(Seen, Vec<(String, String)>), String> {
     let server_name =
         rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
     let mut conn = rustls::ClientConnection::new(config, server_name).map_err(|e| e.to_string())?;
@@ -362,12 +392,23 @@ fn https_get_with(
         .nth(1)
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| format!("not HTTP: {text}"))?;
-    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
-    Ok(Seen {
-        fingerprint,
-        status,
-        body,
-    })
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let headers = head
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            Some((name.trim().to_ascii_lowercase(), value.trim().to_owned()))
+        })
+        .collect();
+    Ok((
+        Seen {
+            fingerprint,
+            status,
+            body: body.to_owned(),
+        },
+        headers,
+    ))
 }
 
 /// One TLS connection kept open for many HTTP/1.1 requests (keep-alive).
@@ -565,6 +606,22 @@ impl Stack {
     /// [`Stack::workspace_text`] with more workspace fields (`extra`: Nickel field definitions,
     /// each ending in a comma).
     pub fn workspace_text_with(&self, routes: &[RouteSpec], extra: &str) -> String {
+        let routes: Vec<String> = routes
+            .iter()
+            .map(|r| match r.port {
+                Some(port) => format!(
+                    "{{ host = \"{}\", upstream = \"{}\", port = {port} }}",
+                    r.host, r.upstream
+                ),
+                None => format!("{{ host = \"{}\", upstream = \"{}\" }}", r.host, r.upstream),
+            })
+            .collect();
+        self.workspace_text_of(&routes, extra)
+    }
+
+    /// A workspace of routes written as Nickel records (`routes`), with more workspace fields
+    /// (`extra`, as for [`Stack::workspace_text_with`]).
+    pub fn workspace_text_of(&self, routes: &[String], extra: &str) -> String {
         let mut text = format!(
             "{{\n  zone = \"in.example.org\",\n  cluster_issuer = \"internal-ca\",\n  tls_dir = \"{}\",\n  \
              listeners = {{ https = \"{}\", http = \"{}\" }},\n{extra}\n  routes = [\n",
@@ -572,17 +629,8 @@ impl Stack {
             self.https,
             self.http
         );
-        for r in routes {
-            match r.port {
-                Some(port) => text.push_str(&format!(
-                    "    {{ host = \"{}\", upstream = \"{}\", port = {port} }},\n",
-                    r.host, r.upstream
-                )),
-                None => text.push_str(&format!(
-                    "    {{ host = \"{}\", upstream = \"{}\" }},\n",
-                    r.host, r.upstream
-                )),
-            }
+        for route in routes {
+            text.push_str(&format!("    {route},\n"));
         }
         text.push_str("  ],\n}\n");
         text
@@ -937,5 +985,45 @@ impl KeepAlive {
     /// delayed ACK (40 ms) after the client's Finished.
     pub fn set_nodelay(&self) -> std::io::Result<()> {
         self.tls.sock.set_nodelay(true)
+    }
+}
+
+/// Adds (or replaces: sozu upserts) backend `backend_id` of `cluster_id` at `address` with
+/// `weight`, straight on sozu's command socket, as an operator's tool would: for requests the
+/// agent never sends.
+pub fn sozu_add_backend(
+    socket: &Path,
+    cluster_id: &str,
+    backend_id: &str,
+    address: SocketAddr,
+    weight: i32,
+) -> Result<(), String> {
+    use sozu_command_lib::channel::Channel;
+    use sozu_command_lib::proto::command::{
+        request::RequestType, AddBackend, LoadBalancingParams, Request, Response, ResponseStatus,
+    };
+    let mut channel =
+        Channel::<Request, Response>::from_path(&socket.to_string_lossy(), 1_000_000, 2_000_000)
+            .map_err(|e| format!("connect to {}: {e}", socket.display()))?;
+    channel.blocking().map_err(|e| e.to_string())?;
+    let request = RequestType::AddBackend(AddBackend {
+        cluster_id: cluster_id.to_owned(),
+        backend_id: backend_id.to_owned(),
+        address: address.into(),
+        load_balancing_parameters: Some(LoadBalancingParams { weight }),
+        ..Default::default()
+    });
+    channel
+        .write_message(&Request::from(request))
+        .map_err(|e| e.to_string())?;
+    loop {
+        let response = channel
+            .read_message_blocking_timeout(Some(Duration::from_secs(5)))
+            .map_err(|e| e.to_string())?;
+        match response.status() {
+            ResponseStatus::Processing => continue,
+            ResponseStatus::Ok => return Ok(()),
+            ResponseStatus::Failure => return Err(response.message),
+        }
     }
 }

@@ -80,7 +80,7 @@ const ROUTE_FAMILIES: [(&str, &str, &str); 14] = [
     (
         "private_ingress_route_no_available_backend",
         "gauge",
-        "1 when no backend of the route can take a request (all drained or down): sozu answers 503",
+        "1 when every upstream of the route is drained (sozu answers 503) or every backend is reported down (sozu fails open)",
     ),
 ];
 

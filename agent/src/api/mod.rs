@@ -64,8 +64,9 @@ pub struct RouteStatus {
     /// Each upstream with its weight, whether it is drained, and its backends' health.
     #[serde(default)]
     pub upstreams: Vec<UpstreamStatus>,
-    /// No backend can take a request (every upstream drained, or every backend down): sozu
-    /// answers 503 on this route.
+    /// No backend can take a request: every upstream is drained (sozu answers 503), or every
+    /// backend is reported down (sozu 2.3.3 then fails open: it still tries the backends, and
+    /// answers 503 only when none of them connects).
     #[serde(default)]
     pub no_available_backend: bool,
 }

@@ -157,7 +157,8 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                     if upstreams.iter().all(|u| u.drain) {
                         "every upstream is drained: sozu answers 503".to_owned()
                     } else {
-                        "no backend is up: sozu answers 503".to_owned()
+                        "every backend is reported down: sozu still tries them (fail-open) and answers 503 when none connects"
+                            .to_owned()
                     }
                 })
             });
@@ -253,6 +254,10 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 .collect();
             if draining.is_empty() {
                 "drained".to_owned()
+            } else if draining.iter().all(Option::is_none) {
+                // Its sessions were not closed, so sozu gave no count (see
+                // `Desired::hsts_clusters`): they end when their connections do.
+                "draining".to_owned()
             } else {
                 let sessions: u64 = draining.iter().flatten().sum();
                 format!(

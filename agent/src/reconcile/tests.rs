@@ -752,8 +752,11 @@ async fn incremental_passes_end_where_a_full_recomputation_would() {
 }
 
 /// A route of `A` over two IP upstreams, the first drained or not.
+/// Without HSTS, so that a drain closes the drained backend's sessions too
+/// (see `Desired::hsts_clusters`).
 fn two_upstreams(drain_first: bool) -> Route {
     let mut r = route(A, ip("10.0.0.1:80"));
+    r.hsts = Some(crate::state::Hsts::OFF);
     r.upstreams = vec![
         crate::workspace::RouteUpstream {
             upstream: ip("10.0.0.1:80"),
@@ -854,7 +857,9 @@ async fn a_route_whose_backends_are_all_down_or_drained_shows_it() {
     assert_eq!(status.routes[0].state, RouteState::Error);
     assert_eq!(
         status.routes[0].last_error.as_deref(),
-        Some("no backend is up: sozu answers 503")
+        Some(
+            "every backend is reported down: sozu still tries them (fail-open) and answers 503 when none connects"
+        )
     );
     h.send(Fact::Sozu(SozuEvent::BackendUp {
         backend_id: format!("pi-{A}-10.0.0.2:80"),

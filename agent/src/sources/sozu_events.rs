@@ -26,7 +26,8 @@ pub enum SozuEvent {
     BackendUp { backend_id: String },
     /// A backend failed its health check, or connections to it failed.
     BackendDown { backend_id: String },
-    /// Every backend of a cluster is down: sozu answers 503.
+    /// Every backend of a cluster is down. sozu still tries those that accept connections
+    /// (fail-open), and answers 503 when none does.
     NoAvailableBackends { cluster_id: String },
     /// A cluster has a backend up again.
     ClusterRecovered { cluster_id: String },
@@ -124,7 +125,13 @@ fn run(socket: &Path, facts: &UnboundedSender<Fact>) {
                 loop {
                     match channel.read_message_blocking_timeout(Some(Duration::from_secs(3600))) {
                         Ok(response) => {
-                            if let Some(event) = event_of(&response).and_then(|e| from_proto(&e)) {
+                            let event = event_of(&response);
+                            if let Some(event) = &event {
+                                tracing::debug!(kind = ?EventKind::try_from(event.kind),
+                                    cluster = ?event.cluster_id, backend = ?event.backend_id,
+                                    "sozu reported an event");
+                            }
+                            if let Some(event) = event.and_then(|e| from_proto(&e)) {
                                 if facts.send(Fact::Sozu(event)).is_err() {
                                     return;
                                 }

@@ -13,6 +13,9 @@ mod rotation;
 /// that never answers.
 mod dns;
 
+/// Backends: health checks, drains, weights, HSTS and drift repaired from sozu's events.
+mod backends;
+
 /// Bad certificate pairs: refused with their reason while the last good pair keeps serving.
 mod bad_input;
 
