@@ -1,8 +1,9 @@
 //! A seeded, randomised soak of the live agent and a real sozu: rotations, bad pairs (refused
 //! while the last good one serves), workspace edits (written in place, so sometimes read half
 //! written), sozu killed, the agent killed or stopped and started again, in an order drawn from a
-//! seed. Every few actions a checkpoint waits for the agent to converge and checks what clients
-//! see: each routed host presents its latest good certificate and reaches its own backend; a
+//! seed; every other host has a spare upstream, and a drain moves its traffic between the two.
+//! Every few actions a checkpoint waits for the agent to converge and checks what clients see:
+//! each routed host presents its latest good certificate and reaches the backend in rotation; a
 //! host removed from the workspace no longer presents its certificate.
 //!
 //! Periodic resyncs are off, so a lost event shows as a failure instead of being repaired a
@@ -11,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::live::{atomic_write, fingerprint_of_pem, https_get, Backend, RouteSpec, Stack};
+use crate::live::{atomic_write, fingerprint_of_pem, https_get, Backend, Stack};
 
 #[derive(Debug, Clone)]
 pub struct SoakConfig {
@@ -55,6 +56,10 @@ struct Soak {
     _backends: Vec<Backend>,
     hosts: Vec<String>,
     ports: Vec<std::net::SocketAddr>,
+    /// The spare upstream of each even host (`backend-<i>-spare`).
+    spares: BTreeMap<usize, Backend>,
+    /// Even hosts whose primary upstream is drained, their spare in rotation.
+    on_spare: BTreeSet<usize>,
     routed: BTreeSet<usize>,
     /// The latest good certificate written for each host.
     latest: Vec<String>,
@@ -75,11 +80,17 @@ pub fn run(config: &SoakConfig) -> SoakReport {
         .map(|i| Backend::start(&format!("backend-{i}")))
         .collect();
     let ports = backends.iter().map(|b| b.address).collect();
+    let spares = (0..config.hosts)
+        .step_by(2)
+        .map(|i| (i, Backend::start(&format!("backend-{i}-spare"))))
+        .collect();
     let mut soak = Soak {
         stack,
         _backends: backends,
         hosts,
         ports,
+        spares,
+        on_spare: BTreeSet::new(),
         routed: (0..config.hosts).collect(),
         latest: Vec::new(),
         generation: vec![0; config.hosts],
@@ -126,10 +137,22 @@ impl Soak {
         let roll = self.rng.below(100);
         let host = self.rng.below(self.hosts.len());
         match roll {
-            0..=34 => {
+            0..=29 => {
                 let fingerprint = self.write_good(host);
                 self.latest[host] = fingerprint;
                 self.note("rotate", self.hosts[host].clone());
+            }
+            30..=34 => {
+                // Drain one upstream of an even host and put the other back.
+                let host = host & !1;
+                let to = if self.on_spare.remove(&host) {
+                    "primary"
+                } else {
+                    self.on_spare.insert(host);
+                    "spare"
+                };
+                self.note("drain", format!("{} to its {to}", self.hosts[host]));
+                self.write_workspace();
             }
             35..=49 => self.bad_then_fixed(host),
             50..=59 => {
@@ -237,18 +260,47 @@ impl Soak {
         );
     }
 
+    /// The workspace: odd hosts in the one-upstream form, even ones with their spare.
     fn write_workspace(&mut self) {
-        let routes: Vec<RouteSpec> = self
+        let upstream = |address: std::net::SocketAddr, drain: bool| {
+            format!(
+                "{{ upstream = \"{}\", port = {}, drain = {drain} }}",
+                address.ip(),
+                address.port()
+            )
+        };
+        let routes: Vec<String> = self
             .routed
             .iter()
-            .map(|&i| RouteSpec {
-                host: self.hosts[i].clone(),
-                upstream: self.ports[i].ip().to_string(),
-                port: Some(self.ports[i].port()),
+            .map(|&i| match self.spares.get(&i) {
+                Some(spare) => {
+                    let on_spare = self.on_spare.contains(&i);
+                    format!(
+                        "{{ host = \"{}\", upstreams = [{}, {}] }}",
+                        self.hosts[i],
+                        upstream(self.ports[i], on_spare),
+                        upstream(spare.address, !on_spare)
+                    )
+                }
+                None => format!(
+                    "{{ host = \"{}\", upstream = \"{}\", port = {} }}",
+                    self.hosts[i],
+                    self.ports[i].ip(),
+                    self.ports[i].port()
+                ),
             })
             .collect();
-        let text = self.stack.workspace_text(&routes);
+        let text = self.stack.workspace_text_of(&routes, "");
         self.stack.write_workspace(&text);
+    }
+
+    /// The body the backend in rotation for host `i` answers with.
+    fn expected_body(&self, i: usize) -> String {
+        if self.on_spare.contains(&i) {
+            format!("backend-{i}-spare")
+        } else {
+            format!("backend-{i}")
+        }
     }
 
     /// Waits for what clients see to match the model; records a failure if it does not within
@@ -281,8 +333,8 @@ impl Soak {
             let seen = https_get(self.stack.https, host, "/");
             if self.routed.contains(&i) {
                 match seen {
-                    Ok(s)
-                        if s.fingerprint == self.latest[i] && s.body == format!("backend-{i}") => {}
+                    Ok(s) if s.fingerprint == self.latest[i] && s.body == self.expected_body(i) => {
+                    }
                     other => wrong.push(format!("{host}: {other:?}")),
                 }
             } else if let Ok(s) = seen {
