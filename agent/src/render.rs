@@ -202,9 +202,8 @@ struct SozuFrontend {
 #[derive(Serialize)]
 struct SozuBackend {
     address: String,
-    /// Written when it is not 1, sozu's default.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    weight: Option<u32>,
+    /// Always written: a backend without one weighs 100 in sozu 2.3.3, not 1.
+    weight: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     unix_path: Option<String>,
 }
@@ -221,7 +220,7 @@ impl SozuConfig {
                 let backends = backends
                     .values()
                     .map(|backend| {
-                        let weight = (backend.weight != 1).then_some(backend.weight);
+                        let weight = backend.weight;
                         match &backend.address {
                             Address::Unix(path) => SozuBackend {
                                 address: UNIX_BACKEND_IDENTITY.to_string(),

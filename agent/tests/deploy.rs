@@ -688,6 +688,20 @@ fn unix_upstreams_open_no_egress_port() {
     assert_eq!(ports(&egress[0]), ["53/UDP", "53/TCP"]);
 }
 
+/// Every upstream of a route is dialled, and so is a health check's own port.
+#[test]
+fn every_upstream_port_and_a_health_check_port_are_open() {
+    let docs = k8s_of(
+        "",
+        &[r#"{ host = "grafana.in.librecloud.online", upstreams = [
+            { upstream = "grafana-a.observability", port = 3000, weight = 9 },
+            { upstream = "grafana-b.observability", port = 3001, drain = true },
+          ], health = { path = "/api/health", port = 8081 } }"#],
+    );
+    let egress = &network_policy(&docs)["egress"][1];
+    assert_eq!(ports(egress), ["3000/TCP", "3001/TCP", "8081/TCP"]);
+}
+
 /// A Service whose target port differs from its port is reached on the target port after the
 /// network plugin's translation: the workspace names such ports.
 #[test]

@@ -137,3 +137,98 @@ std.record.update "routes"
         "sozu config check refused:\n{output}\n--- config:\n{text}"
     );
 }
+
+/// One mapping: sozu started from the rendered file alone (no agent) applies the same weights,
+/// health checks and HSTS as the live agent does.
+#[test]
+fn sozu_started_from_the_rendered_file_applies_weights_health_checks_and_hsts() {
+    use private_ingress_tests::live::{
+        certificate, eventually, https_get, https_get_with_headers, Backend, Stack,
+    };
+    use std::time::Duration;
+
+    let mut stack = Stack::new();
+    let hosts = ["app", "plain"].map(|h| format!("{h}.in.example.org"));
+    for host in &hosts {
+        certificate(&stack.tls_dir(), host);
+    }
+    let (heavy, light) = (Backend::start("heavy"), Backend::start("light"));
+    let upstream = |b: &Backend, weight: u32| {
+        format!(
+            "{{ upstream = \"{}\", port = {}, weight = {weight} }}",
+            b.address.ip(),
+            b.address.port()
+        )
+    };
+    let routes = [
+        format!(
+            "{{ host = \"{}\", upstreams = [{}, {}], health = {{ path = \"/healthz\", interval = 1, \
+             timeout = 1, unhealthy_threshold = 2 }}, hsts = {{ max_age = 1200, include_subdomains = true }} }}",
+            hosts[0],
+            upstream(&heavy, 9),
+            upstream(&light, 1)
+        ),
+        format!(
+            "{{ host = \"{}\", upstream = \"{}\", port = {}, hsts = false }}",
+            hosts[1],
+            light.address.ip(),
+            light.address.port()
+        ),
+    ];
+    let ws = stack.dir.path().join("ws/workspace.ncl");
+    std::fs::write(
+        &ws,
+        stack.workspace_text_of(&routes, "  hsts = { max_age = 600 },"),
+    )
+    .unwrap();
+    let config = stack.dir.path().join("rendered.toml");
+    render(&ws, &config, &stack.socket());
+    let text = std::fs::read_to_string(&config).unwrap();
+    let (code, output) = config_check(&config);
+    assert_eq!(
+        code, 0,
+        "sozu config check refused:\n{output}\n--- config:\n{text}"
+    );
+
+    stack.start_sozu_with_config(&config);
+    eventually(Duration::from_secs(10), "sozu serving the file", || {
+        https_get(stack.https, &hosts[1], "/")
+            .ok()
+            .filter(|s| s.status == 200)
+    });
+    let mut heavy_share = 0;
+    for _ in 0..100 {
+        let seen = https_get(stack.https, &hosts[0], "/").expect("a request");
+        heavy_share += usize::from(seen.body == "heavy");
+    }
+    assert_eq!(
+        heavy_share, 90,
+        "weights 9 and 1 over 100 requests:\n{text}"
+    );
+    let hsts = |host: &str| {
+        let (_, headers) = https_get_with_headers(stack.https, host, "/").expect("a request");
+        headers
+            .into_iter()
+            .filter(|(name, _)| name == "strict-transport-security")
+            .map(|(_, value)| value)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        hsts(&hosts[0]),
+        ["max-age=1200; includeSubDomains"],
+        "{text}"
+    );
+    assert_eq!(hsts(&hosts[1]), Vec::<String>::new(), "{text}");
+
+    // The file's health check takes the failing backend out.
+    heavy.set_healthy(false);
+    eventually(
+        Duration::from_secs(8),
+        "only the healthy backend answering",
+        || {
+            (0..10)
+                .all(|_| https_get(stack.https, &hosts[0], "/").is_ok_and(|s| s.body == "light"))
+                .then_some(())
+        },
+    );
+}
