@@ -123,7 +123,7 @@ fn run(socket: &Path, facts: &UnboundedSender<Fact>) {
                 was_open = true;
                 tracing::debug!("subscribed to sozu's events");
                 loop {
-                    match channel.read_message_blocking_timeout(Some(Duration::from_secs(3600))) {
+                    match next_message(&mut channel) {
                         Ok(response) => {
                             let event = event_of(&response);
                             if let Some(event) = &event {
@@ -164,6 +164,36 @@ fn run(socket: &Path, facts: &UnboundedSender<Fact>) {
         std::thread::sleep(wait);
         wait = (wait * 2).min(RETRY_MAX);
     }
+}
+
+/// How long the stream may stay quiet before the thread checks that the loop still listens.
+const QUIET: Duration = Duration::from_secs(3600);
+
+/// The next message on the stream. sozu-command-lib's blocking read wakes every 100 ms to look
+/// for data (ten wake-ups a second on an idle agent), so the thread first sleeps in `poll(2)`
+/// until the socket has something, unless a message is already buffered.
+fn next_message(
+    channel: &mut Channel<Request, Response>,
+) -> Result<Response, sozu_command_lib::channel::ChannelError> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    if channel.front_buf.available_data() == 0 {
+        let timeout = PollTimeout::try_from(QUIET).unwrap_or(PollTimeout::MAX);
+        let mut fds = [PollFd::new(channel.sock.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, timeout) {
+            Ok(0) => return Err(sozu_command_lib::channel::ChannelError::TimeoutReached(QUIET)),
+            // Readable, hung up or failed: the read says which.
+            Ok(_) => {}
+            // A signal: look again.
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => {
+                return Err(sozu_command_lib::channel::ChannelError::Read(
+                    std::io::Error::from(e),
+                ))
+            }
+        }
+    }
+    channel.read_message_blocking_timeout(Some(QUIET))
 }
 
 fn subscribe(socket: &Path) -> Result<Channel<Request, Response>, String> {
