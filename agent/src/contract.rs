@@ -421,6 +421,173 @@ mod tests {
         assert_eq!(ws.tls_dir, Path::new("/srv/tls"));
     }
 
+    /// The example of several upstreams, drains, health checks and HSTS, with every default the
+    /// contract fills in.
+    #[test]
+    fn backends_example_passes_with_defaults_applied() {
+        use crate::state::{HealthCheck, Hsts, Probe};
+        let ws = evaluate(&examples().join("backends.ncl")).unwrap();
+        let policy = |max_age, include_subdomains| Hsts {
+            enabled: true,
+            max_age,
+            include_subdomains,
+            preload: false,
+        };
+        assert_eq!(ws.hsts, Some(policy(63_072_000, true)));
+        let route = |host: &str| ws.routes.iter().find(|r| r.host == host).unwrap();
+
+        let shop = route("shop.in.example.org");
+        assert_eq!(
+            shop.upstreams_label(),
+            "shop-v1.shop.svc.cluster.local:8080 (×9), shop-v2.shop.svc.cluster.local:8080 (×1), \
+             10.0.0.40:8080 (×1, drained)"
+        );
+        assert_eq!(
+            shop.health,
+            Some(HealthCheck {
+                probe: Probe::Http {
+                    path: "/healthz".into(),
+                    accepted_statuses: vec![(204, 204), (200, 299)],
+                },
+                interval: 5,
+                timeout: 2,
+                healthy_threshold: 3,
+                unhealthy_threshold: 3,
+                port: Some(9090),
+            })
+        );
+        assert_eq!(shop.hsts, None, "follows the workspace's policy");
+
+        let admin = route("db-admin.in.example.org");
+        assert_eq!(
+            admin.health,
+            Some(HealthCheck {
+                probe: Probe::Tcp,
+                interval: 10,
+                timeout: 5,
+                healthy_threshold: 3,
+                unhealthy_threshold: 3,
+                port: None,
+            }),
+            "sozu's own defaults"
+        );
+        assert_eq!(admin.hsts, Some(policy(86_400, false)));
+
+        let legacy = route("legacy.in.example.org");
+        assert!(legacy.upstreams.iter().all(|u| u.drain && u.weight == 1));
+        assert_eq!(
+            legacy.upstreams[1].upstream.to_string(),
+            "unix:///run/legacy/http.sock"
+        );
+        assert_eq!(legacy.hsts, Some(Hsts::OFF));
+        assert_eq!(legacy.health, None);
+
+        let wiki = route("wiki.in.example.org");
+        assert_eq!(wiki.upstreams_label(), "wiki.docs.svc.cluster.local:8080");
+        assert_eq!((&wiki.health, &wiki.hsts), (&None, &None));
+    }
+
+    /// The passing side of the rules on upstreams, health checks and HSTS, at their edges, in
+    /// JSON (modes as strings) and in Nickel.
+    #[test]
+    fn accepted_values_for_the_backend_rules() {
+        use crate::state::{Hsts, Probe};
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            &dir,
+            "ws.json",
+            r#"{ "zone": "in.example.org", "cluster_issuer": "ca", "hsts": false,
+                 "routes": [
+                   { "host": "a.in.example.org",
+                     "upstreams": [
+                       { "upstream": "fd00::10", "port": 80, "weight": 255 },
+                       { "upstream": "fd00::10", "port": 81, "weight": 1 },
+                       { "upstream": "fd00::11", "port": 80, "drain": false },
+                       { "upstream": "10.0.0.1", "port": 80 },
+                       { "upstream": "svc.ns", "port": 80 },
+                       { "upstream": "svc.ns", "port": 81 },
+                       { "upstream": "unix:///run/a.sock" }
+                     ],
+                     "health": { "mode": "http", "accepted_statuses": [100, 599, "100-599", "204-204"],
+                                 "interval": 3600, "timeout": 3600, "healthy_threshold": 100,
+                                 "unhealthy_threshold": 1, "port": 65535 },
+                     "hsts": true },
+                   { "host": "b.in.example.org", "upstream": "svc.ns", "port": 80, "drain": true,
+                     "health": { "mode": "tcp", "interval": 1, "timeout": 1 },
+                     "hsts": { "max_age": 31536000, "include_subdomains": true, "preload": true } },
+                   { "host": "c.in.example.org", "upstream": "svc.ns", "port": 80,
+                     "hsts": { "max_age": 0 } }
+                 ] }"#,
+        );
+        let ws = evaluate(&path).unwrap();
+        assert_eq!(
+            ws.hsts, None,
+            "`hsts = false` turns the listener's header off"
+        );
+        let [a, b, c] = &ws.routes[..] else {
+            panic!("{:?}", ws.routes)
+        };
+        let weights: Vec<_> = a.upstreams.iter().map(|u| (u.weight, u.drain)).collect();
+        assert_eq!(weights[..2], [(255, false), (1, false)]);
+        assert_eq!(a.upstreams.len(), 7);
+        let health = a.health.as_ref().unwrap();
+        assert_eq!(
+            health.probe,
+            Probe::Http {
+                path: "/".into(),
+                accepted_statuses: vec![(100, 100), (599, 599), (100, 599), (204, 204)],
+            }
+        );
+        assert_eq!(
+            (health.interval, health.timeout, health.healthy_threshold),
+            (3600, 3600, 100)
+        );
+        assert_eq!((health.unhealthy_threshold, health.port), (1, Some(65535)));
+        assert_eq!(
+            a.hsts,
+            crate::workspace::default_hsts(),
+            "`true`: the default policy"
+        );
+
+        assert!(
+            b.upstreams[0].drain,
+            "a route's `drain` drains its upstream"
+        );
+        assert_eq!(b.health.as_ref().unwrap().probe, Probe::Tcp);
+        assert_eq!(
+            b.hsts,
+            Some(Hsts {
+                enabled: true,
+                max_age: 31_536_000,
+                include_subdomains: true,
+                preload: true,
+            })
+        );
+        assert_eq!(c.hsts.unwrap().max_age, 0);
+
+        // Tags in Nickel; an absent `hsts` is the default policy.
+        let ws = accepted(
+            r#"{
+  zone = "in.example.org",
+  cluster_issuer = "ca",
+  routes = [
+    { host = "a.in.example.org", upstreams = [{ upstream = "svc.ns", port = 80 }], health = { mode = 'tcp, port = 9000 } },
+    { host = "b.in.example.org", upstream = "unix:///run/b.sock", health = { mode = 'http, path = "/ready?full=1" }, hsts = { preload = false } },
+  ],
+}"#,
+        );
+        assert_eq!(ws.hsts, crate::workspace::default_hsts());
+        assert_eq!(ws.routes[0].health.as_ref().unwrap().port, Some(9000));
+        assert_eq!(
+            ws.routes[1].health.as_ref().unwrap().probe,
+            Probe::Http {
+                path: "/ready?full=1".into(),
+                accepted_statuses: vec![],
+            }
+        );
+        assert_eq!(ws.routes[1].hsts, crate::workspace::default_hsts());
+    }
+
     /// The passing side of the network and shutdown rules: canonical networks of both families
     /// (a single address, everything), digests, timings, monitoring selectors.
     #[test]
@@ -594,7 +761,9 @@ mod tests {
     }
 
     /// The fast check over all routes is stricter than `Route`, never looser: every route gets
-    /// the same verdict (and, refused, the same message) either way, alone and next to a good one.
+    /// the same verdict (and, refused, the same message) either way, alone and next to a good one
+    /// (which, beside a route with the other fields, is checked at once among the routes written
+    /// the old way).
     #[test]
     fn routes_checked_at_once_or_one_by_one_agree() {
         let long_label = "a".repeat(63);
@@ -614,6 +783,14 @@ mod tests {
             r#"{ host = "a.in.example.org", upstream = "x", port = 80, path_prefix = "/a\"b\\c" }"#.into(),
             r#"{ host = "a.in.example.org", upstream = "x", port = 80, path_prefix = "/é" }"#.into(),
             format!(r#"{{ host = "{long_host}", upstream = "{long_upstream}", port = 80 }}"#),
+            // Accepted, with the fields beyond `upstream` and `port`.
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, drain = true }"#.into(),
+            r#"{ host = "a.in.example.org", upstreams = [{ upstream = "x", port = 80, weight = 2 }, { upstream = "unix:///run/a.sock", drain = true }] }"#.into(),
+            r#"{ host = "a.in.example.org", upstreams = [{ upstream = "fd00::1", port = 80 }, { upstream = "fd00::1", port = 81 }, { upstream = "fd00::2", port = 80 }] }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, health = {}, hsts = false }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, health = { mode = "tcp", timeout = 10, interval = 10 }, hsts = true }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, health = { accepted_statuses = [301, "200-299"] }, hsts = { max_age = 60 } }"#.into(),
+            r#"{ host = "a.in.example.org", path_prefix = "/api", upstream = "svc.1abc", port = 80, drain = false }"#.into(),
             // Refused.
             format!(r#"{{ host = "{too_long_host}", upstream = "x", port = 80 }}"#),
             format!(r#"{{ host = "a.in.example.org", upstream = "{too_long_upstream}", port = 80 }}"#),
@@ -640,15 +817,47 @@ mod tests {
             r#"{ host = "a.in.example.org", upstream = "x", port = 80, path_prefix = "/a b" }"#.into(),
             r#"{ host = "a.in.example.org", upstream = "x", port = 80, path_prefix = "/a?b" }"#.into(),
             r#"{ host = "a.in.example.org", upstream = "x", port = 80, path_prefix = "/a\nb" }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, drain = "yes" }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", upstreams = [{ upstream = "y", port = 80 }] }"#.into(),
+            r#"{ host = "a.in.example.org", upstreams = [] }"#.into(),
+            r#"{ host = "a.in.example.org", upstreams = "x" }"#.into(),
+            r#"{ host = "a.in.example.org", port = 80, upstreams = [{ upstream = "y" }] }"#.into(),
+            r#"{ host = "a.in.example.org", upstreams = [{ upstream = "y" }] }"#.into(),
+            r#"{ host = "a.in.example.org", upstreams = ["y"] }"#.into(),
+            r#"{ host = "a.in.example.org", upstreams = [{ upstream = "y", port = 80, weight = 0 }] }"#.into(),
+            r#"{ host = "a.in.example.org", upstreams = [{ upstream = "y", port = 80, weight = 256 }] }"#.into(),
+            r#"{ host = "a.in.example.org", upstreams = [{ upstream = "y", port = 80, weight = 1.5 }] }"#.into(),
+            r#"{ host = "a.in.example.org", upstreams = [{ upstream = "y", port = 80, weihgt = 2 }] }"#.into(),
+            r#"{ host = "a.in.example.org", upstreams = [{ upstream = "y", port = 80 }, { upstream = "y", port = 80 }] }"#.into(),
+            r#"{ host = "a.in.example.org", upstreams = [{ upstream = "fd00::1", port = 80 }, { upstream = "FD00:0:0::1", port = 80 }] }"#.into(),
+            r#"{ host = "a.in.example.org", upstreams = [{ upstream = "unix:///a.sock" }, { upstream = "unix:///b.sock" }] }"#.into(),
+            r#"{ host = "a.in.example.org", upstreams = [{ upstream = "http://y", port = 80 }] }"#.into(),
+            r#"{ host = "a.example.org", upstreams = [{ upstream = "y", port = 80 }] }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, health = { timeout = 20 } }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, health = { mode = 'tcp, accepted_statuses = [] } }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, health = { mode = "udp" } }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, health = { path = "healthz" } }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, health = { accepted_statuses = ["2xx"] } }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, health = { accepted_statuses = ["500-200"] } }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, health = { healthy_threshold = 101 } }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, health = { pth = "/" } }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, health = true }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, hsts = { preload = true, include_subdomains = true, max_age = 86400 } }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, hsts = { max_age = 1.5 } }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, hsts = { maxage = 1 } }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 80, hsts = "on" }"#.into(),
             // A second route smuggled into the host as JSON text.
             r#"{ host = "a.in.example.org\", \"port\": 80, \"upstream\": \"x\"}, {\"host\": \"b.in.example.org", upstream = "x", port = 80 }"#.into(),
             "[]".into(),
         ];
+        // The cases above `// Refused.`
+        let accepted = 16;
         let good = r#"{ host = "ok.in.example.org", upstream = "10.0.0.9", port = 443 }"#;
-        for case in &cases {
+        for (i, case) in cases.iter().enumerate() {
             for routes in [case.clone(), format!("{good}, {case}")] {
                 let [fast, precise] = both_ways(&routes);
                 assert_eq!(fast, precise, "routes [{routes}]");
+                assert_eq!(fast.is_ok(), i < accepted, "routes [{routes}]: {fast:?}");
             }
         }
         // The one difference: JSON writes an enum tag as a string, so a tag that reads as a valid

@@ -181,7 +181,11 @@ fn next_message(
         let timeout = PollTimeout::try_from(QUIET).unwrap_or(PollTimeout::MAX);
         let mut fds = [PollFd::new(channel.sock.as_fd(), PollFlags::POLLIN)];
         match poll(&mut fds, timeout) {
-            Ok(0) => return Err(sozu_command_lib::channel::ChannelError::TimeoutReached(QUIET)),
+            Ok(0) => {
+                return Err(sozu_command_lib::channel::ChannelError::TimeoutReached(
+                    QUIET,
+                ))
+            }
             // Readable, hung up or failed: the read says which.
             Ok(_) => {}
             // A signal: look again.
