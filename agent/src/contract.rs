@@ -545,8 +545,8 @@ mod tests {
         assert_eq!((health.unhealthy_threshold, health.port), (1, Some(65535)));
         assert_eq!(
             a.hsts,
-            crate::workspace::default_hsts(),
-            "`true`: the default policy"
+            crate::workspace::recommended_hsts(),
+            "`true`: the recommended policy"
         );
 
         assert!(
@@ -565,7 +565,7 @@ mod tests {
         );
         assert_eq!(c.hsts.unwrap().max_age, 0);
 
-        // Tags in Nickel; an absent `hsts` is the default policy.
+        // Tags in Nickel; an absent `hsts` is no header.
         let ws = accepted(
             r#"{
   zone = "in.example.org",
@@ -576,7 +576,7 @@ mod tests {
   ],
 }"#,
         );
-        assert_eq!(ws.hsts, crate::workspace::default_hsts());
+        assert_eq!(ws.hsts, None);
         assert_eq!(ws.routes[0].health.as_ref().unwrap().port, Some(9000));
         assert_eq!(
             ws.routes[1].health.as_ref().unwrap().probe,
@@ -585,7 +585,7 @@ mod tests {
                 accepted_statuses: vec![],
             }
         );
-        assert_eq!(ws.routes[1].hsts, crate::workspace::default_hsts());
+        assert_eq!(ws.routes[1].hsts, crate::workspace::recommended_hsts());
     }
 
     /// The passing side of the network and shutdown rules: canonical networks of both families

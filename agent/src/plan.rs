@@ -772,35 +772,36 @@ pub(crate) mod tests {
                 std::slice::from_ref(&c),
             ),
         );
-        // With HSTS (the default) the old backend's sessions are left to end: sozu would break
-        // a response in flight on a session it closes while adding the header.
-        assert_eq!(ops.len(), 2, "{ops:?}");
+        assert_eq!(ops.len(), 3, "{ops:?}");
         assert!(
             matches!(&ops[0], Op::AddBackend { backend, .. } if backend.address.to_string() == "10.0.0.2:80")
         );
         assert!(
             matches!(&ops[1], Op::RemoveBackend { backend, .. } if backend.address.to_string() == "10.0.0.1:80")
         );
-
-        let mut without_hsts = workspace(&[("a.in.example.org", "/", "10.0.0.3:80")]);
-        without_hsts.hsts = None;
-        let ops = converge(&mut actual, &desired(&without_hsts, &[c]));
-        assert!(
-            matches!(&ops[0], Op::SetListenerHsts { hsts: None, .. }),
-            "{ops:?}"
-        );
-        assert_eq!(ops.len(), 4, "{ops:?}");
         // Keep-alive clients of the old backend move on at once.
         assert!(
-            matches!(&ops[3], Op::CloseSessions { backend, .. } if backend.address.to_string() == "10.0.0.2:80")
+            matches!(&ops[2], Op::CloseSessions { backend, .. } if backend.address.to_string() == "10.0.0.1:80")
+        );
+
+        // With HSTS the old backend's sessions are left to end: sozu would break a response in
+        // flight on a session it closes while adding the header.
+        let mut with_hsts = workspace(&[("a.in.example.org", "/", "10.0.0.3:80")]);
+        with_hsts.hsts = crate::workspace::recommended_hsts();
+        let ops = converge(&mut actual, &desired(&with_hsts, &[c]));
+        assert!(
+            matches!(
+                &ops[..],
+                [Op::SetListenerHsts { hsts: Some(_), .. }, Op::AddBackend { .. }, Op::RemoveBackend { backend, .. }]
+                    if backend.address.to_string() == "10.0.0.2:80"
+            ),
+            "{ops:?}"
         );
     }
 
-    /// One route of `a.in.example.org` over two IP upstreams with these weights and drains;
-    /// without HSTS, so that a drain closes sessions too.
+    /// One route of `a.in.example.org` over two IP upstreams with these weights and drains.
     fn two_upstreams(upstreams: [(u32, bool); 2]) -> Workspace {
         let mut ws = workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]);
-        ws.hsts = None;
         ws.routes[0].upstreams = upstreams
             .iter()
             .enumerate()
@@ -869,6 +870,7 @@ pub(crate) mod tests {
     fn health_checks_and_hsts_follow_the_workspace() {
         let c = cert("a.in.example.org", 1);
         let mut ws = workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]);
+        ws.hsts = crate::workspace::recommended_hsts();
         let mut actual = Actual::default();
         let first = converge(&mut actual, &desired(&ws, std::slice::from_ref(&c)));
         let hsts = position(&first, |o| {

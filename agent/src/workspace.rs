@@ -226,15 +226,17 @@ pub struct Workspace {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acme: Option<Box<Acme>>,
     /// The HSTS policy of the HTTPS listener, which every route without its own follows;
-    /// `None`: no header.
-    #[serde(default = "default_hsts")]
+    /// `None` (a workspace that sets none): no header. Off unless asked for, because sozu 2.3.3
+    /// breaks the responses in flight on a session it closes while it adds the header: every
+    /// soft stop (each pod deletion) and every drain that closes sessions would fail them.
+    #[serde(default)]
     pub hsts: Option<Hsts>,
 }
 
-/// The policy of a workspace that sets none, as the contract documents it: a year, this host
-/// only (the zone may hold names this ingress does not serve over HTTPS), never preloaded (a
-/// private zone cannot be on the public preload list).
-pub fn default_hsts() -> Option<Hsts> {
+/// The policy `hsts = true` stands for, as the contract documents it: a year, this host only
+/// (the zone may hold names this ingress does not serve over HTTPS), never preloaded (a private
+/// zone cannot be on the public preload list).
+pub fn recommended_hsts() -> Option<Hsts> {
     Some(Hsts {
         enabled: true,
         max_age: 31_536_000,
@@ -599,7 +601,7 @@ impl Workspace {
         }
         let acme = raw.acme.map(Acme::from_raw).transpose()?.map(Box::new);
         let hsts = match raw.hsts {
-            None => default_hsts(),
+            None => None,
             Some(hsts) => hsts_from_raw(hsts).map_err(ModelError::Hsts)?,
         };
         Ok(Workspace {
@@ -902,7 +904,7 @@ fn health_from_raw(raw: RawHealth) -> Result<HealthCheck, String> {
 fn hsts_from_raw(raw: RawHsts) -> Result<Option<Hsts>, String> {
     match raw {
         RawHsts::Switch(false) => Ok(None),
-        RawHsts::Switch(true) => Ok(default_hsts()),
+        RawHsts::Switch(true) => Ok(recommended_hsts()),
         RawHsts::Policy(p) => Ok(Some(Hsts {
             enabled: true,
             max_age: whole("max_age", p.max_age, 0.0..=4_294_967_295.0)?,
@@ -960,7 +962,7 @@ pub(crate) fn test_workspace(tls_dir: &std::path::Path, routes: Vec<Route>) -> W
         allowed_sources: None,
         deploy: Default::default(),
         acme: None,
-        hsts: default_hsts(),
+        hsts: None,
     }
 }
 

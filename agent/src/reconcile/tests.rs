@@ -752,11 +752,8 @@ async fn incremental_passes_end_where_a_full_recomputation_would() {
 }
 
 /// A route of `A` over two IP upstreams, the first drained or not.
-/// Without HSTS, so that a drain closes the drained backend's sessions too
-/// (see `Desired::hsts_clusters`).
 fn two_upstreams(drain_first: bool) -> Route {
     let mut r = route(A, ip("10.0.0.1:80"));
-    r.hsts = Some(crate::state::Hsts::OFF);
     r.upstreams = vec![
         crate::workspace::RouteUpstream {
             upstream: ip("10.0.0.1:80"),

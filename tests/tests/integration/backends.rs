@@ -114,9 +114,9 @@ fn a_failing_health_check_takes_its_backend_out_and_recovery_brings_it_back() {
     let mut stack = Stack::new();
     certificate(&stack.tls_dir(), HOST);
     let (a, b) = (Backend::start("a"), Backend::start("b"));
-    let (interval, unhealthy, healthy) = (1, 2, 2);
+    let (interval, timeout, unhealthy, healthy) = (1, 1, 2, 2);
     let health = format!(
-        "health = {{ path = \"/healthz\", interval = {interval}, timeout = 1, \
+        "health = {{ path = \"/healthz\", interval = {interval}, timeout = {timeout}, \
          unhealthy_threshold = {unhealthy}, healthy_threshold = {healthy} }},"
     );
     serving(
@@ -136,11 +136,12 @@ fn a_failing_health_check_takes_its_backend_out_and_recovery_brings_it_back() {
         "{both:?}"
     );
 
-    // A down within its thresholds: `unhealthy` failed probes, one `interval` apart, each
-    // allowed its timeout, plus one interval for the probe that was already scheduled.
+    // A down within its thresholds: `unhealthy` failed probes, one `interval` apart, plus one
+    // interval for the probe already scheduled, its `timeout`, and a second for the event to
+    // reach the agent on a loaded machine (seen here: 2.9 to 3.9 s).
     a.set_healthy(false);
     let failed = Instant::now();
-    let within = Duration::from_secs((interval * (unhealthy + 1) + 1) as u64);
+    let within = Duration::from_secs((interval * (unhealthy + 1) + timeout + 1) as u64);
     eventually(within, "a reported down", || {
         (backend_health(&stack, HOST, &a).0 == "down").then_some(())
     });
@@ -217,18 +218,19 @@ fn drain_route(a: &Backend, b: &Backend, drain_a: bool) -> String {
     route(HOST, &[upstream(a, 1, drain_a), upstream(b, 1, false)], "")
 }
 
-/// With the default HSTS policy: sozu adds the header to every response, so the agent does not
-/// close the drained backend's sessions (sozu 2.3.3 breaks a response in flight on a session it
-/// closes while adding a header); the requests in flight must still arrive whole.
+/// Without HSTS (the default): the drained backend's sessions are closed as well, and status
+/// counts them.
 #[test]
 fn a_drain_finishes_the_requests_in_flight_and_sends_new_ones_elsewhere() {
     drain("");
 }
 
-/// Without HSTS: the drained backend's sessions are closed as well, and status counts them.
+/// With HSTS, sozu adds the header to every response, so the agent does not close the drained
+/// backend's sessions (sozu 2.3.3 breaks a response in flight on a session it closes while it
+/// adds a header): the requests in flight must still arrive whole.
 #[test]
-fn a_drain_without_hsts_closes_the_drained_backends_sessions() {
-    drain("  hsts = false,");
+fn a_drain_with_hsts_leaves_the_sessions_to_end_and_breaks_no_response() {
+    drain("  hsts = true,");
 }
 
 /// Drain as users mean it: the request in flight on the drained upstream completes, new
@@ -236,7 +238,7 @@ fn a_drain_without_hsts_closes_the_drained_backends_sessions() {
 /// and undraining restores traffic. First, what the field design avoids: a weight of 0 given to
 /// sozu still sends traffic. `extra`: more workspace fields.
 fn drain(extra: &str) {
-    let closes_sessions = extra.contains("hsts = false");
+    let closes_sessions = !extra.contains("hsts = true");
     let mut stack = Stack::new();
     certificate(&stack.tls_dir(), HOST);
     let (a, b) = (Backend::start("a"), Backend::start("b"));
@@ -430,7 +432,7 @@ fn hsts_is_on_https_responses_as_configured_and_absent_where_a_route_turns_it_of
     assert_eq!(header(&hosts[1]), Vec::<String>::new());
     assert_eq!(header(&hosts[2]), ["max-age=1200; includeSubDomains"]);
 
-    // The workspace's policy changed: the listener's follows, the route's own stays.
+    // The workspace's policy removed: none is the default, and the route's own stays.
     stack.write_workspace(&stack.workspace_text_of(
         &[
             route(&hosts[0], &up, ""),
@@ -443,8 +445,8 @@ fn hsts_is_on_https_responses_as_configured_and_absent_where_a_route_turns_it_of
         ],
         "",
     ));
-    eventually(Duration::from_secs(5), "the default policy served", || {
-        (header(&hosts[0]) == ["max-age=31536000"]).then_some(())
+    eventually(Duration::from_secs(5), "the listener's header gone", || {
+        header(&hosts[0]).is_empty().then_some(())
     });
     assert_eq!(header(&hosts[1]), Vec::<String>::new());
     assert_eq!(header(&hosts[2]), ["max-age=1200; includeSubDomains"]);
