@@ -351,6 +351,21 @@ pub fn https_get_with_headers(
     https_exchange(tls_config(), address, host, path)
 }
 
+/// One HTTPS GET of `/` to `host`: what it saw, and the `Strict-Transport-Security` values of
+/// the response.
+pub fn strict_transport_security(
+    address: SocketAddr,
+    host: &str,
+) -> Result<(Seen, Vec<String>), String> {
+    let (seen, headers) = https_get_with_headers(address, host, "/")?;
+    let values = headers
+        .into_iter()
+        .filter(|(name, _)| name == "strict-transport-security")
+        .map(|(_, value)| value)
+        .collect();
+    Ok((seen, values))
+}
+
 fn https_get_with(
     config: Arc<rustls::ClientConfig>,
     address: SocketAddr,

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use private_ingress_tests::live::{
-    certificate, eventually, https_get, https_get_with_headers, sozu_add_backend, Backend,
+    certificate, eventually, https_get, sozu_add_backend, strict_transport_security, Backend,
     KeepAlive, Stack,
 };
 
@@ -404,47 +404,28 @@ fn hsts_is_on_https_responses_as_configured_and_absent_where_a_route_turns_it_of
     }
     let backend = Backend::start("app");
     let up = [upstream(&backend, 1, false)];
-    serving(
-        &mut stack,
-        &[
-            route(&hosts[0], &up, ""),
-            route(&hosts[1], &up, "hsts = false,"),
-            route(
-                &hosts[2],
-                &up,
-                "hsts = { max_age = 1200, include_subdomains = true },",
-            ),
-        ],
-        "  hsts = { max_age = 600 },",
-        &[],
-    );
+    let routes = [
+        route(&hosts[0], &up, ""),
+        route(&hosts[1], &up, "hsts = false,"),
+        route(
+            &hosts[2],
+            &up,
+            "hsts = { max_age = 1200, include_subdomains = true },",
+        ),
+    ];
+    serving(&mut stack, &routes, "  hsts = { max_age = 600 },", &[]);
     let header = |host: &str| {
-        let (seen, headers) = https_get_with_headers(stack.https, host, "/")
-            .unwrap_or_else(|e| panic!("{host}: {e}"));
+        let (seen, values) =
+            strict_transport_security(stack.https, host).unwrap_or_else(|e| panic!("{host}: {e}"));
         assert_eq!((seen.status, seen.body.as_str()), (200, "app"), "{host}");
-        headers
-            .into_iter()
-            .filter(|(name, _)| name == "strict-transport-security")
-            .map(|(_, value)| value)
-            .collect::<Vec<_>>()
+        values
     };
     assert_eq!(header(&hosts[0]), ["max-age=600"]);
     assert_eq!(header(&hosts[1]), Vec::<String>::new());
     assert_eq!(header(&hosts[2]), ["max-age=1200; includeSubDomains"]);
 
     // The workspace's policy removed: none is the default, and the route's own stays.
-    stack.write_workspace(&stack.workspace_text_of(
-        &[
-            route(&hosts[0], &up, ""),
-            route(&hosts[1], &up, "hsts = false,"),
-            route(
-                &hosts[2],
-                &up,
-                "hsts = { max_age = 1200, include_subdomains = true },",
-            ),
-        ],
-        "",
-    ));
+    stack.write_workspace(&stack.workspace_text_of(&routes, ""));
     eventually(Duration::from_secs(5), "the listener's header gone", || {
         header(&hosts[0]).is_empty().then_some(())
     });

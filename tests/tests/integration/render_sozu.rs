@@ -143,7 +143,7 @@ std.record.update "routes"
 #[test]
 fn sozu_started_from_the_rendered_file_applies_weights_health_checks_and_hsts() {
     use private_ingress_tests::live::{
-        certificate, eventually, https_get, https_get_with_headers, Backend, Stack,
+        certificate, eventually, https_get, strict_transport_security, Backend, Stack,
     };
     use std::time::Duration;
 
@@ -206,12 +206,9 @@ fn sozu_started_from_the_rendered_file_applies_weights_health_checks_and_hsts() 
         "weights 9 and 1 over 100 requests:\n{text}"
     );
     let hsts = |host: &str| {
-        let (_, headers) = https_get_with_headers(stack.https, host, "/").expect("a request");
-        headers
-            .into_iter()
-            .filter(|(name, _)| name == "strict-transport-security")
-            .map(|(_, value)| value)
-            .collect::<Vec<_>>()
+        strict_transport_security(stack.https, host)
+            .expect("a request")
+            .1
     };
     assert_eq!(
         hsts(&hosts[0]),
