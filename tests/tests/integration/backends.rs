@@ -211,6 +211,17 @@ fn a_failing_health_check_takes_its_backend_out_and_recovery_brings_it_back() {
     ] {
         assert!(metrics.lines().any(|l| l == line), "{line}: {metrics}");
     }
+
+    // A restarted sozu holds no health check until the agent gives it back: b, still failing,
+    // is taken out again by the restored check.
+    stack.kill_sozu();
+    stack.start_sozu();
+    stack.wait_ready(READY);
+    eventually(within, "b reported down by the restored check", || {
+        (backend_health(&stack, HOST, &b).0 == "down").then_some(())
+    });
+    let after_restart = answers(&stack, HOST, 10);
+    assert_eq!(after_restart, BTreeMap::from([("a".to_owned(), 10)]));
 }
 
 /// The drain test's route: `a` (drained or not) and `b`, of equal weight.
