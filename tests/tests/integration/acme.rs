@@ -425,8 +425,13 @@ fn a_wrong_tsig_key_is_reported_backs_off_and_the_last_good_certificate_keeps_se
         issuer["orders_failed"]["dns_update"].as_u64().unwrap() >= 2,
         "{issuer}"
     );
-    // The failed attempts resumed the order placed first: no order per retry.
-    assert!(issuer["orders_placed"].as_u64().unwrap() <= 2, "{issuer}");
+    // The failed attempts resumed one order: no order per retry. (On a loaded machine a
+    // renewal can succeed before the key is swapped: one more certificate, one more order.)
+    let issued = issuer["certificates_issued"].as_u64().unwrap();
+    assert!(
+        issuer["orders_placed"].as_u64().unwrap() <= issued + 1,
+        "{issuer}"
+    );
     let metrics = setup.stack.metrics();
     if let Err(e) = private_ingress_tests::live::promtool_check(&metrics) {
         panic!("{e}\n{metrics}");
