@@ -74,6 +74,10 @@ pub enum Command {
     },
 }
 
+/// The longest interval a duration flag takes: a day. Every interval becomes an instant on a
+/// monotonic clock, which has no room for 2^63 seconds.
+const DAY_SECONDS: u64 = 86_400;
+
 /// Where the admin endpoints listen unless told otherwise. Loopback: in a pod, set
 /// `--admin-address 0.0.0.0:9180` so that the kubelet's probes reach it.
 pub const DEFAULT_ADMIN_ADDRESS: &str = "127.0.0.1:9180";
@@ -93,28 +97,30 @@ pub struct RunArgs {
     /// Address of /healthz, /readyz, /metrics and /v1/state.
     #[arg(long, env = "PRIVATE_INGRESS_ADMIN_ADDRESS", default_value = DEFAULT_ADMIN_ADDRESS)]
     pub admin_address: std::net::SocketAddr,
-    /// Seconds between full resyncs (re-read sozu's state, repair drift); 0 disables.
-    #[arg(long, env = "PRIVATE_INGRESS_RESYNC_INTERVAL", default_value_t = 60)]
+    /// Seconds between full resyncs (re-read sozu's state, repair drift); 0 disables. At most a
+    /// day.
+    #[arg(long, env = "PRIVATE_INGRESS_RESYNC_INTERVAL", default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=DAY_SECONDS))]
     pub resync_interval: u64,
     /// The longest an upstream name goes without being resolved again, in seconds. An answer's
     /// TTL brings the next lookup sooner (never sooner than 5 s after it, or this interval if
-    /// shorter).
-    #[arg(long, env = "PRIVATE_INGRESS_DNS_INTERVAL", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    /// shorter). At most a day.
+    #[arg(long, env = "PRIVATE_INGRESS_DNS_INTERVAL", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=DAY_SECONDS))]
     pub dns_interval: u64,
     /// Milliseconds an upstream name lookup may take before it counts as failed (the last good
-    /// addresses stay in use).
-    #[arg(long, env = "PRIVATE_INGRESS_DNS_TIMEOUT_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
+    /// addresses stay in use). At most a minute.
+    #[arg(long, env = "PRIVATE_INGRESS_DNS_TIMEOUT_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub dns_timeout_ms: u64,
     /// Days before expiry from which a served certificate is flagged (status, metric, a log line):
-    /// by then its renewal is overdue.
+    /// by then its renewal is overdue. At most ten years.
     #[arg(
         long,
         env = "PRIVATE_INGRESS_EXPIRY_WARNING_DAYS",
-        default_value_t = 14
+        default_value_t = 14,
+        value_parser = clap::value_parser!(u64).range(0..=3_650)
     )]
     pub expiry_warning_days: u64,
-    /// Milliseconds sozu may take to answer one request.
-    #[arg(long, env = "PRIVATE_INGRESS_SOZU_TIMEOUT_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Milliseconds sozu may take to answer one request. At most ten minutes.
+    #[arg(long, env = "PRIVATE_INGRESS_SOZU_TIMEOUT_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pub sozu_timeout_ms: u64,
     /// Connections to sozu over which independent requests are spread (a cold start or a mass
     /// renewal is bound by round trips).
@@ -208,6 +214,37 @@ mod tests {
             }
             other => panic!("parsed as {other:?}"),
         }
+    }
+
+    #[test]
+    fn durations_are_bounded() {
+        let run = |flag: &str, value: &str| {
+            Cli::try_parse_from([
+                "private-ingress",
+                "run",
+                "--workspace",
+                "ws.ncl",
+                "--sozu-socket",
+                "s.sock",
+                flag,
+                value,
+            ])
+        };
+        for flag in [
+            "--resync-interval",
+            "--dns-interval",
+            "--dns-timeout-ms",
+            "--sozu-timeout-ms",
+            "--expiry-warning-days",
+        ] {
+            let error = run(flag, "9223372036854775808").unwrap_err().to_string();
+            assert!(
+                error.contains(flag) && error.contains("is not in"),
+                "{error}"
+            );
+        }
+        assert!(run("--resync-interval", "86400").is_ok());
+        assert!(run("--resync-interval", "0").is_ok());
     }
 
     #[test]

@@ -34,4 +34,5 @@ pub mod sources;
 pub mod sozu;
 pub mod state;
 pub mod status;
+pub mod supervisor;
 pub mod workspace;

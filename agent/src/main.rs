@@ -107,7 +107,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             private_ingress::run::init_logging(args.log_format);
             let runtime =
                 tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-            runtime.block_on(private_ingress::run::run(args))?;
+            let result = runtime.block_on(private_ingress::run::run(args));
+            // A blocking call still in flight (a request to a sozu that is gone, an
+            // evaluation) does not hold the exit: each has its own deadline, and the process
+            // is leaving anyway.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            result?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Status {

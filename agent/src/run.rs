@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-use crate::api::Views;
+use crate::api::{Heartbeat, Views};
 use crate::cli::{LogFormat, RunArgs};
 use crate::clock::{Clock, SystemClock};
 use crate::reconcile::{Agent, Settings};
@@ -15,6 +15,7 @@ use crate::sources::dns::DnsSettings;
 use crate::sources::resolver::SystemResolver;
 use crate::sources::{self, WatchError};
 use crate::sozu::{SozuClient, SozuProxy};
+use crate::supervisor::{Ended, Supervisor};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -33,6 +34,8 @@ pub enum RunError {
     Events(std::io::Error),
     #[error(transparent)]
     Acme(#[from] crate::acme::AcmeError),
+    #[error("{0}")]
+    TaskEnded(Ended),
 }
 
 pub fn init_logging(format: LogFormat) {
@@ -48,7 +51,23 @@ pub fn init_logging(format: LogFormat) {
         LogFormat::Human => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+    // A panic is logged like everything else (one JSON object in `kubectl logs`), with the
+    // thread it happened on; the supervisor then names the task and the agent exits.
+    std::panic::set_hook(Box::new(|info| {
+        let thread = std::thread::current();
+        tracing::error!(
+            thread = thread.name().unwrap_or("unnamed"),
+            panic = %info,
+            "panicked"
+        );
+    }));
 }
+
+/// How long the tasks get to finish after a signal: the pass in flight (each of its requests
+/// bounded by `--sozu-timeout-ms`, but sozu may be gone), the admin server's open exchanges.
+/// Then the process exits whatever they are doing: it is well inside any grace period a
+/// kubelet gives (30 s by default, 15 s in the rendered pod), busy machine or not.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 pub async fn run(args: RunArgs) -> Result<(), RunError> {
     tracing::info!(
@@ -61,10 +80,17 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         dns_timeout_ms = args.dns_timeout_ms,
         "starting"
     );
+    // Signals first: one that arrives while the agent starts is not lost.
+    let mut signals = Signals::install().map_err(RunError::Signals)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let views = Views::default();
+    let timeout = Duration::from_millis(args.sozu_timeout_ms);
+    let views = Views {
+        heartbeat: Heartbeat::new(stale_after(timeout)),
+        ..Views::default()
+    };
     let (facts, facts_rx) = mpsc::unbounded_channel();
     let (latest, latest_rx) = watch::channel(None);
+    let mut tasks = Supervisor::default();
 
     let exe = std::env::current_exe().map_err(RunError::Exe)?;
     let loader = SandboxLoader {
@@ -72,10 +98,22 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         path: args.workspace.clone(),
         limits: args.eval.limits(),
     };
-    sources::sozu_events::spawn(&args.sozu_socket, facts.clone()).map_err(RunError::Events)?;
-    let mut tasks = vec![
+    sources::sozu_events::spawn(
+        &args.sozu_socket,
+        facts.clone(),
+        tasks.thread("sozu-events"),
+    )
+    .map_err(RunError::Events)?;
+    tasks.adopt(
+        "workspace",
         sources::workspace::spawn(&args.workspace, loader, facts.clone(), latest)?,
+    );
+    tasks.adopt(
+        "sozu-socket",
         sources::sozu_socket::spawn(&args.sozu_socket, facts.clone())?,
+    );
+    tasks.adopt(
+        "dns",
         sources::dns::spawn(
             SystemResolver::default(),
             DnsSettings {
@@ -88,13 +126,15 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
             views.dns.clone(),
             clock.clone(),
         ),
-    ];
-    let certs = sources::tlsdir::spawn(
+    );
+    let (certs, forwarder) = sources::tlsdir::spawn(
         args.tls_dir.clone(),
         latest_rx.clone(),
         facts.clone(),
         clock.clone(),
+        tasks.thread("tls-dir"),
     )?;
+    tasks.adopt("tls-dir", forwarder);
 
     let listener = tokio::net::TcpListener::bind(args.admin_address)
         .await
@@ -102,17 +142,19 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
             address: args.admin_address,
             source,
         })?;
-    let (stop_tx, mut stop_rx) = watch::channel(false);
+    let (stop_admin, mut admin_stopped) = watch::channel(false);
     let router = crate::api::admin::router(views.clone());
-    let admin = tokio::spawn(async move {
-        axum::serve(listener, router)
+    tasks.spawn("admin", async move {
+        let served = axum::serve(listener, router)
             .with_graceful_shutdown(async move {
-                let _ = stop_rx.wait_for(|stop| *stop).await;
+                let _ = admin_stopped.wait_for(|stop| *stop).await;
             })
-            .await
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "the admin server failed");
+        }
     });
 
-    let timeout = Duration::from_millis(args.sozu_timeout_ms);
     // Bulk changes go as a state file beside the socket: the one directory sozu surely shares.
     let proxy = SozuProxy::new(
         (0..args.sozu_connections)
@@ -126,57 +168,87 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         seed: u64::from(std::process::id()),
         ..Settings::default()
     };
-    let agent = Agent::new(proxy, certs.clone(), settings, views.status.clone(), clock);
+    let agent = Agent::new(proxy, certs.clone(), settings, views.status.clone(), clock)
+        .with_heartbeat(views.heartbeat.clone());
     // With tls_rotation = 'sozu_managed, the issuer writes pairs where the tls dir source reads
-    // them, and tells it which host it wrote.
-    let mut issuer = tokio::spawn(issue_when_sozu_managed(
-        latest_rx,
-        args.tls_dir.clone(),
-        certs,
-        views.issuer.clone(),
-    ));
+    // them, and tells it which host it wrote. It fails only when it cannot run at all (its state
+    // directory is another agent's): why is kept for the exit.
+    let (issuer_failed, mut issuer_error) = tokio::sync::oneshot::channel();
+    let issuer =
+        issue_when_sozu_managed(latest_rx, args.tls_dir.clone(), certs, views.issuer.clone());
+    tasks.spawn("acme-issuer", async move {
+        if let Err(e) = issuer.await {
+            tracing::error!(error = %e, "the ACME issuer cannot run");
+            let _ = issuer_failed.send(e);
+        }
+    });
     drop(facts);
-    let (signalled, mut signal_rx) = watch::channel(false);
-    let agent_task = tokio::spawn(agent.run(facts_rx, async move {
-        let _ = signal_rx.wait_for(|s| *s).await;
-    }));
+    let (stop_loop, mut loop_stopped) = watch::channel(false);
+    tasks.spawn("reconcile", async move {
+        agent
+            .run(facts_rx, async move {
+                let _ = loop_stopped.wait_for(|s| *s).await;
+            })
+            .await;
+    });
 
-    // The agent runs until a signal, or until the issuer cannot run at all (its state directory
-    // is another agent's).
-    let mut issuer_done = false;
-    let issuer_failed = loop {
-        tokio::select! {
-            signal = wait_for_signal() => { signal.map_err(RunError::Signals)?; break None }
-            result = &mut issuer, if !issuer_done => {
-                issuer_done = true;
-                if let Ok(Err(e)) = result {
-                    break Some(e);
-                }
-            }
+    // The agent runs until a signal, or until one of its tasks ends: then it exits non-zero, and
+    // whoever runs it starts it again.
+    let ended = tokio::select! {
+        () = signals.recv() => None,
+        ended = tasks.ended() => Some(ended),
+    };
+    let failure = match ended {
+        None => {
+            tracing::info!("stopping");
+            None
+        }
+        Some(ended) => {
+            tracing::error!(
+                task = ended.task,
+                panic = ended.panic.as_deref(),
+                "{ended}; exiting"
+            );
+            Some(match issuer_error.try_recv() {
+                Ok(e) => RunError::Acme(e),
+                Err(_) => RunError::TaskEnded(ended),
+            })
         }
     };
-    tracing::info!("stopping");
-    if !issuer_done {
-        issuer.abort();
-        let _ = issuer.await;
+    // The loop stops after the pass in flight, if any, and the admin server after its open
+    // exchanges, within the grace; sozu keeps serving what it holds.
+    let _ = stop_loop.send(true);
+    let _ = stop_admin.send(true);
+    let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+    let mut waiting: Vec<&str> = vec!["reconcile", "admin"];
+    while !waiting.is_empty() {
+        match tokio::time::timeout_at(deadline, tasks.ended()).await {
+            Ok(ended) => waiting.retain(|task| *task != ended.task),
+            Err(_) => {
+                tracing::warn!(tasks = ?waiting, grace_s = SHUTDOWN_GRACE.as_secs(),
+                    "stopping without waiting any longer");
+                break;
+            }
+        }
     }
-    // The loop stops after the pass in flight, if any; sozu keeps serving what it holds.
-    let _ = signalled.send(true);
-    let _ = agent_task.await;
-    for task in tasks.drain(..) {
-        task.abort();
+    tasks.abort_all();
+    match failure {
+        Some(e) => Err(e),
+        None => {
+            tracing::info!("stopped");
+            Ok(())
+        }
     }
-    let _ = stop_tx.send(true);
-    let _ = admin.await;
-    if let Some(e) = issuer_failed {
-        tracing::error!(error = %e, "the ACME issuer cannot run");
-        return Err(e.into());
-    }
-    tracing::info!("stopped");
-    Ok(())
 }
 
-/// Runs the ACME issuer once a workspace with `tls_rotation = 'sozu_managed` is loaded.
+/// How long `/healthz` lets the loop go without turning: [`crate::api::DEFAULT_STALE_AFTER`],
+/// or more when sozu's deadline is long enough that a pass against a sozu that answers
+/// nothing (a generation check, a state read and the requests in flight, each waiting its
+/// deadline, a bulk load twice as long) could take longer.
+pub fn stale_after(sozu_timeout: Duration) -> Duration {
+    crate::api::DEFAULT_STALE_AFTER.max(sozu_timeout.saturating_mul(6))
+}
+
 /// Runs the ACME issuer once the workspace asks for `tls_rotation = 'sozu_managed`.
 async fn issue_when_sozu_managed(
     mut workspaces: sources::WorkspaceWatch,
@@ -201,13 +273,25 @@ async fn issue_when_sozu_managed(
     crate::acme::run(workspaces, options).await
 }
 
-async fn wait_for_signal() -> std::io::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// SIGTERM and SIGINT, installed once.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
     }
-    Ok(())
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
 }

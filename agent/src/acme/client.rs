@@ -12,24 +12,26 @@
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::Request;
-use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client as HyperClient;
-use hyper_util::rt::TokioExecutor;
+use http_body_util::Full;
 use instant_acme::{
     Account, AccountCredentials, BodyWrapper, BytesResponse, ExternalAccountKey, HttpClient,
     NewAccount,
 };
 
+use super::http::{self as https, Https, Roots};
 use super::store::{Store, StoreError};
 use super::AcmeError;
 use crate::workspace::Acme;
 
-type Hyper = HyperClient<HttpsConnector<HttpConnector>, BodyWrapper<Bytes>>;
+/// One request to the CA, its whole answer included. instant-acme polls an order with requests
+/// of its own, each bounded by this.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest `Retry-After` taken as it is: a CA asking for more is asked again after a day.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(86_400);
 
 /// The latest `Retry-After` a refusal carried, as an absolute time.
 pub type RetryAfter = Arc<Mutex<Option<SystemTime>>>;
@@ -37,7 +39,7 @@ pub type RetryAfter = Arc<Mutex<Option<SystemTime>>>;
 /// An HTTP client for instant-acme that records the `Retry-After` of refused requests.
 #[derive(Clone)]
 struct Recording {
-    inner: Hyper,
+    inner: Https,
     retry_after: RetryAfter,
 }
 
@@ -47,35 +49,35 @@ impl HttpClient for Recording {
         req: Request<BodyWrapper<Bytes>>,
     ) -> Pin<Box<dyn std::future::Future<Output = Result<BytesResponse, instant_acme::Error>> + Send>>
     {
-        let future = self.inner.request(req);
+        let client = self.inner.clone();
         let slot = self.retry_after.clone();
         Box::pin(async move {
-            match future.await {
-                Ok(response) => {
-                    if !response.status().is_success() {
-                        if let Some(at) = retry_after(response.headers()) {
-                            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(at);
-                        }
-                    }
-                    Ok(BytesResponse::from(response))
+            let response = https::exchange(&client, req, REQUEST_TIMEOUT)
+                .await
+                .map_err(|e| instant_acme::Error::Other(Box::new(e)))?;
+            if !response.status().is_success() {
+                if let Some(at) = retry_after(response.headers()) {
+                    *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(at);
                 }
-                Err(e) => Err(instant_acme::Error::Other(Box::new(e))),
             }
+            Ok(BytesResponse::from(response.map(Full::new)))
         })
     }
 }
 
-/// `Retry-After: <seconds>` or `Retry-After: <HTTP date>`.
+/// `Retry-After: <seconds>` or `Retry-After: <HTTP date>`, at most [`MAX_RETRY_AFTER`] ahead.
 fn retry_after(headers: &http::HeaderMap) -> Option<SystemTime> {
     let value = headers
         .get(http::header::RETRY_AFTER)?
         .to_str()
         .ok()?
         .trim();
-    match value.parse::<u64>() {
-        Ok(seconds) => Some(SystemTime::now() + std::time::Duration::from_secs(seconds)),
-        Err(_) => httpdate_parse(value),
-    }
+    let now = SystemTime::now();
+    let at = match value.parse::<u64>() {
+        Ok(seconds) => now.checked_add(Duration::from_secs(seconds).min(MAX_RETRY_AFTER))?,
+        Err(_) => httpdate_parse(value)?,
+    };
+    Some(at.min(now.checked_add(MAX_RETRY_AFTER)?))
 }
 
 /// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the form RFC 9110 requires of senders.
@@ -87,45 +89,19 @@ fn httpdate_parse(value: &str) -> Option<SystemTime> {
     Some(parsed.assume_utc().into())
 }
 
-/// Builds the HTTPS client: trusting the roots of `ca_bundle` only when given, else the system's.
-fn hyper(ca_bundle: Option<&Path>) -> Result<Hyper, AcmeError> {
-    let builder = match ca_bundle {
-        Some(path) => {
-            use rustls_pki_types::pem::PemObject;
-            use rustls_pki_types::CertificateDer;
-            let fail = |reason: String| AcmeError::CaBundle {
-                path: path.to_owned(),
-                reason,
-            };
-            let mut roots = rustls::RootCertStore::empty();
-            for der in CertificateDer::pem_file_iter(path).map_err(|e| fail(e.to_string()))? {
-                roots
-                    .add(der.map_err(|e| fail(e.to_string()))?)
-                    .map_err(|e| fail(e.to_string()))?;
-            }
-            if roots.is_empty() {
-                return Err(fail("no PEM certificate in it".into()));
-            }
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let config = rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .map_err(|e| fail(e.to_string()))?
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-            HttpsConnectorBuilder::new().with_tls_config(config)
-        }
-        None => HttpsConnectorBuilder::new()
-            .try_with_platform_verifier()
-            .map_err(|e| AcmeError::Tls(e.to_string()))?,
-    };
-    let connector = builder.https_only().enable_http1().enable_http2().build();
-    Ok(HyperClient::builder(TokioExecutor::new()).build(connector))
+/// The CA's client: trusting the roots of `ca_bundle` only when given, else the platform's.
+fn hyper(ca_bundle: Option<&Path>) -> Result<Https, AcmeError> {
+    let roots = ca_bundle.map_or(Roots::Platform, Roots::Bundle);
+    https::client(roots).map_err(|e| match e {
+        https::HttpError::Bundle { path, reason } => AcmeError::CaBundle { path, reason },
+        other => AcmeError::Tls(other.to_string()),
+    })
 }
 
 /// An account at one CA, restorable once per order.
 #[derive(Clone)]
 pub struct AccountSource {
-    http: Hyper,
+    http: Https,
     /// The serialised credentials (they hold the account key).
     credentials: Arc<serde_json::Value>,
     pub directory: String,
@@ -231,20 +207,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn retry_after_reads_seconds_and_http_dates() {
+    fn retry_after_reads_seconds_and_http_dates_within_a_day() {
         let mut headers = http::HeaderMap::new();
         headers.insert(http::header::RETRY_AFTER, "120".parse().unwrap());
         let at = retry_after(&headers).unwrap();
         let left = at.duration_since(SystemTime::now()).unwrap().as_secs();
         assert!((118..=120).contains(&left), "{left}");
+        let soon = time::OffsetDateTime::now_utc() + time::Duration::hours(2);
+        let format = time::macros::format_description!(
+            "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
+        );
         headers.insert(
             http::header::RETRY_AFTER,
-            "Sun, 06 Nov 2044 08:49:37 GMT".parse().unwrap(),
+            soon.format(&format).unwrap().parse().unwrap(),
         );
         let at = retry_after(&headers).unwrap();
         let unix = at.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
-        assert_eq!(unix, 2_362_034_977);
+        assert_eq!(unix, soon.unix_timestamp() as u64);
         headers.insert(http::header::RETRY_AFTER, "soon".parse().unwrap());
         assert_eq!(retry_after(&headers), None);
+        // A CA asking for longer than a day, or for longer than time itself, is asked again
+        // after a day; nothing overflows.
+        for far in ["18446744073709551615", "Sun, 06 Nov 2044 08:49:37 GMT"] {
+            headers.insert(http::header::RETRY_AFTER, far.parse().unwrap());
+            let at = retry_after(&headers).unwrap();
+            let left = at.duration_since(SystemTime::now()).unwrap();
+            assert!(
+                left <= MAX_RETRY_AFTER && left > MAX_RETRY_AFTER - Duration::from_secs(5),
+                "{far}: {left:?}"
+            );
+        }
     }
 }

@@ -8,17 +8,21 @@
 //!   `DELETE /zones/{zone_id}/dns_records/{id}`: removal of exactly the value added.
 //!
 //! Every answer is wrapped as `{ success, errors: [{ code, message }], result }`. The token is read
-//! from its file for each call and only ever sent in the `Authorization` header.
+//! from its file for each call and only ever sent in the `Authorization` header, over HTTPS
+//! verified against the platform's roots ([`super::http`]).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use bytes::Bytes;
 use hickory_proto::rr::Name;
+use instant_acme::BodyWrapper;
 use serde::Deserialize;
 
 use super::dns01::Dns01Error;
+use super::http::{self as https, Https};
 
 /// Cloudflare's API root.
 pub const API: &str = "https://api.cloudflare.com/client/v4";
@@ -30,7 +34,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Cloudflare {
     api: String,
     token_file: PathBuf,
-    agent: ureq::Agent,
+    http: Https,
     /// Zone ids by zone name, found once.
     zones: Mutex<HashMap<String, String>>,
 }
@@ -57,17 +61,13 @@ struct Item {
 }
 
 impl Cloudflare {
-    /// `api` is [`API`] but for tests against a stand-in of the same endpoints.
-    pub fn new(api: String, token_file: PathBuf) -> Cloudflare {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(CALL_TIMEOUT))
-            .build()
-            .into();
+    /// `api` is [`API`] but for tests against a stand-in of the same endpoints; `http` is the
+    /// client that reaches it.
+    pub fn new(api: String, token_file: PathBuf, http: Https) -> Cloudflare {
         Cloudflare {
             api: api.trim_end_matches('/').to_owned(),
             token_file,
-            agent,
+            http,
             zones: Mutex::new(HashMap::new()),
         }
     }
@@ -169,41 +169,28 @@ impl Cloudflare {
             }
         };
         let token = super::secret::read(&self.token_file)?;
-        let url = format!("{}{path}", self.api);
-        let agent = self.agent.clone();
-        let query: Vec<(String, String)> = query
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        let response = tokio::task::spawn_blocking(move || {
-            let authorization = format!("Bearer {}", token.expose());
-            let result = match (method, body) {
-                ("POST", Some(body)) => agent
-                    .post(&url)
-                    .header("Authorization", &authorization)
-                    .header("Content-Type", "application/json")
-                    .query_pairs(query.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-                    .send(body.to_string()),
-                ("DELETE", _) => agent
-                    .delete(&url)
-                    .header("Authorization", &authorization)
-                    .query_pairs(query.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-                    .call(),
-                _ => agent
-                    .get(&url)
-                    .header("Authorization", &authorization)
-                    .query_pairs(query.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-                    .call(),
-            };
-            result.and_then(|mut r| {
-                let status = r.status().as_u16();
-                r.body_mut().read_to_string().map(|text| (status, text))
-            })
-        })
-        .await
-        .map_err(|e| fail(e.to_string()))?
-        .map_err(|e| fail(e.to_string()))?;
-        let (status, text) = response;
+        let mut url = format!("{}{path}", self.api);
+        if !query.is_empty() {
+            url.push('?');
+            url.push_str(&encode_query(query));
+        }
+        let mut request = http::Request::builder().method(method).uri(&url).header(
+            http::header::AUTHORIZATION,
+            format!("Bearer {}", token.expose()),
+        );
+        let body = match body {
+            Some(body) => {
+                request = request.header(http::header::CONTENT_TYPE, "application/json");
+                BodyWrapper::from(body.to_string().into_bytes())
+            }
+            None => BodyWrapper::<Bytes>::default(),
+        };
+        let request = request.body(body).map_err(|e| fail(e.to_string()))?;
+        let response = https::exchange(&self.http, request, CALL_TIMEOUT)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let status = response.status().as_u16();
+        let text = String::from_utf8_lossy(response.body());
         let envelope: Envelope<T> = serde_json::from_str(&text)
             .map_err(|e| fail(format!("HTTP {status}, not an API answer ({e})")))?;
         if !envelope.success {
@@ -220,7 +207,121 @@ impl Cloudflare {
     }
 }
 
+/// `k=v&…`, as a form's query (`application/x-www-form-urlencoded`).
+fn encode_query(pairs: &[(&str, &str)]) -> String {
+    form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs)
+        .finish()
+}
+
 /// The record's name without its final dot, as Cloudflare writes names.
 fn bare(name: &Name) -> String {
     name.to_ascii().trim_end_matches('.').to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::acme::http::{client, Roots};
+
+    /// A one-shot HTTPS server with a certificate for 127.0.0.1 from a CA of its own: answers
+    /// every request with `answer`. Returns its address and the CA's PEM.
+    async fn https_server(answer: &'static str) -> (std::net::SocketAddr, String) {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let key = KeyPair::generate().unwrap();
+        let mut leaf = CertificateParams::new(Vec::<String>::new()).unwrap();
+        leaf.subject_alt_names
+            .push(SanType::IpAddress([127, 0, 0, 1].into()));
+        let cert = leaf.signed_by(&key, &issuer).unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls_pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match tls.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let response = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                        answer.len()
+                    );
+                    let _ = tls.write_all(response.as_bytes()).await;
+                    let _ = tls.shutdown().await;
+                });
+            }
+        });
+        (address, ca_cert.pem())
+    }
+
+    /// The provider's API is HTTPS: a call to an `https://` root goes through TLS, verified
+    /// against the roots given, and never fails for want of a TLS stack.
+    #[tokio::test]
+    async fn an_https_api_root_is_reached_over_verified_tls() {
+        let (address, ca) = https_server(
+            r#"{"success":true,"errors":[],"result":[{"id":"zone0001","name":"example.org"}]}"#,
+        )
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let (ca_file, token_file) = (dir.path().join("ca.pem"), dir.path().join("token"));
+        std::fs::write(&ca_file, ca).unwrap();
+        std::fs::write(&token_file, "t0ken\n").unwrap();
+        let api = format!("https://{address}/client/v4");
+
+        let trusted = Cloudflare::new(
+            api.clone(),
+            token_file.clone(),
+            client(Roots::Bundle(&ca_file)).unwrap(),
+        );
+        assert_eq!(
+            trusted.zone_id("_acme-challenge.a.example.org").await,
+            Ok("zone0001".to_owned())
+        );
+
+        // Not trusting the server's CA, the call fails on its certificate: TLS ran.
+        let untrusted = Cloudflare::new(api, token_file, client(Roots::Platform).unwrap());
+        let error = untrusted
+            .zone_id("_acme-challenge.a.example.org")
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("certificate") && !error.to_lowercase().contains("tls required"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn query_values_are_encoded() {
+        assert_eq!(
+            encode_query(&[("name", "_acme-challenge.a.b"), ("content", "a+b/c=")]),
+            "name=_acme-challenge.a.b&content=a%2Bb%2Fc%3D"
+        );
+    }
 }

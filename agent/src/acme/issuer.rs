@@ -35,7 +35,9 @@ const MIN_ARI_POLL: i64 = 60;
 /// After a failed renewal-information request (the CA down), asked again after this.
 const ARI_RETRY: i64 = 3_600;
 
-/// Settings for tests, read from the environment (not a public interface; see docs/acme.md).
+/// Settings for tests: in a build with the `test-hooks` feature (the test suite's), read from
+/// `PRIVATE_INGRESS_ACME_TEST_*` (docs/acme.md); in any other build, the defaults, whatever the
+/// environment says.
 #[derive(Debug, Clone)]
 pub struct Knobs {
     /// `PRIVATE_INGRESS_ACME_TEST_LIFETIME_SECS`: schedule renewals as if each certificate lived
@@ -58,6 +60,12 @@ impl Default for Knobs {
 }
 
 impl Knobs {
+    #[cfg(not(feature = "test-hooks"))]
+    pub fn from_env() -> Knobs {
+        Knobs::default()
+    }
+
+    #[cfg(feature = "test-hooks")]
     pub fn from_env() -> Knobs {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         let knobs = Knobs {
@@ -77,7 +85,7 @@ impl Knobs {
         {
             tracing::warn!(
                 ?knobs,
-                "ACME test settings in force (PRIVATE_INGRESS_ACME_TEST_*)"
+                "ACME test settings in force (PRIVATE_INGRESS_ACME_TEST_*, a test build)"
             );
         }
         knobs
@@ -388,6 +396,8 @@ impl Issuer {
                     Provider::Cloudflare(super::cloudflare::Cloudflare::new(
                         self.options.knobs.cloudflare_api.clone(),
                         api_token_file.clone(),
+                        super::http::client(super::http::Roots::Platform)
+                            .map_err(|e| AcmeError::Tls(e.to_string()))?,
                     ))
                 }
             };
@@ -786,4 +796,23 @@ fn certificate_id(chain_pem: &str) -> Option<CertificateIdentifier<'static>> {
     CertificateIdentifier::try_from(&leaf)
         .ok()
         .map(CertificateIdentifier::into_owned)
+}
+
+#[cfg(all(test, not(feature = "test-hooks")))]
+mod tests {
+    use super::*;
+
+    /// A product build sends the Cloudflare token to Cloudflare alone, and schedules by the
+    /// certificates' own lifetimes, whatever its environment says.
+    #[test]
+    fn a_product_build_reads_no_test_settings() {
+        std::env::set_var(
+            "PRIVATE_INGRESS_ACME_TEST_CLOUDFLARE_API",
+            "https://attacker.example",
+        );
+        std::env::set_var("PRIVATE_INGRESS_ACME_TEST_LIFETIME_SECS", "20");
+        let knobs = Knobs::from_env();
+        assert_eq!(knobs.cloudflare_api, super::super::cloudflare::API);
+        assert_eq!(knobs.lifetime, None);
+    }
 }

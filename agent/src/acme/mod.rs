@@ -10,7 +10,8 @@
 //! | [`order`] | one order: place or resume, DNS-01, finalise, validate | ACME, DNS |
 //! | [`dns01`] | challenge names, CNAME delegation, propagation checks, the providers | DNS |
 //! | [`rfc2136`], [`cloudflare`] | publishing and removing a TXT record | DNS, HTTPS |
-//! | [`client`] | the account and the HTTP client under instant-acme | HTTPS |
+//! | [`client`] | the account, on the HTTP client under instant-acme | HTTPS |
+//! | [`http`] | the one HTTPS client (roots, deadlines, body limits) of the CA and the DNS API | HTTPS |
 //! | [`store`] | the state directory: lock, account, per-host records, atomic 0600 writes | files |
 //! | [`tlsdir`] | writing a pair the AtomicWriter way | files |
 //! | [`secret`] | reading secrets from files, never showing them | files |
@@ -19,6 +20,7 @@
 pub mod client;
 pub mod cloudflare;
 pub mod dns01;
+pub mod http;
 pub mod issuer;
 pub mod order;
 pub mod policy;
@@ -100,27 +102,12 @@ impl AcmeError {
                     AcmeError::Ca(problem.to_string())
                 }
             }
-            instant_acme::Error::Hyper(e) => AcmeError::Unreachable(chain(&e)),
-            instant_acme::Error::Other(e) => AcmeError::Unreachable(chain(e.as_ref())),
+            instant_acme::Error::Hyper(e) => AcmeError::Unreachable(http::chain(&e)),
+            instant_acme::Error::Other(e) => AcmeError::Unreachable(http::chain(e.as_ref())),
             instant_acme::Error::Timeout(_) => {
                 AcmeError::Ca("timed out waiting for the order to change state".into())
             }
-            other => AcmeError::Ca(chain(&other)),
+            other => AcmeError::Ca(http::chain(&other)),
         }
     }
-}
-
-/// An error and its sources, `: `-separated (hyper's own message is only "client error").
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        let next = e.to_string();
-        if !text.contains(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
-        }
-        source = e.source();
-    }
-    text
 }

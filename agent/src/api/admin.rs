@@ -1,5 +1,5 @@
-//! The admin HTTP endpoints: `/healthz` (the process is alive), `/readyz` (sozu holds the whole
-//! desired state, certificates included), `/metrics` (Prometheus text) and `/v1/state` (the
+//! The admin HTTP endpoints: `/healthz` (the reconcile loop turns: see [`super::Heartbeat`]),
+//! `/readyz` (sozu holds the whole desired state, certificates included), `/metrics` (Prometheus text) and `/v1/state` (the
 //! agent's view per route, as JSON). All of them read what the loop and the DNS source publish;
 //! none of them talks to sozu, so a scrape never competes with a reconcile.
 
@@ -13,11 +13,25 @@ use super::Views;
 
 pub fn router(views: Views) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/v1/state", get(state))
         .with_state(views)
+}
+
+async fn healthz(State(views): State<Views>) -> impl IntoResponse {
+    match views.heartbeat.check() {
+        Ok(()) => (StatusCode::OK, "ok\n".to_owned()),
+        Err(age) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the reconcile loop has not turned for {} s (more than {} s): it is wedged\n",
+                age.as_secs(),
+                views.heartbeat.stale_after().as_secs()
+            ),
+        ),
+    }
 }
 
 async fn readyz(State(views): State<Views>) -> impl IntoResponse {

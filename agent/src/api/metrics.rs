@@ -225,7 +225,7 @@ pub fn render(snapshot: &Snapshot, counters: &Counters, dns: &[DnsNameStatus]) -
         ),
         (
             "private_ingress_dns_failures_total",
-            "Failed upstream name lookups",
+            "Failed upstream name lookups since the agent started, of every name (those no longer in use included)",
             counters.dns_failures,
         ),
         (

@@ -299,13 +299,83 @@ impl Serialize for RoutesRef<'_> {
 /// The loop's published status.
 pub type SharedStatus = Arc<Published>;
 
-/// What the admin endpoints read: the loop's snapshots, the DNS source's table, and the ACME
-/// issuer's status.
+/// What the admin endpoints read: the loop's snapshots and heartbeat, the DNS source's table,
+/// and the ACME issuer's status.
 #[derive(Clone, Default)]
 pub struct Views {
     pub status: SharedStatus,
+    pub heartbeat: Heartbeat,
     pub dns: crate::sources::dns::DnsTable,
     pub issuer: crate::acme::IssuerHandle,
+}
+
+/// When the reconcile loop last turned: `/healthz` answers from it. A loop that waits for
+/// facts still turns every [`crate::reconcile::driver::TICK`]; one that has not turned for
+/// [`Heartbeat::stale_after`] is wedged (a pass is bounded by sozu's request deadlines), and
+/// only a restart repairs that.
+#[derive(Debug, Clone)]
+pub struct Heartbeat(Arc<Beats>);
+
+#[derive(Debug)]
+struct Beats {
+    origin: tokio::time::Instant,
+    /// Milliseconds since `origin` of the last turn.
+    last: std::sync::atomic::AtomicU64,
+    stale_after: std::time::Duration,
+}
+
+impl Default for Heartbeat {
+    fn default() -> Self {
+        Heartbeat::new(DEFAULT_STALE_AFTER)
+    }
+}
+
+/// The longest the loop may go without turning before `/healthz` fails, unless `run` is told
+/// otherwise: the tick every 10 s, and room for a pass against a sozu that answers nothing (a
+/// few requests, each bounded by `--sozu-timeout-ms`).
+pub const DEFAULT_STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl Heartbeat {
+    /// A heart that has just beaten.
+    pub fn new(stale_after: std::time::Duration) -> Heartbeat {
+        Heartbeat(Arc::new(Beats {
+            origin: tokio::time::Instant::now(),
+            last: std::sync::atomic::AtomicU64::new(0),
+            stale_after,
+        }))
+    }
+
+    /// The loop turned.
+    pub fn beat(&self) {
+        let since = self.0.origin.elapsed().as_millis();
+        self.0.last.store(
+            u64::try_from(since).unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// How long since the loop last turned.
+    pub fn age(&self) -> std::time::Duration {
+        let last = self.0.last.load(std::sync::atomic::Ordering::Relaxed);
+        self.0
+            .origin
+            .elapsed()
+            .saturating_sub(std::time::Duration::from_millis(last))
+    }
+
+    /// `Err(age)` when the loop has not turned for longer than the bound.
+    pub fn check(&self) -> Result<(), std::time::Duration> {
+        let age = self.age();
+        if age > self.0.stale_after {
+            Err(age)
+        } else {
+            Ok(())
+        }
+    }
+
+    pub fn stale_after(&self) -> std::time::Duration {
+        self.0.stale_after
+    }
 }
 
 impl Views {
@@ -313,8 +383,8 @@ impl Views {
     pub fn dns(&self, counters: &Counters) -> (Vec<DnsNameStatus>, Counters) {
         let dns = self.dns.lock().unwrap_or_else(|p| p.into_inner());
         let mut counters = counters.clone();
-        counters.dns_failures = dns.values().map(|n| n.failures).sum();
-        (dns.values().cloned().collect(), counters)
+        counters.dns_failures = dns.failures_total;
+        (dns.names.values().cloned().collect(), counters)
     }
 
     /// One consistent document: the loop's status with each DNS name's state.
@@ -386,14 +456,18 @@ mod tests {
             },
             routes,
         });
-        views.dns.lock().unwrap().insert(
-            "a.svc".into(),
-            DnsNameStatus {
-                name: "a.svc".into(),
-                failures: 2,
-                ..DnsNameStatus::default()
-            },
-        );
+        {
+            let mut dns = views.dns.lock().unwrap();
+            dns.names.insert(
+                "a.svc".into(),
+                DnsNameStatus {
+                    name: "a.svc".into(),
+                    failures: 2,
+                    ..DnsNameStatus::default()
+                },
+            );
+            dns.failures_total = 2;
+        }
         let json = views.state_json().unwrap();
         let read: Status = serde_json::from_slice(&json).unwrap();
         assert_eq!(read, views.snapshot());

@@ -26,7 +26,7 @@ use super::publish::Dirty;
 use super::sync::SozuSync;
 use super::trackers::{CertTracker, DnsTracker, PairChange, WorkspaceTracker};
 use super::Proxy;
-use crate::api::{Counters, SharedStatus};
+use crate::api::{Counters, Heartbeat, SharedStatus};
 use crate::api::{RouteKey, RouteView};
 use crate::clock::Clock;
 use crate::plan::Scope;
@@ -86,7 +86,12 @@ pub struct Agent<P, C> {
     pub(super) sozu_error: Option<String>,
     pub(super) last_converged: Option<u64>,
     pub(super) status: SharedStatus,
+    /// Beaten at every turn of the loop: `/healthz` reads it.
+    heartbeat: Heartbeat,
 }
+
+/// The loop turns at least this often, facts or not, so that its heartbeat says it is alive.
+pub const TICK: Duration = Duration::from_secs(10);
 
 /// What the next pass must do, gathered from facts and timers.
 #[derive(Debug, Default)]
@@ -201,7 +206,14 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             sozu_error: None,
             last_converged: None,
             status,
+            heartbeat: Heartbeat::default(),
         }
+    }
+
+    /// Beats `heartbeat` at every turn of the loop.
+    pub fn with_heartbeat(mut self, heartbeat: Heartbeat) -> Self {
+        self.heartbeat = heartbeat;
+        self
     }
 
     /// Runs until `shutdown` resolves or `facts` closes (every source gone), never in the middle
@@ -223,6 +235,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         let mut next_resync = self.settings.resync.map(|d| Instant::now() + d);
         self.publish();
         loop {
+            self.heartbeat.beat();
             let never = Instant::now() + Duration::from_secs(86_400 * 365);
             let refusal_at = self.refusals.next_retry();
             let expiry_at = self.next_expiry_flag();
@@ -264,6 +277,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                     if self.churn.trim_at.is_some() => {
                     self.churn.trim();
                 }
+                _ = tokio::time::sleep(TICK) => {}
             }
             if retry_at.is_some() {
                 continue;

@@ -33,8 +33,8 @@ use std::future::Future;
 pub use driver::{Agent, Settings};
 pub use policy::{should_resync, Generation};
 
-use crate::plan::{Op, Outcome};
-use crate::sozu::SozuError;
+use crate::plan::Op;
+use crate::sozu::{Delivered, SozuError};
 use crate::state::{Actual, ClusterState};
 
 /// What sozu is to the loop.
@@ -47,6 +47,7 @@ pub trait Proxy: Send + 'static {
         &mut self,
         id: String,
     ) -> impl Future<Output = Result<ClusterState, SozuError>> + Send;
-    /// Sends `ops` (see [`crate::sozu::phases::send_in_phases`]) and says what became of each.
-    fn apply(&mut self, ops: Vec<Op>) -> impl Future<Output = Vec<Outcome>> + Send;
+    /// Sends `ops` (see [`crate::sozu::phases::send_in_phases`]) and says what became of each,
+    /// and how each went (see [`Delivered`]).
+    fn apply(&mut self, ops: Vec<Op>) -> impl Future<Output = Delivered> + Send;
 }

@@ -158,22 +158,14 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         tracing::info!(requests = ops.len(), summary = ?plan::summary(&ops), "applying changes to sozu");
         let mut broken = None;
         let mut refused = false;
-        let bulk = ops.len() >= crate::sozu::bulk::BATCH_MIN;
         let sent_at = TokioInstant::now();
-        if bulk {
-            // Two state files, each reported once (see `crate::sozu::bulk`).
-            self.ledger.loaded(sent_at);
+        let (done, files) = self.sozu.apply(ops).await;
+        // Each state file is reported once, each request of its own twice.
+        for _ in 0..files {
             self.ledger.loaded(sent_at);
         }
-        for (op, outcome) in self.sozu.apply(ops).await {
+        for (op, outcome, in_file) in done {
             self.backends.applied(&op, &outcome);
-            let in_file = bulk
-                && !matches!(
-                    op,
-                    Op::AddCertificate { .. }
-                        | Op::ReplaceCertificate { .. }
-                        | Op::RemoveCertificate { .. }
-                );
             if !matches!(outcome, Outcome::NotSent(_) | Outcome::Skipped) && !in_file {
                 self.ledger.sent(&op, sent_at);
             }

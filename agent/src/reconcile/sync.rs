@@ -87,20 +87,26 @@ impl<P: Proxy> SozuSync<P> {
         Ok(())
     }
 
-    /// Sends `ops` and says what became of each. Each request sozu applied advances the shadow;
-    /// a broken connection drops both the shadow and the generation (whoever answers next may be
-    /// a new sozu, and the request cut off may or may not have been applied).
-    pub async fn apply(&mut self, ops: Vec<Op>) -> Vec<(Op, Outcome)> {
+    /// Sends `ops` and says what became of each, and whether it went inside a state file, and
+    /// how many state files sozu loaded. Each request sozu applied advances the shadow; a broken
+    /// connection drops both the shadow and the generation (whoever answers next may be a new
+    /// sozu, and the request cut off may or may not have been applied).
+    pub async fn apply(&mut self, ops: Vec<Op>) -> (Vec<(Op, Outcome, bool)>, usize) {
         let started = std::time::Instant::now();
-        let outcomes = self.proxy.apply(ops.clone()).await;
+        let delivered = self.proxy.apply(ops.clone()).await;
         tracing::debug!(
             requests = ops.len(),
             elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
             "changes sent"
         );
         let mut broken = false;
-        let done: Vec<(Op, Outcome)> = ops.into_iter().zip(outcomes).collect();
-        for (op, outcome) in &done {
+        let done: Vec<(Op, Outcome, bool)> = ops
+            .into_iter()
+            .zip(delivered.outcomes)
+            .zip(delivered.in_file)
+            .map(|((op, outcome), in_file)| (op, outcome, in_file))
+            .collect();
+        for (op, outcome, _) in &done {
             match outcome {
                 Outcome::Applied | Outcome::Closing(_) => {
                     if let Some(shadow) = &mut self.shadow {
@@ -115,6 +121,6 @@ impl<P: Proxy> SozuSync<P> {
             self.shadow = None;
             self.generation = None;
         }
-        done
+        (done, delivered.files)
     }
 }

@@ -12,9 +12,10 @@ use super::{Agent, Generation, Proxy, Settings};
 use crate::api::{RouteState, SharedStatus, Status, Waiting};
 use crate::clock::{Clock, TokioClock};
 use crate::plan::{self, Op, Outcome};
+use crate::sources::sozu_events::{Change, ChangeKind, SozuEvent};
 use crate::sources::{CertSource, Fact, NameFact};
 use crate::sozu::phases::{send_in_phases, SendError};
-use crate::sozu::SozuError;
+use crate::sozu::{Delivered, SozuError};
 use crate::state::{Actual, Certificate};
 use crate::workspace::{test_route as route, Route, Upstream};
 
@@ -27,6 +28,43 @@ struct FakeSozu {
     /// Fingerprints sozu refuses to load.
     refuse: BTreeSet<String>,
     requests: usize,
+    /// A pass's requests never get an answer: the loop is wedged in it.
+    hang: bool,
+    /// From this many operations on, a plan goes as state files (none: never), as the real
+    /// proxy decides; the next bulk change fails to load in part, and turns bulk off for good.
+    bulk_from: Option<usize>,
+    bulk_fails_next: bool,
+    /// Where sozu's event stream goes, when the test listens as the agent does.
+    events: Option<UnboundedSender<Fact>>,
+}
+
+impl FakeSozu {
+    /// What sozu's event stream says of a request it received: a change, twice (when its main
+    /// process accepts it, and when its workers have applied it).
+    fn report(&self, op: &Op) {
+        let (kind, cluster_id) = match op {
+            Op::AddCluster { id } => (ChangeKind::ClusterAdded, Some(id.clone())),
+            Op::RemoveCluster { id } => (ChangeKind::ClusterRemoved, Some(id.clone())),
+            Op::AddFrontend(f) => (ChangeKind::FrontendAdded, f.cluster_id.clone()),
+            Op::RemoveFrontend(f) => (ChangeKind::FrontendRemoved, f.cluster_id.clone()),
+            Op::AddCertificate { .. } => (ChangeKind::CertificateAdded, None),
+            Op::ReplaceCertificate { .. } => (ChangeKind::CertificateReplaced, None),
+            Op::RemoveCertificate { .. } => (ChangeKind::CertificateRemoved, None),
+            _ => return,
+        };
+        self.emit(kind, cluster_id.clone());
+        self.emit(kind, cluster_id);
+    }
+
+    fn emit(&self, kind: ChangeKind, cluster_id: Option<String>) {
+        if let Some(events) = &self.events {
+            let _ = events.send(Fact::Sozu(SozuEvent::Changed(Change {
+                kind,
+                cluster_id,
+                address: None,
+            })));
+        }
+    }
 }
 
 #[derive(Clone, Default)]
@@ -49,13 +87,24 @@ impl Proxy for Fake {
     async fn read_state(&mut self) -> Result<Actual, SozuError> {
         Ok(self.0.lock().unwrap().actual.clone())
     }
-    async fn apply(&mut self, ops: Vec<Op>) -> Vec<Outcome> {
-        send_in_phases(&ops, 1, |_, op| {
+    async fn apply(&mut self, ops: Vec<Op>) -> Delivered {
+        if self.0.lock().unwrap().hang {
+            return std::future::pending().await;
+        }
+        let bulk = {
+            let s = self.0.lock().unwrap();
+            s.bulk_from.is_some_and(|n| ops.len() >= n)
+        };
+        if bulk {
+            return self.apply_in_bulk(&ops);
+        }
+        Delivered::one_by_one(send_in_phases(&ops, 1, |_, op| {
             let mut s = self.0.lock().unwrap();
             if s.down {
                 return Err(SendError::Broken("EPIPE".into()));
             }
             s.requests += 1;
+            s.report(op);
             if let Op::AddCertificate { certificate, .. }
             | Op::ReplaceCertificate { certificate, .. } = op
             {
@@ -65,7 +114,7 @@ impl Proxy for Fake {
             }
             plan::apply(&mut s.actual, op);
             Ok(matches!(op, Op::CloseSessions { .. }).then_some(0))
-        })
+        }))
     }
     async fn read_cluster(&mut self, id: String) -> Result<crate::state::ClusterState, SozuError> {
         let s = self.0.lock().unwrap();
@@ -81,6 +130,56 @@ impl Proxy for Fake {
                 .cloned()
                 .collect(),
         })
+    }
+}
+
+impl Fake {
+    /// A bulk change as the real proxy sends one: certificates by request, everything else in
+    /// one state file, reported once. A file that fails to load in part turns bulk off.
+    fn apply_in_bulk(&self, ops: &[Op]) -> Delivered {
+        let mut s = self.0.lock().unwrap();
+        let certificate = |op: &Op| {
+            matches!(
+                op,
+                Op::AddCertificate { .. }
+                    | Op::ReplaceCertificate { .. }
+                    | Op::RemoveCertificate { .. }
+            )
+        };
+        let in_file: Vec<bool> = ops.iter().map(|op| !certificate(op)).collect();
+        for op in ops.iter().filter(|op| certificate(op)) {
+            s.requests += 1;
+            s.report(op);
+            plan::apply(&mut s.actual, op);
+        }
+        let fails = std::mem::take(&mut s.bulk_fails_next);
+        // sozu applies what it can of a file and skips the rest; it reports the load once.
+        for op in ops.iter().filter(|op| !certificate(op)) {
+            plan::apply(&mut s.actual, op);
+        }
+        s.requests += 1;
+        s.emit(ChangeKind::Loaded, None);
+        let file_outcome = if fails {
+            s.bulk_from = None;
+            Outcome::NotSent("sozu loaded the bulk state only in part".into())
+        } else {
+            Outcome::Applied
+        };
+        let outcomes = ops
+            .iter()
+            .map(|op| {
+                if certificate(op) {
+                    Outcome::Applied
+                } else {
+                    file_outcome.clone()
+                }
+            })
+            .collect();
+        Delivered {
+            outcomes,
+            in_file,
+            files: 1,
+        }
     }
 }
 
@@ -154,6 +253,7 @@ struct Harness {
     sozu: Fake,
     certs: FakeCerts,
     status: SharedStatus,
+    heartbeat: crate::api::Heartbeat,
     facts: UnboundedSender<Fact>,
     clock: Arc<TokioClock>,
 }
@@ -167,18 +267,21 @@ fn start(settings: Settings) -> Harness {
     let clock = Arc::new(TokioClock::starting_at(
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_780_272_000),
     ));
+    let heartbeat = crate::api::Heartbeat::default();
     let agent = Agent::new(
         sozu.clone(),
         certs.clone(),
         settings,
         status.clone(),
         clock.clone(),
-    );
+    )
+    .with_heartbeat(heartbeat.clone());
     tokio::spawn(agent.run(rx, std::future::pending()));
     Harness {
         sozu,
         certs,
         status,
+        heartbeat,
         facts,
         clock,
     }
@@ -585,6 +688,7 @@ async fn a_restarted_agent_keeps_what_sozu_serves_until_its_facts_arrive() {
         sozu,
         certs: FakeCerts::default(),
         status,
+        heartbeat: crate::api::Heartbeat::default(),
         facts,
         clock: first.clock.clone(),
     };
@@ -922,4 +1026,107 @@ async fn a_frontend_removed_behind_the_agents_back_is_restored_from_the_event_al
         .await;
     // One request: the frontend, nothing else.
     assert_eq!(h.sozu.0.lock().unwrap().requests, requests + 1);
+}
+
+/// `/healthz` as the kubelet sees it.
+async fn healthz(h: &Harness) -> (u16, String) {
+    use tower::ServiceExt;
+    let views = crate::api::Views {
+        status: h.status.clone(),
+        heartbeat: h.heartbeat.clone(),
+        ..crate::api::Views::default()
+    };
+    let response = crate::api::admin::router(views)
+        .oneshot(
+            http::Request::get("/healthz")
+                .body(axum::body::Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+        .await
+        .unwrap();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// A loop that waits for facts is alive; one stuck in a pass that never ends is not, and
+/// `/healthz` says so once it has not turned for the bound.
+#[tokio::test(start_paused = true)]
+async fn healthz_fails_when_the_loop_is_wedged() {
+    let h = start(Settings::default());
+    h.send(workspace(vec![route(A, ip("10.0.0.1:80"))]));
+    h.pair(A, 90);
+    h.until("ready", |s| s.ready).await;
+    // Idle for ten minutes, no fact at all: it still turns.
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(healthz(&h).await, (200, "ok\n".to_owned()));
+    // A rotation whose request sozu never answers.
+    h.sozu.0.lock().unwrap().hang = true;
+    h.pair(A, 120);
+    tokio::time::sleep(crate::api::DEFAULT_STALE_AFTER - Duration::from_secs(5)).await;
+    assert_eq!(healthz(&h).await.0, 200, "within the bound");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let (code, body) = healthz(&h).await;
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("has not turned for"), "{body}");
+}
+
+/// sozu reports a request of its own twice and a state file once: the proxy says which went
+/// how, so that the agent's own changes are never taken for drift, also once bulk loading has
+/// been turned off mid-run and a change as large goes one request at a time.
+#[tokio::test(start_paused = true)]
+async fn bulk_turned_off_mid_run_counts_no_drift() {
+    let h = start(Settings {
+        resync: None,
+        ..Settings::default()
+    });
+    {
+        let mut s = h.sozu.0.lock().unwrap();
+        s.events = Some(h.facts.clone());
+        s.bulk_from = Some(crate::sozu::bulk::BATCH_MIN);
+    }
+    let routes = |from: usize, to: usize| -> Vec<Route> {
+        (from..to)
+            .map(|i| {
+                route(
+                    &format!("h{i}.in.example.org"),
+                    ip(&format!("10.0.1.{}:80", i + 1)),
+                )
+            })
+            .collect()
+    };
+    let grow = |to: usize| {
+        h.send(workspace(routes(0, to)));
+        for i in 0..to {
+            h.pair(&format!("h{i}.in.example.org"), 90);
+        }
+    };
+    // A cold start in bulk.
+    grow(20);
+    h.until("ready", |s| s.ready && s.routes.len() == 20).await;
+    let bulk_requests = h.sozu.0.lock().unwrap().requests;
+    // The next large change fails to load in part: bulk is off for good, and it is sent again
+    // one request at a time.
+    h.sozu.0.lock().unwrap().bulk_fails_next = true;
+    grow(40);
+    h.until("ready", |s| s.ready && s.routes.len() == 40).await;
+    assert_eq!(h.sozu.0.lock().unwrap().bulk_from, None, "bulk turned off");
+    // A third large change, one request at a time.
+    let before = h.sozu.0.lock().unwrap().requests;
+    grow(60);
+    h.until("ready", |s| s.ready && s.routes.len() == 60).await;
+    assert!(
+        h.sozu.0.lock().unwrap().requests - before >= crate::sozu::bulk::BATCH_MIN,
+        "sent one request at a time"
+    );
+    assert!(
+        bulk_requests < 40,
+        "the cold start went in bulk: {bulk_requests} requests"
+    );
+    // Every report has come in.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let status = h.status();
+    assert_eq!(status.counters.drift_repairs, 0, "{:?}", status.counters);
 }

@@ -72,7 +72,16 @@ impl Default for DnsSettings {
 }
 
 /// Every name's status, as `/v1/state` and `/metrics` show it; kept by the source.
-pub type DnsTable = Arc<Mutex<BTreeMap<String, DnsNameStatus>>>;
+pub type DnsTable = Arc<Mutex<DnsNames>>;
+
+#[derive(Debug, Clone, Default)]
+pub struct DnsNames {
+    /// The names the workspace uses now.
+    pub names: BTreeMap<String, DnsNameStatus>,
+    /// Failed lookups since the agent started, of every name, those no longer in use included:
+    /// a counter that never goes down (Prometheus takes a drop for a restart).
+    pub failures_total: u64,
+}
 
 struct Entry {
     fact: NameFact,
@@ -235,6 +244,10 @@ impl<R: Resolve> Source<R> {
                 }
                 entry.status.consecutive_failures += 1;
                 entry.status.failures += 1;
+                self.table
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .failures_total += 1;
                 let doublings = entry.status.consecutive_failures.saturating_sub(1).min(16);
                 entry.next =
                     now + (settings.retry_min * 2u32.pow(doublings)).min(settings.interval);
@@ -255,14 +268,15 @@ impl<R: Resolve> Source<R> {
             let _ = self.facts.send(Fact::Dns(entry.fact.clone()));
         }
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
-        table.insert(name.to_owned(), status);
+        table.names.insert(name.to_owned(), status);
     }
 
     fn publish_table(&self) {
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
-        table.retain(|name, _| self.names.contains_key(name));
+        table.names.retain(|name, _| self.names.contains_key(name));
         for (name, entry) in &self.names {
             table
+                .names
                 .entry(name.clone())
                 .or_insert_with(|| entry.status.clone());
         }
@@ -328,7 +342,7 @@ mod tests {
     struct Running {
         facts: tokio::sync::mpsc::UnboundedReceiver<Fact>,
         table: DnsTable,
-        _workspace: tokio::sync::watch::Sender<Option<Arc<Workspace>>>,
+        workspace: tokio::sync::watch::Sender<Option<Arc<Workspace>>>,
     }
 
     fn start(fake: &Fake, names: &[&str]) -> Running {
@@ -347,7 +361,7 @@ mod tests {
         Running {
             facts: rx,
             table,
-            _workspace: ws_tx,
+            workspace: ws_tx,
         }
     }
 
@@ -377,7 +391,7 @@ mod tests {
         );
         assert_eq!(fact.addresses, None);
         assert_eq!(fact.error.as_deref(), Some("no answer within 2000 ms"));
-        let table = running.table.lock().unwrap().clone();
+        let table = running.table.lock().unwrap().names.clone();
         assert!(table["ok.svc"].resolved && !table["stalled.svc"].resolved);
     }
 
@@ -413,8 +427,40 @@ mod tests {
         let (at, fact) = next_fact(&mut running).await;
         assert_eq!(at - started, Duration::from_secs(19));
         assert_eq!(fact.error, None);
-        let table = running.table.lock().unwrap().clone();
+        let table = running.table.lock().unwrap().names.clone();
         assert_eq!(table["a.svc"].failures, 1);
         assert_eq!(table["a.svc"].consecutive_failures, 0);
+    }
+
+    /// The total of failed lookups is a counter: a name leaving the workspace takes its own
+    /// series away, never a part of the total.
+    #[tokio::test(start_paused = true)]
+    async fn the_failures_total_never_goes_down_when_a_name_leaves() {
+        let fake = Fake::default();
+        fake.set("ok.svc", answer("10.0.0.1", None));
+        let mut running = start(&fake, &["gone.svc", "ok.svc"]);
+        next_fact(&mut running).await;
+        next_fact(&mut running).await;
+        let views = crate::api::Views {
+            dns: running.table.clone(),
+            ..crate::api::Views::default()
+        };
+        let total = |views: &crate::api::Views| {
+            let text = views.metrics();
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("private_ingress_dns_failures_total "))
+                .unwrap_or_else(|| panic!("{text}"))
+                .to_owned();
+            (line, views.snapshot().counters.dns_failures)
+        };
+        let before = total(&views);
+        assert_eq!(before.1, 1, "{before:?}");
+        running.workspace.send_replace(Some(workspace(&["ok.svc"])));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        for _ in 0..2 {
+            assert_eq!(total(&views), before);
+            assert!(!views.metrics().contains("gone.svc"));
+        }
     }
 }

@@ -104,12 +104,20 @@ pub fn from_proto(event: &sozu_command_lib::proto::command::Event) -> Option<Soz
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
 
-/// Starts reading sozu's events on a thread of its own. The thread ends when `facts` closes.
-pub fn spawn(socket: &Path, facts: UnboundedSender<Fact>) -> std::io::Result<()> {
+/// Starts reading sozu's events on a thread of its own, which holds `guard` for its life (a
+/// supervisor learns of its end). The thread ends when `facts` closes.
+pub fn spawn(
+    socket: &Path,
+    facts: UnboundedSender<Fact>,
+    guard: impl Send + 'static,
+) -> std::io::Result<()> {
     let socket = socket.to_owned();
     std::thread::Builder::new()
         .name("sozu-events".into())
-        .spawn(move || run(&socket, &facts))
+        .spawn(move || {
+            let _guard = guard;
+            run(&socket, &facts)
+        })
         .map(|_| ())
 }
 

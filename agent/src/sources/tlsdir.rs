@@ -105,14 +105,16 @@ fn changes_pair(path: &Path) -> bool {
         .is_some_and(|n| n == "..data" || n == "tls.crt" || n == "tls.key")
 }
 
-/// Starts the source on a thread of its own. Pairs live under `tls_dir` when given (the
-/// `--tls-dir` flag), else under the workspace's `tls_dir`.
+/// Starts the source: a thread of its own, which holds `guard` for its life (a supervisor
+/// learns of its end), and the task that hands it each new workspace (returned). Pairs live
+/// under `tls_dir` when given (the `--tls-dir` flag), else under the workspace's `tls_dir`.
 pub fn spawn(
     tls_dir: Option<PathBuf>,
     mut workspace: WorkspaceWatch,
     facts: UnboundedSender<Fact>,
     clock: Arc<dyn Clock>,
-) -> Result<TlsDir, WatchError> {
+    guard: impl Send + 'static,
+) -> Result<(TlsDir, tokio::task::JoinHandle<()>), WatchError> {
     let (inputs, received) = channel();
     let events = inputs.clone();
     let watcher = watcher::watch(&[], move |event| {
@@ -120,7 +122,7 @@ pub fn spawn(
     })?;
     let forward = inputs.clone();
     let _ = forward.send(Input::Workspace(workspace.borrow_and_update().clone()));
-    tokio::spawn(async move {
+    let forwarder = tokio::spawn(async move {
         while workspace.changed().await.is_ok() {
             let latest = workspace.borrow_and_update().clone();
             if forward.send(Input::Workspace(latest)).is_err() {
@@ -141,12 +143,15 @@ pub fn spawn(
     };
     std::thread::Builder::new()
         .name("tls-dir".into())
-        .spawn(move || reader.run(received))
+        .spawn(move || {
+            let _guard = guard;
+            reader.run(received)
+        })
         .map_err(|e| WatchError {
             path: PathBuf::new(),
             source: notify::Error::io(e),
         })?;
-    Ok(TlsDir { inputs })
+    Ok((TlsDir { inputs }, forwarder))
 }
 
 struct Reader {

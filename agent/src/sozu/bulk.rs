@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::proxy::{send_over, Lane};
-use super::SozuError;
+use super::{Delivered, SozuError};
 use crate::plan::{Op, Outcome};
 
 /// From this many requests on, a change goes as state files: a cold start or a restarted sozu
@@ -55,8 +55,8 @@ fn delivery_of(op: &Op) -> Delivery {
     }
 }
 
-/// A bulk change (see the module): what became of each of `ops`, and why a state file
-/// failed, if one did.
+/// A bulk change (see the module): what became of each of `ops` and how it went, and why a
+/// state file failed, if one did.
 ///
 /// sozu's main process and its worker each take their turn on every certificate request, so
 /// neither is busy all the time; the first file (new clusters and backends) fills those gaps
@@ -67,7 +67,7 @@ pub fn send_bulk(
     ops: &[Op],
     dir: &Path,
     workers: usize,
-) -> (Vec<Outcome>, Option<String>) {
+) -> (Delivered, Option<String>) {
     let pick = |delivery: Delivery| -> Vec<Op> {
         ops.iter()
             .filter(|op| delivery_of(op) == delivery)
@@ -80,10 +80,12 @@ pub fn send_bulk(
         pick(Delivery::Late),
         pick(Delivery::After),
     );
+    let files = std::sync::atomic::AtomicUsize::new(0);
     let load = |client: &Lane, file: &[Op], what: &str| {
         if file.is_empty() {
             return Ok(());
         }
+        files.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut client = client.lock().unwrap_or_else(|p| p.into_inner());
         let started = Instant::now();
         client.load_batch(file, dir, workers)?;
@@ -173,6 +175,10 @@ pub fn send_bulk(
     };
 
     // Back in plan order.
+    let in_file = ops
+        .iter()
+        .map(|op| matches!(delivery_of(op), Delivery::Early | Delivery::Late))
+        .collect();
     let mut request_outcomes = request_outcomes.into_iter();
     let mut after_outcomes = after_outcomes.into_iter();
     let outcomes = ops
@@ -185,5 +191,10 @@ pub fn send_bulk(
             Delivery::After => after_outcomes.next().unwrap_or(Outcome::Skipped),
         })
         .collect();
-    (outcomes, failure)
+    let delivered = Delivered {
+        outcomes,
+        in_file,
+        files: files.into_inner(),
+    };
+    (delivered, failure)
 }

@@ -358,8 +358,9 @@ impl SozuClient {
     /// Sends `ops` as one state file that sozu loads itself (`LoadState`): sozu applies them in
     /// order, as it does its own configuration file, without a round trip each. `dir` must be
     /// readable by sozu at the same path (the socket's directory: in a pod, the volume both
-    /// containers mount). The file holds certificate keys; it is created private to this user
-    /// and removed as soon as sozu answers.
+    /// containers mount). The file is created private to this user and removed as soon as sozu
+    /// answers; it never holds a certificate, whose key would then sit on a disk: a certificate
+    /// operation is refused before anything is written.
     ///
     /// sozu skips an entry its state refuses without failing the load, so success is taken only
     /// when every entry was acknowledged by each of `workers` workers.
@@ -369,6 +370,20 @@ impl SozuClient {
             dir: dir.to_owned(),
             reason,
         };
+        if let Some(op) = ops.iter().find(|op| {
+            matches!(
+                op,
+                Op::AddCertificate { .. }
+                    | Op::ReplaceCertificate { .. }
+                    | Op::RemoveCertificate { .. }
+            )
+        }) {
+            return Err(file_error(format!(
+                "`{}` is a certificate operation: a state file never carries one (its key would \
+                 be written to disk)",
+                op.describe()
+            )));
+        }
         let mut file = tempfile::Builder::new()
             .prefix(".private-ingress-")
             .suffix(".state")
@@ -471,6 +486,36 @@ pub(crate) fn request_name(request: &RequestType) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// No key is ever written to a file: a certificate in a bulk change is refused before the
+    /// file exists, and before sozu is asked anything.
+    #[test]
+    fn a_state_file_never_carries_a_certificate() {
+        use crate::state::{Certificate, KeyPem};
+        let dir = tempfile::tempdir().unwrap();
+        let mut client = SozuClient::new(&dir.path().join("absent.sock"), Duration::from_secs(1));
+        let certificate = Certificate {
+            fingerprint: "ab".repeat(32),
+            chain: vec!["PEM".to_owned()].into(),
+            key: KeyPem::new("-----BEGIN PRIVATE KEY-----".into()),
+            not_before: 0,
+            not_after: 1,
+            names: BTreeSet::from(["a.in.example.org".to_owned()]).into(),
+        };
+        let ops = [
+            Op::AddCluster { id: "pi-a".into() },
+            Op::AddCertificate {
+                address: "127.0.0.1:8443".parse().unwrap(),
+                certificate,
+            },
+        ];
+        let error = client.load_batch(&ops, dir.path(), 1).unwrap_err();
+        assert!(
+            matches!(&error, SozuError::BatchFile { reason, .. } if reason.contains("certificate")),
+            "{error}"
+        );
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
 
     #[test]
     fn a_state_load_answer_gives_its_counts() {

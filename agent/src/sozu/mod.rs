@@ -1,4 +1,5 @@
-//! The only code that talks to sozu's command socket (sozu-command-lib 2.3.3).
+//! The code that changes sozu and reads its state over its command socket
+//! (sozu-command-lib 2.3.3).
 //!
 //! - [`client`]: one blocking connection; every request has a deadline. sozu answers a mutation
 //!   with `PROCESSING` and then `OK` once every worker applied it, or `FAILURE`; a query answers
@@ -7,10 +8,13 @@
 //! - [`phases`]: a plan sent phase after phase over several connections.
 //! - [`bulk`]: a bulk change (a cold start, a restarted sozu) as state files that sozu loads
 //!   itself (`LoadState`) instead of thousands of round trips.
-//! - [`proxy`]: [`crate::reconcile::Proxy`] over all of it, on tokio's blocking pool.
+//! - [`proxy`]: [`crate::reconcile::Proxy`] over all of it, on tokio's blocking pool; it alone
+//!   decides whether a change goes in bulk, and says how each request went ([`Delivered`]).
 //!
-//! Certificate queries on the main state return private keys: they are dropped in [`client`],
-//! on receipt; only fingerprints and names leave this module.
+//! sozu's event stream is read by [`crate::sources::sozu_events`], on a connection of its own:
+//! it only listens. Certificate queries on the main state return private keys: they are dropped
+//! in [`client`], on receipt; only fingerprints and names leave this module. No key is ever
+//! written to a file: [`SozuClient::load_batch`] refuses certificate operations.
 
 pub mod bulk;
 pub mod client;
@@ -22,7 +26,33 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use client::SozuClient;
+
+use crate::plan::Outcome;
 pub use proxy::SozuProxy;
+
+/// What became of a plan sent to sozu, and how it went: sozu reports a request it received
+/// (twice: accepted, then applied), and a state file it loaded once, whatever the file holds.
+/// The loop tells its own changes from someone else's by that, so it is told, not guessed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Delivered {
+    /// Each operation's outcome, in plan order.
+    pub outcomes: Vec<Outcome>,
+    /// Each operation went inside a state file (true) or as a request of its own.
+    pub in_file: Vec<bool>,
+    /// State files sozu was asked to load.
+    pub files: usize,
+}
+
+impl Delivered {
+    /// Every operation sent as a request of its own.
+    pub fn one_by_one(outcomes: Vec<Outcome>) -> Delivered {
+        Delivered {
+            in_file: vec![false; outcomes.len()],
+            outcomes,
+            files: 0,
+        }
+    }
+}
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SozuError {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use super::bulk::{send_bulk, BATCH_MIN};
 use super::phases::{send_in_phases, SendError};
-use super::{SozuClient, SozuError};
+use super::{Delivered, SozuClient, SozuError};
 use crate::plan::{Op, Outcome};
 use crate::reconcile::{Generation, Proxy};
 use crate::state::{Actual, ClusterState};
@@ -109,7 +109,7 @@ impl Proxy for SozuProxy {
     /// not load a state file in full, the file's requests count as not sent (the loop reads
     /// sozu's state again) and bulk loading is turned off for good: from then on, one request at
     /// a time, each refusal reported on its own.
-    async fn apply(&mut self, ops: Vec<Op>) -> Vec<Outcome> {
+    async fn apply(&mut self, ops: Vec<Op>) -> Delivered {
         let count = ops.len();
         let lanes = self.lanes.clone();
         let batch = self
@@ -119,18 +119,18 @@ impl Proxy for SozuProxy {
             .map(|dir| (dir, self.workers));
         let result = tokio::task::spawn_blocking(move || match batch {
             Some((dir, workers)) => send_bulk(&lanes, &ops, &dir, workers),
-            None => (send_over(&lanes, &ops), None),
+            None => (Delivered::one_by_one(send_over(&lanes, &ops)), None),
         })
         .await;
         match result {
-            Ok((outcomes, None)) => outcomes,
-            Ok((outcomes, Some(reason))) => {
+            Ok((delivered, None)) => delivered,
+            Ok((delivered, Some(reason))) => {
                 tracing::warn!(error = %reason,
                     "sozu did not load the bulk change; sending requests one at a time from now on");
                 self.batch_dir = None;
-                outcomes
+                delivered
             }
-            Err(e) => vec![Outcome::NotSent(e.to_string()); count],
+            Err(e) => Delivered::one_by_one(vec![Outcome::NotSent(e.to_string()); count]),
         }
     }
 }
