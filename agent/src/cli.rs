@@ -8,7 +8,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 /// Keeps a sozu reverse proxy equal to a Nickel routes workspace.
 ///
 /// Exit codes: 0 success; 1 the workspace is invalid (syntax, contract, evaluation failure or
-/// limit); 2 a file cannot be read or written, or the command line is wrong.
+/// limit), or for `status`, the agent answers but is not ready; 2 a file cannot be read or
+/// written, the agent cannot be reached, the command line is wrong, or `run` stopped on a
+/// failure.
 #[derive(Debug, Parser)]
 #[command(name = "private-ingress", version, about, long_about)]
 pub struct Cli {
@@ -62,6 +64,9 @@ pub enum Command {
         /// Print the raw JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Seconds to wait for the agent's answer.
+        #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
+        timeout: f64,
     },
     /// Print the bundled contract, to vendor next to a workspace for editor support.
     Schema,

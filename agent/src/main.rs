@@ -14,8 +14,11 @@ use private_ingress::workspace::Workspace;
 
 /// The workspace is invalid: syntax, contract, or an evaluation that failed or hit a limit.
 const EXIT_INVALID: u8 = 1;
-/// A file cannot be read or written, or the command line is wrong (clap exits 2 itself).
+/// A file cannot be read or written, the agent cannot be reached, the command line is wrong
+/// (clap exits 2 itself), or `run` stopped on a failure.
 const EXIT_IO: u8 = 2;
+/// `status`: the agent answers, and is not ready.
+const EXIT_NOT_READY: u8 = 1;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -118,14 +121,21 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status {
             admin_address,
             json,
+            timeout,
         } => {
-            let (body, status) = private_ingress::status::fetch(&admin_address)?;
+            let timeout = std::time::Duration::from_secs_f64(timeout);
+            let (body, status) = private_ingress::status::fetch(&admin_address, timeout)?;
             if json {
                 println!("{body}");
             } else {
                 print!("{}", private_ingress::status::table(&status));
             }
-            Ok(ExitCode::SUCCESS)
+            // A script or a check can tell a ready agent from one that is not.
+            Ok(if status.ready {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_NOT_READY)
+            })
         }
         Command::Schema => {
             std::io::stdout()

@@ -198,6 +198,10 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         () = signals.recv() => None,
         ended = tasks.ended() => Some(ended),
     };
+    let mut waiting: Vec<&str> = vec!["reconcile", "admin"];
+    if let Some(ended) = &ended {
+        waiting.retain(|task| *task != ended.task);
+    }
     let failure = match ended {
         None => {
             tracing::info!("stopping");
@@ -220,7 +224,6 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let _ = stop_loop.send(true);
     let _ = stop_admin.send(true);
     let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
-    let mut waiting: Vec<&str> = vec!["reconcile", "admin"];
     while !waiting.is_empty() {
         match tokio::time::timeout_at(deadline, tasks.ended()).await {
             Ok(ended) => waiting.retain(|task| *task != ended.task),
@@ -246,6 +249,15 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
 /// nothing (a generation check, a state read and the requests in flight, each waiting its
 /// deadline, a bulk load twice as long) could take longer.
 pub fn stale_after(sozu_timeout: Duration) -> Duration {
+    // A test build may shorten it (`PRIVATE_INGRESS_TEST_HEALTHZ_STALE_SECS`), so that a test of
+    // a wedged loop takes seconds.
+    #[cfg(feature = "test-hooks")]
+    if let Some(seconds) = std::env::var("PRIVATE_INGRESS_TEST_HEALTHZ_STALE_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return Duration::from_secs(seconds);
+    }
     crate::api::DEFAULT_STALE_AFTER.max(sozu_timeout.saturating_mul(6))
 }
 

@@ -13,14 +13,40 @@ pub enum StatusError {
     Malformed { address: String, reason: String },
 }
 
-pub fn fetch(admin_address: &str) -> Result<(String, Status), StatusError> {
-    let url = format!("http://{admin_address}/v1/state");
-    let body = ureq::get(&url)
+/// `/v1/state` of the agent at `admin_address` (`host:port`, or an `http://` URL: the admin
+/// server speaks plain HTTP), answered within `timeout`.
+pub fn fetch(
+    admin_address: &str,
+    timeout: std::time::Duration,
+) -> Result<(String, Status), StatusError> {
+    let unreachable = |reason: String| StatusError::Unreachable {
+        address: admin_address.to_owned(),
+        reason,
+    };
+    let address = admin_address.trim_end_matches('/');
+    let address = match address.split_once("://") {
+        None => address,
+        Some(("http", rest)) => rest,
+        Some((scheme, _)) => {
+            return Err(unreachable(format!(
+                "the admin server speaks plain HTTP, not {scheme}: give its host:port"
+            )))
+        }
+    };
+    let url = format!("http://{address}/v1/state");
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .build()
+        .into();
+    let body = agent
+        .get(&url)
         .call()
         .and_then(|mut r| r.body_mut().read_to_string())
-        .map_err(|e| StatusError::Unreachable {
-            address: admin_address.to_owned(),
-            reason: e.to_string(),
+        .map_err(|e| match e {
+            ureq::Error::Timeout(_) => {
+                unreachable(format!("no answer within {} s", timeout.as_secs_f64()))
+            }
+            e => unreachable(e.to_string()),
         })?;
     let status = serde_json::from_str(&body).map_err(|e| StatusError::Malformed {
         address: admin_address.to_owned(),

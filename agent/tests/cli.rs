@@ -179,3 +179,85 @@ fn schema_prints_the_bundled_contract() {
     let shipped = std::fs::read_to_string(examples().join("../private_ingress.ncl")).unwrap();
     assert_eq!(out, shipped);
 }
+
+/// An admin server that answers every request with `body` (or never answers, with `None`).
+fn admin_answering(body: Option<String>) -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            match &body {
+                Some(body) => {
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                }
+                // Read and never answer.
+                None => held.push(stream),
+            }
+        }
+    });
+    address
+}
+
+fn state(ready: bool) -> String {
+    serde_json::json!({
+        "ready": ready,
+        "workspace": { "loaded": true, "zone": "in.example.org", "last_error": null },
+        "sozu": { "connected": true, "generation": "connection 1 workers 7", "last_error": null, "last_converged": null },
+        "routes": [],
+        "counters": {
+            "reconciles": 1, "reconcile_errors": 0, "sozu_requests": 0, "sozu_reconnects": 0,
+            "workspace_errors": 0, "dns_failures": 0, "certificate_errors": 0,
+            "certificate_errors_by_reason": {}, "resyncs": 0, "watch_overflows": 0
+        }
+    })
+    .to_string()
+}
+
+/// `status` tells a script what it saw: 0 ready, 1 answering but not ready, 2 not reachable (no
+/// one listening, or no answer within `--timeout`).
+#[test]
+fn status_exit_codes_tell_ready_from_not_ready_from_unreachable() {
+    let status = |address: String, extra: &[&str]| {
+        run(bin()
+            .args(["status", "--admin-address", &address])
+            .args(extra))
+    };
+    let (code, out, err) = status(admin_answering(Some(state(true))).to_string(), &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.starts_with("ready: yes"), "{out}");
+    let (code, out, err) = status(admin_answering(Some(state(false))).to_string(), &[]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.starts_with("ready: no"), "{out}");
+    // An http:// URL is the same address.
+    let (code, _, err) = status(
+        format!("http://{}/", admin_answering(Some(state(true)))),
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let (code, _, err) = status(address, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("cannot reach the agent"), "{err}");
+
+    let started = std::time::Instant::now();
+    let (code, _, err) = status(admin_answering(None).to_string(), &["--timeout", "1"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no answer within 1 s"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+
+    let (code, _, err) = status("https://127.0.0.1:9180".into(), &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("plain HTTP"), "{err}");
+}

@@ -37,7 +37,8 @@ fn free_dns_port() -> u16 {
     }
 }
 
-/// A throwaway CA and a certificate for 127.0.0.1/localhost signed by it: pebble's own TLS.
+/// A throwaway CA and a certificate for 127.0.0.1/localhost signed by it: pebble's own TLS, and
+/// the Cloudflare stand-in's.
 pub struct Pki {
     pub ca_pem: PathBuf,
     pub cert_pem: PathBuf,
@@ -46,12 +47,17 @@ pub struct Pki {
 
 impl Pki {
     pub fn create(dir: &Path) -> Pki {
+        Pki::create_named(dir, "pebble")
+    }
+
+    /// A PKI of its own for the server `name`, its files named after it.
+    pub fn create_named(dir: &Path, name: &str) -> Pki {
         use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
         let ca_key = KeyPair::generate().unwrap();
         let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         ca.distinguished_name
-            .push(rcgen::DnType::CommonName, "pebble test TLS CA");
+            .push(rcgen::DnType::CommonName, format!("{name} test TLS CA"));
         let ca_cert = ca.self_signed(&ca_key).unwrap();
         let issuer = rcgen::Issuer::new(ca, ca_key);
         let key = KeyPair::generate().unwrap();
@@ -60,9 +66,9 @@ impl Pki {
             .push(SanType::IpAddress([127, 0, 0, 1].into()));
         let cert = leaf.signed_by(&key, &issuer).unwrap();
         let pki = Pki {
-            ca_pem: dir.join("pebble-ca.pem"),
-            cert_pem: dir.join("pebble-cert.pem"),
-            key_pem: dir.join("pebble-key.pem"),
+            ca_pem: dir.join(format!("{name}-ca.pem")),
+            cert_pem: dir.join(format!("{name}-cert.pem")),
+            key_pem: dir.join(format!("{name}-key.pem")),
         };
         std::fs::write(&pki.ca_pem, ca_cert.pem()).unwrap();
         std::fs::write(&pki.cert_pem, cert.pem()).unwrap();
@@ -371,11 +377,15 @@ pub struct CloudflareLog {
     pub unauthorized: usize,
 }
 
-/// An HTTP server implementing the Cloudflare v4 endpoints the agent uses (zone lookup, create,
+/// An HTTPS server implementing the Cloudflare v4 endpoints the agent uses (zone lookup, create,
 /// list and delete DNS records), as documented, publishing the TXT records through
-/// pebble-challtestsrv so that pebble sees them.
+/// pebble-challtestsrv so that pebble sees them. Like the real API it speaks HTTPS only, with a
+/// certificate from a CA of its own ([`CloudflareStandIn::ca_pem`]), which the agent is told
+/// to trust the way a user would tell it: `SSL_CERT_FILE`.
 pub struct CloudflareStandIn {
     pub url: String,
+    /// The CA of the stand-in's certificate.
+    pub ca_pem: PathBuf,
     pub log: Arc<Mutex<CloudflareLog>>,
     /// Records held, by id: (name, content).
     pub records: Arc<Mutex<BTreeMap<String, (String, String)>>>,
@@ -383,12 +393,33 @@ pub struct CloudflareStandIn {
 }
 
 impl CloudflareStandIn {
-    pub fn start(token: &str, zones: &[&str], dns: Arc<Challtestsrv>) -> CloudflareStandIn {
+    pub fn start(
+        dir: &Path,
+        token: &str,
+        zones: &[&str],
+        dns: Arc<Challtestsrv>,
+    ) -> CloudflareStandIn {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let pki = Pki::create_named(dir, "cloudflare");
+        let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from_pem_file(&pki.cert_pem).unwrap()],
+            PrivateKeyDer::from_pem_file(&pki.key_pem).unwrap(),
+        )
+        .unwrap();
+        let tls = Arc::new(tls);
         let listener = TcpListener::bind(("127.0.0.1", free_port())).unwrap();
-        let url = format!("http://{}/client/v4", listener.local_addr().unwrap());
+        let url = format!("https://{}/client/v4", listener.local_addr().unwrap());
         listener.set_nonblocking(true).unwrap();
         let stand_in = CloudflareStandIn {
             url,
+            ca_pem: pki.ca_pem.clone(),
             log: Arc::default(),
             records: Arc::default(),
             stop: Arc::default(),
@@ -412,7 +443,15 @@ impl CloudflareStandIn {
                 match listener.accept() {
                     Ok((stream, _)) => {
                         let state = state.clone();
-                        std::thread::spawn(move || state.serve(stream));
+                        let tls = tls.clone();
+                        std::thread::spawn(move || {
+                            let _ = stream.set_nonblocking(false);
+                            let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+                            let Ok(connection) = rustls::ServerConnection::new(tls) else {
+                                return;
+                            };
+                            state.serve(rustls::StreamOwned::new(connection, stream));
+                        });
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(2)),
                 }
@@ -439,9 +478,7 @@ struct Api {
 }
 
 impl Api {
-    fn serve(&self, mut stream: TcpStream) {
-        let _ = stream.set_nonblocking(false);
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    fn serve(&self, mut stream: impl Read + Write) {
         let mut buf = Vec::new();
         let mut chunk = [0u8; 4096];
         loop {
@@ -477,7 +514,7 @@ impl Api {
                 "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{text}",
                 text.len()
             );
-            if stream.write_all(response.as_bytes()).is_err() {
+            if stream.write_all(response.as_bytes()).is_err() || stream.flush().is_err() {
                 return;
             }
         }

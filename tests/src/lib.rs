@@ -33,8 +33,10 @@ pub fn sozu_bin() -> PathBuf {
 }
 
 /// The `private-ingress` binary: `$PRIVATE_INGRESS_BIN` when set (scripts/test points it at the
-/// binary `cargo test --workspace` has just built), else built once per test run with the profile
-/// of the tests themselves, so a test never runs a stale agent.
+/// binary it has just built), else built once per test run with the profile of the tests
+/// themselves, so a test never runs a stale agent. A debug build (the tests') has the
+/// `test-hooks` feature, which the ACME and supervision tests need; a release build (the
+/// benches') is the product as users get it.
 pub fn agent_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
@@ -60,6 +62,8 @@ pub fn agent_bin() -> &'static Path {
         ]);
         if release {
             build.arg("--release");
+        } else {
+            build.args(["--features", "test-hooks"]);
         }
         // Cargo describes the running test's package in the environment. Passed on to this
         // build, that counts as a changed environment for build scripts that watch it (ring's

@@ -820,6 +820,27 @@ impl Stack {
         }
     }
 
+    /// Sends `signal` (`USR1`, `TERM`, …) to the running agent.
+    pub fn signal_agent(&self, signal: &str) {
+        if let Some(p) = &self.agent {
+            p.signal(signal);
+        }
+    }
+
+    /// Waits for the running agent to exit on its own; its exit status, or `None` if it still
+    /// runs after `timeout`.
+    pub fn wait_agent_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let agent = self.agent.as_mut()?;
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = agent.exited() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
     /// SIGKILL to the agent, as a crash or an OOM kill would end it.
     pub fn kill_agent(&mut self) {
         if let Some(mut p) = self.agent.take() {

@@ -58,6 +58,7 @@ pub fn spawn<L: LoadWorkspace>(
         // Kept alive as long as the task: dropping it ends the watch.
         let _watcher = watcher;
         let mut change = Change::Evaluate;
+        let mut last_error = None;
         loop {
             if change == Change::Rescan {
                 tracing::warn!("the workspace watcher lost events; evaluating again");
@@ -65,7 +66,9 @@ pub fn spawn<L: LoadWorkspace>(
                     return;
                 }
             }
-            if change != Change::None && !evaluate(&path, &loader, &facts, &latest).await {
+            if change != Change::None
+                && !evaluate(&path, &loader, &facts, &latest, &mut last_error).await
+            {
                 return;
             }
             let Some(event) = events.recv().await else {
@@ -80,12 +83,15 @@ pub fn spawn<L: LoadWorkspace>(
     }))
 }
 
-/// One evaluation, published. Returns false once nobody listens.
+/// One evaluation, published. Returns false once nobody listens. A failure is logged once for
+/// as long as it stays the same (every event in the directory evaluates again), and says
+/// whether a workspace serves meanwhile.
 async fn evaluate<L: LoadWorkspace>(
     path: &Path,
     loader: &L,
     facts: &UnboundedSender<Fact>,
     latest: &watch::Sender<Option<Arc<Workspace>>>,
+    last_error: &mut Option<String>,
 ) -> bool {
     let started = std::time::Instant::now();
     let loaded = loader.load().await;
@@ -102,11 +108,21 @@ async fn evaluate<L: LoadWorkspace>(
                     workspace = %path.display(), "workspace loaded");
                 latest.send_replace(Some(workspace.clone()));
             }
+            *last_error = None;
             Ok(workspace)
         }
         Err(e) => {
-            tracing::error!(diagnostic = %e, "workspace rejected; the last good one stays live");
-            Err(e.to_string())
+            let text = e.to_string();
+            if last_error.as_deref() == Some(text.as_str()) {
+                tracing::debug!("the workspace still fails the same way");
+            } else if latest.borrow().is_some() {
+                tracing::error!(diagnostic = %text, "workspace rejected; the last good one stays live");
+            } else {
+                tracing::error!(diagnostic = %text,
+                    "workspace rejected; nothing is configured until a valid one is loaded");
+            }
+            *last_error = Some(text.clone());
+            Err(text)
         }
     };
     facts.send(Fact::Workspace(fact)).is_ok()

@@ -558,9 +558,10 @@ fn a_cname_delegated_challenge_is_followed() {
 }
 
 /// Cloudflare: the client speaks the documented v4 endpoints (zone lookup, create, list and
-/// delete DNS records) to a stand-in that publishes the TXT records through pebble-challtestsrv,
-/// so a whole order goes through the Cloudflare code path. The token only ever travels in the
-/// Authorization header.
+/// delete DNS records) over HTTPS, as the real API does, to a stand-in with a CA of its own that
+/// publishes the TXT records through pebble-challtestsrv, so a whole order goes through the
+/// Cloudflare code path. The agent trusts that CA the way a user would (`SSL_CERT_FILE`). The
+/// token only ever travels in the Authorization header.
 #[test]
 fn cloudflare_orders_go_through_the_documented_v4_endpoints() {
     let stack = Stack::new();
@@ -569,7 +570,9 @@ fn cloudflare_orders_go_through_the_documented_v4_endpoints() {
     let token = "cf-test-token-0123456789abcdefghijklmnop";
     let token_file = stack.dir.path().join("cloudflare.token");
     std::fs::write(&token_file, format!("{token}\n")).unwrap();
-    let api = CloudflareStandIn::start(token, &["example.org", ZONE], dns.clone());
+    let api =
+        CloudflareStandIn::start(stack.dir.path(), token, &["example.org", ZONE], dns.clone());
+    assert!(api.url.starts_with("https://"), "{}", api.url);
     let backend = Backend::start("app");
     let hosts: Vec<String> = (0..2).map(host).collect();
     let routes = routes(&hosts, &backend);
@@ -591,6 +594,7 @@ fn cloudflare_orders_go_through_the_documented_v4_endpoints() {
         &[
             ("RUST_LOG", "info,private_ingress=debug"),
             ("PRIVATE_INGRESS_ACME_TEST_CLOUDFLARE_API", &api.url),
+            ("SSL_CERT_FILE", &api.ca_pem.display().to_string()),
         ],
     );
     stack.wait_ready(Duration::from_secs(60));

@@ -16,6 +16,9 @@ mod dns;
 /// Backends: health checks, drains, weights, HSTS and drift repaired from sozu's events.
 mod backends;
 
+/// The agent as a supervised process: a dying task, a wedged loop, SIGTERM whatever sozu does.
+mod supervision;
+
 /// Bad certificate pairs: refused with their reason while the last good pair keeps serving.
 mod bad_input;
 
