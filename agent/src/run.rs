@@ -281,6 +281,8 @@ async fn issue_when_sozu_managed(
         knobs: crate::acme::Knobs::from_env(),
         written: Some(Box::new(move |host: &str| certs.changed(host))),
         status,
+        clock: Arc::new(SystemClock),
+        seed: u64::from(std::process::id()),
     };
     crate::acme::run(workspaces, options).await
 }

@@ -98,6 +98,21 @@ fn hyper(ca_bundle: Option<&Path>) -> Result<Https, AcmeError> {
     })
 }
 
+/// Runs store I/O (reads, fsyncs) off the async workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, AcmeError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| {
+            AcmeError::Store(StoreError::Io {
+                path: "accounts".into(),
+                reason: format!("the I/O task failed: {e}"),
+            })
+        })?
+        .map_err(AcmeError::from)
+}
+
 /// An account at one CA, restorable once per order.
 #[derive(Clone)]
 pub struct AccountSource {
@@ -118,10 +133,17 @@ impl std::fmt::Debug for AccountSource {
 impl AccountSource {
     /// The account for `settings.directory`: restored from the store, or created (with EAB when
     /// configured) and stored before it is used.
-    pub async fn open(settings: &Acme, store: &Store) -> Result<(AccountSource, bool), AcmeError> {
+    pub async fn open(
+        settings: &Acme,
+        store: &Arc<Store>,
+    ) -> Result<(AccountSource, bool), AcmeError> {
         let http = hyper(settings.ca_bundle.as_deref())?;
         let directory = settings.directory.clone();
-        if let Some(credentials) = store.load_account::<serde_json::Value>(&directory)? {
+        let stored = {
+            let (store, directory) = (store.clone(), directory.clone());
+            blocking(move || store.load_account::<serde_json::Value>(&directory)).await?
+        };
+        if let Some(credentials) = stored {
             let source = AccountSource {
                 http,
                 credentials: Arc::new(credentials),
@@ -166,7 +188,11 @@ impl AccountSource {
                 reason: format!("cannot serialise the account: {:?}", e.classify()),
             })
         })?;
-        store.save_account(&directory, &credentials)?;
+        {
+            let (store, directory, credentials) =
+                (store.clone(), directory.clone(), credentials.clone());
+            blocking(move || store.save_account(&directory, &credentials)).await?;
+        }
         Ok((
             AccountSource {
                 http,

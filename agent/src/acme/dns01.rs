@@ -76,8 +76,8 @@ impl Dns01Error {
 
 /// Where TXT records are published.
 pub enum Provider {
-    Rfc2136(Rfc2136),
-    Cloudflare(Cloudflare),
+    Rfc2136(Box<Rfc2136>),
+    Cloudflare(Box<Cloudflare>),
 }
 
 impl Provider {

@@ -1,30 +1,35 @@
 //! The issuer's loop. It follows the latest valid workspace (a `watch` channel the reconcile loop
 //! publishes to), and for each distinct route host keeps a certificate: restored from the state
-//! directory into the tls dir at start, ordered when there is none, renewed when
-//! [`policy::next`] says so, retried after failures with back-off, never beyond the rate limits.
+//! directory into the tls dir when the host is first seen, ordered when there is none, renewed
+//! when [`policy::next`] says so, retried after failures with back-off, never beyond the rate
+//! limits.
 //!
 //! Orders run as tasks, a bounded number at a time; the loop alone reads and writes host records
-//! (a task owns its host's record while it runs and hands it back). A pair is written into the tls
-//! dir only after it passed [`crate::certs::parse`], and the loop is then told which host changed
-//! (besides the watcher seeing the `..data` swap), so serving does not wait on inotify.
+//! (a task owns its host's record while it runs and hands it back; a task that dies gives its
+//! host back through the store, backing off). A pair is written into the tls dir only after it
+//! passed [`crate::certs::parse`], and the loop is then told which host changed (besides the
+//! watcher seeing the `..data` swap), so serving does not wait on inotify.
+//!
+//! The loop is generic over the CA ([`Ca`]) and reads time from a [`Clock`] and jitter from a
+//! seeded generator, so that its schedule is tested with paused time against a fake CA. Every
+//! file it reads or writes goes through tokio's blocking pool.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 
-use instant_acme::{Account, CertificateIdentifier};
 use tokio::sync::watch;
-use tokio::task::JoinSet;
+use tokio::task::{Id, JoinError, JoinSet};
 
-use super::client::AccountSource;
-use super::dns01::{Lookup, Provider};
-use super::order::{self, Failed, Obtained};
+use super::ca::{AcmeCa, Ca, RenewalInfo, Session};
+use super::order::{Failed, Obtained, Progress};
 use super::policy::{self, Current, Next, Why};
 use super::status::{Backoff, HostStatus, IssuerHandle, IssuerStatus};
-use super::store::{HostRecord, Issued, Store};
+use super::store::{HostRecord, Issued, PendingOrder, Store, StoreError};
 use super::{tlsdir, AcmeError};
-use crate::workspace::{Acme, Dns01, TlsRotation, Workspace};
+use crate::clock::Clock;
+use crate::workspace::{Acme, TlsRotation, Workspace};
 
 /// Orders in flight at once. Each waits mostly on DNS and on the CA; ten keep a first issuance
 /// of fifty hosts short without looking like a flood to the CA (Let's Encrypt allows 300 new
@@ -34,6 +39,8 @@ const MAX_CONCURRENT_ORDERS: usize = 10;
 const MIN_ARI_POLL: i64 = 60;
 /// After a failed renewal-information request (the CA down), asked again after this.
 const ARI_RETRY: i64 = 3_600;
+/// The reason a host backs off after its order task died (a panic): shown and counted.
+const TASK_FAILED: &str = "task_failed";
 
 /// Settings for tests: in a build with the `test-hooks` feature (the test suite's), read from
 /// `PRIVATE_INGRESS_ACME_TEST_*` (docs/acme.md); in any other build, the defaults, whatever the
@@ -105,10 +112,10 @@ pub struct Options {
     pub written: Option<Written>,
     /// Where each new status goes: `/v1/state`, `status` and `/metrics` read it.
     pub status: IssuerHandle,
-}
-
-fn now() -> i64 {
-    crate::clock::unix_seconds(SystemTime::now())
+    /// The time renewals are scheduled by.
+    pub clock: Arc<dyn Clock>,
+    /// Seeds the jitter of renewal times and back-offs.
+    pub seed: u64,
 }
 
 /// Per-process counts of one host.
@@ -129,16 +136,8 @@ struct Done {
     elapsed: Duration,
 }
 
-/// The account and what was learnt about the CA.
-struct Ca {
-    source: Arc<AccountSource>,
-    /// For renewal information (no order state).
-    account: Account,
-    /// The configured profile, when the CA offers it.
-    profile: Option<String>,
-}
-
-struct Issuer {
+struct Issuer<C: Ca> {
+    ca: C,
     store: Arc<Store>,
     options: Options,
     acme: Option<Acme>,
@@ -147,15 +146,17 @@ struct Issuer {
     records: BTreeMap<String, HostRecord>,
     counts: BTreeMap<String, Counts>,
     in_flight: BTreeSet<String>,
-    ca: Option<Ca>,
+    /// The host of each order task, to give it back when the task dies.
+    tasks: BTreeMap<Id, String>,
+    /// Hosts whose stored pair has been put into the tls dir since they were first seen.
+    restored: BTreeSet<String>,
+    session: Option<Arc<C::Session>>,
     ca_failures: u32,
     ca_retry_at: i64,
     ca_error: Option<String>,
     /// Whether the CA at a directory offers renewal information.
     ari: BTreeMap<String, bool>,
-    profile_note: Option<String>,
-    provider: Option<Arc<Provider>>,
-    lookup: Option<Arc<Lookup>>,
+    rng: fastrand::Rng,
 }
 
 /// The settings a workspace gives the issuer, or `None` when it is not in `'sozu_managed` mode.
@@ -166,9 +167,22 @@ fn settings(workspace: Option<&Workspace>) -> Option<(&Acme, &PathBuf, BTreeSet<
     Some((acme, &workspace.tls_dir, hosts))
 }
 
-/// Runs until the workspace channel closes. Fails only when the state directory cannot be
-/// opened or is locked by another agent: everything else is retried and reported in the status.
+/// Runs until the workspace channel closes, against the real CA. Fails only when the state
+/// directory cannot be opened or is locked by another agent: everything else is retried and
+/// reported in the status.
 pub async fn run(
+    workspaces: watch::Receiver<Option<Arc<Workspace>>>,
+    options: Options,
+) -> Result<(), AcmeError> {
+    let ca = AcmeCa {
+        cloudflare_api: options.knobs.cloudflare_api.clone(),
+    };
+    run_with(ca, workspaces, options).await
+}
+
+/// [`run`] against any CA.
+pub async fn run_with<C: Ca>(
+    ca: C,
     mut workspaces: watch::Receiver<Option<Arc<Workspace>>>,
     options: Options,
 ) -> Result<(), AcmeError> {
@@ -182,46 +196,54 @@ pub async fn run(
             return Ok(());
         }
     };
-    let store = Arc::new(Store::open(&state_dir)?);
+    let store = {
+        let dir = state_dir.clone();
+        blocking(move || Store::open(&dir)).await?
+    };
     tracing::info!(state_dir = %state_dir.display(), "ACME issuer started");
     let mut issuer = Issuer {
-        store,
+        ca,
+        store: Arc::new(store),
         tls_dir: PathBuf::new(),
+        rng: fastrand::Rng::with_seed(options.seed),
         options,
         acme: None,
         hosts: BTreeSet::new(),
         records: BTreeMap::new(),
         counts: BTreeMap::new(),
         in_flight: BTreeSet::new(),
-        ca: None,
+        tasks: BTreeMap::new(),
+        restored: BTreeSet::new(),
+        session: None,
         ca_failures: 0,
         ca_retry_at: 0,
         ca_error: None,
         ari: BTreeMap::new(),
-        profile_note: None,
-        provider: None,
-        lookup: None,
     };
     let mut tasks: JoinSet<Done> = JoinSet::new();
     loop {
         let workspace = workspaces.borrow_and_update().clone();
         issuer.follow(workspace.as_deref(), &state_dir);
         // What the state directory holds is served and shown before the CA is asked anything.
-        issuer.prepare();
+        issuer.prepare().await;
         issuer.publish();
         let wake = issuer.step(&mut tasks).await;
         issuer.publish();
-        let sleep = Duration::from_secs(u64::try_from((wake - now()).max(1)).unwrap_or(1));
+        let wait = wake.saturating_sub(issuer.now()).clamp(1, 86_400);
+        let sleep = Duration::from_secs(u64::try_from(wait).unwrap_or(1));
         tokio::select! {
             changed = workspaces.changed() => {
                 if changed.is_err() {
                     return Ok(());
                 }
             }
-            Some(done) = tasks.join_next(), if !tasks.is_empty() => {
+            Some(done) = tasks.join_next_with_id(), if !tasks.is_empty() => {
                 match done {
-                    Ok(done) => issuer.finish(done),
-                    Err(e) => tracing::error!(error = %e, "an order task ended abnormally"),
+                    Ok((id, done)) => {
+                        issuer.tasks.remove(&id);
+                        issuer.finish(done).await;
+                    }
+                    Err(e) => issuer.task_died(e).await,
                 }
             }
             _ = tokio::time::sleep(sleep) => {}
@@ -229,7 +251,41 @@ pub async fn run(
     }
 }
 
-impl Issuer {
+/// Runs file I/O (reads, fsyncs) off the async workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, AcmeError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| {
+            AcmeError::Store(StoreError::Io {
+                path: PathBuf::from("hosts"),
+                reason: format!("the I/O task failed: {e}"),
+            })
+        })?
+        .map_err(AcmeError::from)
+}
+
+/// An order task's record, saved as the order progresses: a restart resumes the order.
+struct HostProgress {
+    store: Arc<Store>,
+    host: String,
+    record: HostRecord,
+}
+
+impl Progress for HostProgress {
+    async fn save(&mut self, pending: Option<&PendingOrder>) -> Result<(), AcmeError> {
+        self.record.pending = pending.cloned();
+        let (store, host, record) = (self.store.clone(), self.host.clone(), self.record.clone());
+        blocking(move || store.save_host(&host, &record)).await
+    }
+}
+
+impl<C: Ca> Issuer<C> {
+    fn now(&self) -> i64 {
+        self.options.clock.unix()
+    }
+
     /// Takes in the latest workspace: settings, hosts, the tls dir.
     fn follow(&mut self, workspace: Option<&Workspace>, state_dir: &PathBuf) {
         let Some((acme, tls_dir, hosts)) = settings(workspace) else {
@@ -246,53 +302,56 @@ impl Issuer {
                 "acme.state_dir changed: the new directory is used after a restart");
         }
         let previous = self.acme.replace(acme.clone());
-        let account_changed = previous.as_ref().is_none_or(|p| {
-            (&p.directory, &p.ca_bundle, &p.eab, &p.email, &p.profile)
-                != (
-                    &acme.directory,
-                    &acme.ca_bundle,
-                    &acme.eab,
-                    &acme.email,
-                    &acme.profile,
-                )
+        let connection_changed = previous.as_ref().is_none_or(|p| {
+            (
+                &p.directory,
+                &p.ca_bundle,
+                &p.eab,
+                &p.email,
+                &p.profile,
+                &p.dns01,
+                &p.propagation,
+            ) != (
+                &acme.directory,
+                &acme.ca_bundle,
+                &acme.eab,
+                &acme.email,
+                &acme.profile,
+                &acme.dns01,
+                &acme.propagation,
+            )
         });
-        if account_changed {
-            self.ca = None;
+        if connection_changed {
+            self.session = None;
             self.ca_failures = 0;
             self.ca_retry_at = 0;
         }
-        if previous
-            .as_ref()
-            .is_none_or(|p| (&p.dns01, &p.propagation) != (&acme.dns01, &acme.propagation))
-        {
-            self.provider = None;
-            self.lookup = None;
-        }
-        self.tls_dir = self
+        let tls_dir = self
             .options
             .tls_dir
             .clone()
             .unwrap_or_else(|| tls_dir.clone());
+        if tls_dir != self.tls_dir {
+            self.restored.clear();
+            self.tls_dir = tls_dir;
+        }
+        self.restored.retain(|host| hosts.contains(host));
         self.hosts = hosts;
     }
 
     /// Does what is due now; returns when to look again (Unix seconds).
     async fn step(&mut self, tasks: &mut JoinSet<Done>) -> i64 {
+        let now = self.now();
         let Some(acme) = self.acme.clone() else {
-            return now() + 3_600;
+            return now + 3_600;
         };
-        let now = now();
         let mut wake = now + 3_600;
-        if let Err(e) = self.ensure_tools(&acme) {
-            self.ca_error = Some(e.to_string());
-            return now + 60;
-        }
-        if self.ca.is_none() {
+        if self.session.is_none() {
             if now < self.ca_retry_at {
                 return self.ca_retry_at;
             }
-            self.open_account(&acme, now).await;
-            if self.ca.is_none() {
+            self.connect(&acme, now).await;
+            if self.session.is_none() {
                 return self.ca_retry_at;
             }
         }
@@ -317,54 +376,92 @@ impl Issuer {
         wake
     }
 
-    /// Reads the records of hosts new to the loop, and puts their stored pairs into the tls dir.
-    fn prepare(&mut self) {
+    /// Reads the records of hosts new to the loop, and puts the stored pairs of hosts not seen
+    /// before into the tls dir.
+    async fn prepare(&mut self) {
         if let Some(acme) = self.acme.clone() {
-            self.load_records();
-            self.restore_pairs(&acme);
+            self.load_records().await;
+            self.restore_pairs(&acme).await;
         }
     }
 
-    fn load_records(&mut self) {
-        for host in &self.hosts {
-            if self.records.contains_key(host) || self.in_flight.contains(host) {
-                continue;
-            }
-            match self.store.load_host(host) {
+    async fn load_records(&mut self) {
+        let new: Vec<String> = self
+            .hosts
+            .iter()
+            .filter(|h| !self.records.contains_key(*h) && !self.in_flight.contains(*h))
+            .cloned()
+            .collect();
+        for host in new {
+            match self.load(&host).await {
                 Ok(record) => {
-                    self.records.insert(host.clone(), record);
+                    self.records.insert(host, record);
                 }
                 Err(e) => {
                     tracing::error!(host, error = %e, "cannot read the host's ACME state");
-                    self.counts.entry(host.clone()).or_default().last_error = Some(e.to_string());
+                    self.counts.entry(host).or_default().last_error = Some(e.to_string());
                 }
             }
         }
     }
 
-    /// Puts every stored, still valid pair of this CA into the tls dir (a memory-backed tls dir
-    /// is empty after a restart; the state directory is not).
-    fn restore_pairs(&mut self, acme: &Acme) {
-        let now = now();
-        for host in &self.hosts {
-            if self.in_flight.contains(host) {
-                continue;
-            }
-            let Some(issued) = self.records.get(host).and_then(|r| r.issued.as_ref()) else {
+    async fn load(&self, host: &str) -> Result<HostRecord, AcmeError> {
+        let (store, host) = (self.store.clone(), host.to_owned());
+        blocking(move || store.load_host(&host)).await
+    }
+
+    async fn save(&self, host: &str, record: &HostRecord) -> Result<(), AcmeError> {
+        let (store, host, record) = (self.store.clone(), host.to_owned(), record.clone());
+        blocking(move || store.save_host(&host, &record)).await
+    }
+
+    async fn write_pair(&self, host: &str, issued: &Issued) -> Result<tlsdir::Written, AcmeError> {
+        let (dir, host) = (self.tls_dir.clone(), host.to_owned());
+        let (chain, key) = (issued.chain_pem.clone(), issued.key_pem.clone());
+        tokio::task::spawn_blocking(move || tlsdir::write_pair(&dir, &host, &chain, &key))
+            .await
+            .map_err(|e| {
+                AcmeError::Store(StoreError::Io {
+                    path: self.tls_dir.clone(),
+                    reason: format!("the I/O task failed: {e}"),
+                })
+            })?
+            .map_err(AcmeError::from)
+    }
+
+    /// Puts the stored, still valid pair of this CA of each host seen for the first time into
+    /// the tls dir (a memory-backed tls dir is empty after a restart; the state directory is
+    /// not). A host's later pairs are written when they are issued.
+    async fn restore_pairs(&mut self, acme: &Acme) {
+        let now = self.now();
+        let todo: Vec<String> = self
+            .hosts
+            .iter()
+            .filter(|h| !self.restored.contains(*h) && self.records.contains_key(*h))
+            .cloned()
+            .collect();
+        for host in todo {
+            let issued = self
+                .records
+                .get(&host)
+                .and_then(|r| r.issued.clone())
+                .filter(|i| i.directory == acme.directory && i.not_after > now);
+            let Some(issued) = issued else {
+                self.restored.insert(host);
                 continue;
             };
-            if issued.directory != acme.directory || issued.not_after <= now {
-                continue;
-            }
-            match tlsdir::write_pair(&self.tls_dir, host, &issued.chain_pem, &issued.key_pem) {
-                Ok(tlsdir::Written::Unchanged) => {}
+            match self.write_pair(&host, &issued).await {
+                Ok(tlsdir::Written::Unchanged) => {
+                    self.restored.insert(host);
+                }
                 Ok(tlsdir::Written::New) => {
                     tracing::info!(host, fingerprint = %issued.fingerprint, "stored certificate written into the tls dir");
-                    self.announce(host);
+                    self.announce(&host);
+                    self.restored.insert(host);
                 }
                 Err(e) => {
                     tracing::error!(host, error = %e, "cannot write the stored certificate");
-                    self.counts.entry(host.clone()).or_default().last_error = Some(e.to_string());
+                    self.counts.entry(host).or_default().last_error = Some(e.to_string());
                 }
             }
         }
@@ -376,69 +473,10 @@ impl Issuer {
         }
     }
 
-    fn ensure_tools(&mut self, acme: &Acme) -> Result<(), AcmeError> {
-        if self.provider.is_none() {
-            let provider = match &acme.dns01 {
-                Dns01::Rfc2136 {
-                    server,
-                    zone,
-                    tsig_key_name,
-                    tsig_algorithm,
-                    tsig_secret_file,
-                } => Provider::Rfc2136(super::rfc2136::Rfc2136::new(
-                    *server,
-                    zone,
-                    tsig_key_name,
-                    *tsig_algorithm,
-                    tsig_secret_file.clone(),
-                )?),
-                Dns01::Cloudflare { api_token_file } => {
-                    Provider::Cloudflare(super::cloudflare::Cloudflare::new(
-                        self.options.knobs.cloudflare_api.clone(),
-                        api_token_file.clone(),
-                        super::http::client(super::http::Roots::Platform)
-                            .map_err(|e| AcmeError::Tls(e.to_string()))?,
-                    ))
-                }
-            };
-            self.provider = Some(Arc::new(provider));
-        }
-        if self.lookup.is_none() {
-            self.lookup = Some(Arc::new(Lookup::new(
-                acme.propagation.nameservers.clone(),
-                Duration::from_secs(acme.propagation.timeout_secs),
-            )));
-        }
-        Ok(())
-    }
-
-    async fn open_account(&mut self, acme: &Acme, now: i64) {
-        let opened = async {
-            let (source, created) = AccountSource::open(acme, &self.store).await?;
-            let account = source.account().await?;
-            Ok::<_, AcmeError>((source, created, account))
-        }
-        .await;
-        match opened {
-            Ok((source, created, account)) => {
-                tracing::info!(directory = %acme.directory, created, "ACME account ready");
-                let profile = acme.profile.as_ref().and_then(|wanted| {
-                    if account.profiles().any(|p| p.name == wanted) {
-                        self.profile_note = None;
-                        Some(wanted.clone())
-                    } else {
-                        let note =
-                            format!("the CA offers no profile `{wanted}`; orders use its default");
-                        tracing::warn!(profile = %wanted, "{note}");
-                        self.profile_note = Some(note);
-                        None
-                    }
-                });
-                self.ca = Some(Ca {
-                    source: Arc::new(source),
-                    account,
-                    profile,
-                });
+    async fn connect(&mut self, acme: &Acme, now: i64) {
+        match self.ca.connect(acme, &self.store).await {
+            Ok(session) => {
+                self.session = Some(Arc::new(session));
                 self.ca_failures = 0;
                 self.ca_error = None;
             }
@@ -454,23 +492,26 @@ impl Issuer {
     }
 
     /// Asks the CA for renewal information on every host's certificate whose poll is due.
-    /// Returns when the next poll is due.
+    /// Returns when the next poll is due. A CA that does not answer one poll is not asked the
+    /// others this round: one hung connection costs one request's deadline, not one per host.
     async fn poll_renewal_info(&mut self, acme: &Acme, now: i64) -> i64 {
         let mut wake = now + 86_400;
-        let Some(ca) = &self.ca else { return wake };
+        let Some(session) = self.session.clone() else {
+            return wake;
+        };
         if self.ari.get(&acme.directory) == Some(&false) {
             return wake;
         }
-        for host in &self.hosts {
-            if self.in_flight.contains(host) {
+        let hosts: Vec<String> = self.hosts.iter().cloned().collect();
+        let mut unavailable = false;
+        for host in hosts {
+            if self.in_flight.contains(&host) {
                 continue;
             }
-            let Some(record) = self.records.get_mut(host) else {
-                continue;
-            };
-            let Some(issued) = record
-                .issued
-                .as_mut()
+            let Some(issued) = self
+                .records
+                .get(&host)
+                .and_then(|r| r.issued.as_ref())
                 .filter(|i| i.directory == acme.directory)
             else {
                 continue;
@@ -479,22 +520,32 @@ impl Issuer {
                 wake = wake.min(at);
                 continue;
             }
-            let Some(id) = certificate_id(&issued.chain_pem) else {
+            let answer = if unavailable {
+                RenewalInfo::Unavailable("the CA did not answer another poll".into())
+            } else {
+                session.renewal_info(&issued.chain_pem).await
+            };
+            let jitter = self.rng.f64();
+            let Some(record) = self.records.get_mut(&host) else {
                 continue;
             };
-            match ca.account.renewal_info(&id).await {
-                Ok((info, retry)) => {
+            let Some(issued) = record.issued.as_mut() else {
+                continue;
+            };
+            match answer {
+                RenewalInfo::Window {
+                    start,
+                    end,
+                    retry_after,
+                } => {
                     self.ari.insert(acme.directory.clone(), true);
-                    let window = (
-                        info.suggested_window.start.unix_timestamp(),
-                        info.suggested_window.end.unix_timestamp(),
-                    );
+                    let window = (start, end);
                     if issued.ari_window != Some(window) {
                         let (at, basis) = policy::renewal_time(
                             issued.not_before,
                             issued.not_after,
                             Some(window),
-                            rand::random(),
+                            jitter,
                         );
                         tracing::info!(host, renew_at = at, "renewal window from the CA (ARI)");
                         issued.ari_window = Some(window);
@@ -502,26 +553,29 @@ impl Issuer {
                         issued.basis = basis;
                     }
                     let next = now
-                        + i64::try_from(retry.as_secs())
-                            .unwrap_or(i64::MAX / 2)
-                            .max(MIN_ARI_POLL);
+                        + i64::try_from(retry_after.as_secs())
+                            .unwrap_or(ARI_RETRY)
+                            .clamp(MIN_ARI_POLL, 86_400);
                     issued.ari_next_poll = Some(next);
                     wake = wake.min(next);
                 }
-                Err(instant_acme::Error::Unsupported(_)) => {
+                RenewalInfo::Unsupported => {
                     tracing::info!(directory = %acme.directory,
                         "the CA offers no renewal information (ARI): renewals follow the certificates' lifetimes");
                     self.ari.insert(acme.directory.clone(), false);
                     return wake;
                 }
-                Err(e) => {
-                    tracing::debug!(host, error = %e, "renewal information unavailable for now");
+                RenewalInfo::Unavailable(e) => {
+                    if !unavailable {
+                        tracing::debug!(host, error = %e, "renewal information unavailable for now");
+                    }
+                    unavailable = true;
                     issued.ari_next_poll = Some(now + ARI_RETRY);
                     wake = wake.min(now + ARI_RETRY);
                 }
             }
             let record = record.clone();
-            if let Err(e) = self.store.save_host(host, &record) {
+            if let Err(e) = self.save(&host, &record).await {
                 tracing::error!(host, error = %e, "cannot store the renewal window");
             }
         }
@@ -543,14 +597,13 @@ impl Issuer {
         policy::next(now, current, record.backoff_until, &record.ledger)
     }
 
-    fn backoff(&self, failures: u32, retry_after: Option<i64>) -> i64 {
-        let wait = policy::backoff(failures, retry_after, rand::random());
+    fn backoff(&mut self, failures: u32, retry_after: Option<i64>) -> i64 {
+        let wait = policy::backoff(failures, retry_after, self.rng.f64());
         ((wait as f64 / self.options.knobs.backoff_scale) as i64).max(1)
     }
 
     fn start(&mut self, host: &str, why: Why, acme: &Acme, tasks: &mut JoinSet<Done>) {
-        let (Some(ca), Some(provider), Some(lookup)) = (&self.ca, &self.provider, &self.lookup)
-        else {
+        let Some(session) = self.session.clone() else {
             return;
         };
         let record = self.records.remove(host).unwrap_or_default();
@@ -559,56 +612,72 @@ impl Issuer {
             .issued
             .as_ref()
             .filter(|i| ari && i.directory == acme.directory)
-            .and_then(|i| certificate_id(&i.chain_pem));
+            .map(|i| i.chain_pem.clone());
         tracing::info!(host, reason = %why, replaces = replaces.is_some(), "ordering a certificate");
         self.in_flight.insert(host.to_owned());
-        let source = ca.source.clone();
-        let profile = ca.profile.clone();
-        let provider = provider.clone();
-        let lookup = lookup.clone();
         let store = self.store.clone();
-        let directory = acme.directory.clone();
         let host = host.to_owned();
-        tasks.spawn(async move {
-            let started = Instant::now();
-            let mut record = record;
-            let result = match source.account_recording().await {
-                Err(error) => Err(Failed {
-                    error,
-                    authorization_failed: false,
-                    placed: false,
-                    retry_after: None,
-                }),
-                Ok((account, retry_after)) => {
-                    let ctx = order::Context {
-                        account: &account,
-                        retry_after: &retry_after,
-                        directory: &directory,
-                        provider: &provider,
-                        lookup: &lookup,
-                        profile: profile.as_deref(),
-                        replaces,
-                    };
-                    let pending = record.pending.clone();
-                    let save = |pending: Option<&super::store::PendingOrder>| {
-                        record.pending = pending.cloned();
-                        store.save_host(&host, &record).map_err(AcmeError::from)
-                    };
-                    order::obtain(&ctx, &host, pending, save).await
-                }
+        let task_host = host.clone();
+        let handle = tasks.spawn(async move {
+            let started = tokio::time::Instant::now();
+            let pending = record.pending.clone();
+            let mut progress = HostProgress {
+                store,
+                host: host.clone(),
+                record,
             };
+            let result = session.order(&host, pending, replaces, &mut progress).await;
             Done {
                 host,
-                record,
+                record: progress.record,
                 result,
                 elapsed: started.elapsed(),
             }
         });
+        self.tasks.insert(handle.id(), task_host);
+    }
+
+    /// An order task that died (a panic) took its host's record with it: the host is given
+    /// back from the store (where the task saved its progress) and backs off like any failed
+    /// order, so that it is ordered again.
+    async fn task_died(&mut self, error: JoinError) {
+        let Some(host) = self.tasks.remove(&error.id()) else {
+            tracing::error!(error = %error, "an order task of no known host ended abnormally");
+            return;
+        };
+        self.in_flight.remove(&host);
+        let now = self.now();
+        let message = if error.is_panic() {
+            "the order task panicked"
+        } else {
+            "the order task was cancelled"
+        };
+        let mut record = match self.load(&host).await {
+            Ok(record) => record,
+            Err(e) => {
+                tracing::error!(host, error = %e, "cannot read the host's ACME state back");
+                HostRecord::default()
+            }
+        };
+        record.failures += 1;
+        let failures = record.failures;
+        let wait = self.backoff(failures, None);
+        record.backoff_until = Some(now + wait);
+        record.backoff_reason = Some(TASK_FAILED.to_owned());
+        tracing::error!(host, error = %error, failures, retry_in_s = wait,
+            "{message}; the host backs off and is ordered again");
+        let counts = self.counts.entry(host.clone()).or_default();
+        *counts.failed.entry(TASK_FAILED.to_owned()).or_default() += 1;
+        counts.last_error = Some(message.to_owned());
+        if let Err(e) = self.save(&host, &record).await {
+            tracing::error!(host, error = %e, "cannot store the back-off");
+        }
+        self.records.insert(host, record);
     }
 
     /// Takes back a finished order's record: a success is stored and written into the tls dir, a
     /// failure sets the back-off.
-    fn finish(&mut self, done: Done) {
+    async fn finish(&mut self, done: Done) {
         let Done {
             host,
             mut record,
@@ -616,27 +685,23 @@ impl Issuer {
             elapsed,
         } = done;
         self.in_flight.remove(&host);
-        let now = now();
-        let counts = self.counts.entry(host.clone()).or_default();
+        let now = self.now();
         let Some(acme) = self.acme.clone() else {
             self.records.insert(host, record);
             return;
         };
         match result {
             Ok(obtained) => {
-                if obtained.placed {
-                    counts.placed += 1;
-                }
                 let c = &obtained.certificate;
                 let schedule_not_after = match self.options.knobs.lifetime {
                     Some(lifetime) => c.not_after.min(c.not_before + lifetime),
                     None => c.not_after,
                 };
                 let (renew_at, basis) =
-                    policy::renewal_time(c.not_before, schedule_not_after, None, rand::random());
+                    policy::renewal_time(c.not_before, schedule_not_after, None, self.rng.f64());
                 record.issued = Some(Issued {
-                    chain_pem: obtained.chain_pem,
-                    key_pem: obtained.key_pem,
+                    chain_pem: obtained.chain_pem.clone(),
+                    key_pem: obtained.key_pem.clone(),
                     fingerprint: c.fingerprint.clone(),
                     not_before: c.not_before,
                     not_after: c.not_after,
@@ -650,47 +715,47 @@ impl Issuer {
                 record.failures = 0;
                 record.backoff_until = None;
                 record.backoff_reason = None;
-                counts.issued += 1;
-                counts.last_error = None;
-                counts.last_order_seconds = Some(elapsed.as_secs_f64());
                 tracing::info!(host, fingerprint = %c.fingerprint, not_after = c.not_after,
                     renew_at, basis = %basis, elapsed_ms = elapsed.as_millis() as u64, "certificate issued");
-                if let Err(e) = self.store.save_host(&host, &record) {
+                let mut last_error = None;
+                if let Err(e) = self.save(&host, &record).await {
                     tracing::error!(host, error = %e, "cannot store the issued certificate");
-                    counts.last_error = Some(e.to_string());
+                    last_error = Some(e.to_string());
                 }
-                let issued = record
-                    .issued
-                    .as_ref()
-                    .map(|i| (i.chain_pem.clone(), i.key_pem.clone()));
-                self.records.insert(host.clone(), record);
-                if let Some((chain, key)) = issued {
-                    match tlsdir::write_pair(&self.tls_dir, &host, &chain, &key) {
-                        Ok(_) => self.announce(&host),
+                if let Some(issued) = record.issued.clone() {
+                    match self.write_pair(&host, &issued).await {
+                        Ok(_) => {
+                            self.announce(&host);
+                            self.restored.insert(host.clone());
+                        }
                         Err(e) => {
                             tracing::error!(host, error = %e, "cannot write the issued certificate");
-                            self.counts.entry(host).or_default().last_error = Some(e.to_string());
+                            last_error = Some(e.to_string());
                         }
                     }
                 }
-            }
-            Err(failed) => {
-                if failed.placed {
+                let counts = self.counts.entry(host.clone()).or_default();
+                if obtained.placed {
                     counts.placed += 1;
                 }
+                counts.issued += 1;
+                counts.last_error = last_error;
+                counts.last_order_seconds = Some(elapsed.as_secs_f64());
+                self.records.insert(host, record);
+            }
+            Err(failed) => {
                 if matches!(failed.error, AcmeError::AccountGone(_)) {
                     // A CA that lost its accounts (a test CA restarted, a deactivated account):
                     // the next attempt creates a new one.
                     tracing::warn!(directory = %acme.directory, "the CA no longer knows the account; a new one will be created");
-                    if let Err(e) = self.store.forget_account(&acme.directory) {
+                    let (store, directory) = (self.store.clone(), acme.directory.clone());
+                    if let Err(e) = blocking(move || store.forget_account(&directory)).await {
                         tracing::error!(error = %e, "cannot forget the stored account");
                     }
-                    self.ca = None;
+                    self.session = None;
                     self.ca_retry_at = 0;
                 }
                 let reason = failed.error.reason();
-                *counts.failed.entry(reason.to_owned()).or_default() += 1;
-                counts.last_error = Some(failed.error.to_string());
                 if failed.authorization_failed {
                     record.ledger.record_failed_authorization(now);
                 }
@@ -702,16 +767,22 @@ impl Issuer {
                 record.backoff_reason = Some(reason.to_owned());
                 tracing::warn!(host, reason, error = %failed.error, failures, retry_in_s = wait,
                     kept_serving = record.issued.is_some(), "order failed; backing off");
-                if let Err(e) = self.store.save_host(&host, &record) {
+                if let Err(e) = self.save(&host, &record).await {
                     tracing::error!(host, error = %e, "cannot store the back-off");
                 }
+                let counts = self.counts.entry(host.clone()).or_default();
+                if failed.placed {
+                    counts.placed += 1;
+                }
+                *counts.failed.entry(reason.to_owned()).or_default() += 1;
+                counts.last_error = Some(failed.error.to_string());
                 self.records.insert(host, record);
             }
         }
     }
 
     fn publish(&self) {
-        let now = now();
+        let now = self.now();
         let directory = self
             .acme
             .as_ref()
@@ -774,12 +845,12 @@ impl Issuer {
             .collect();
         let status = IssuerStatus {
             directory,
-            account_ready: self.ca.is_some(),
+            account_ready: self.session.is_some(),
             ari_supported: self
                 .acme
                 .as_ref()
                 .and_then(|a| self.ari.get(&a.directory).copied()),
-            profile_note: self.profile_note.clone(),
+            profile_note: self.session.as_ref().and_then(|s| s.profile_note()),
             last_error: self.ca_error.clone(),
             hosts,
         };
@@ -787,23 +858,315 @@ impl Issuer {
     }
 }
 
-/// The ARI identifier (authority key id and serial) of a chain's leaf.
-fn certificate_id(chain_pem: &str) -> Option<CertificateIdentifier<'static>> {
-    use rustls_pki_types::pem::PemObject;
-    let leaf = rustls_pki_types::CertificateDer::pem_slice_iter(chain_pem.as_bytes())
-        .next()?
-        .ok()?;
-    CertificateIdentifier::try_from(&leaf)
-        .ok()
-        .map(CertificateIdentifier::into_owned)
-}
-
-#[cfg(all(test, not(feature = "test-hooks")))]
+#[cfg(test)]
 mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+    use std::time::SystemTime;
+
     use super::*;
+    use crate::clock::TokioClock;
+    use crate::workspace::{Dns01, Propagation, Upstream};
+
+    /// What the fake CA does with the next order of a host.
+    #[derive(Debug, Clone)]
+    enum Script {
+        /// Issues a certificate valid for this many days from an hour ago.
+        Issue(u64),
+        /// Fails the way a CA that cannot be reached fails.
+        Fail,
+        /// The order task panics.
+        Panic,
+    }
+
+    #[derive(Default)]
+    struct FakeState {
+        /// Per host, what its next orders do; an order with nothing scripted issues 90 days.
+        script: BTreeMap<String, VecDeque<Script>>,
+        /// Every order placed: (host, Unix seconds).
+        orders: Vec<(String, i64)>,
+        connects: usize,
+    }
+
+    #[derive(Clone)]
+    struct FakeCa {
+        state: Arc<Mutex<FakeState>>,
+        clock: TokioClock,
+    }
+
+    impl Ca for FakeCa {
+        type Session = FakeCa;
+
+        async fn connect(&self, _: &Acme, _: &Arc<Store>) -> Result<FakeCa, AcmeError> {
+            self.state.lock().unwrap().connects += 1;
+            Ok(self.clone())
+        }
+    }
+
+    impl Session for FakeCa {
+        fn profile_note(&self) -> Option<String> {
+            None
+        }
+
+        async fn renewal_info(&self, _: &str) -> RenewalInfo {
+            RenewalInfo::Unsupported
+        }
+
+        async fn order(
+            &self,
+            host: &str,
+            _: Option<PendingOrder>,
+            _: Option<String>,
+            _: &mut (impl Progress + Send),
+        ) -> Result<Obtained, Failed> {
+            let now = self.clock.unix();
+            let next = {
+                let mut state = self.state.lock().unwrap();
+                state.orders.push((host.to_owned(), now));
+                state
+                    .script
+                    .get_mut(host)
+                    .and_then(VecDeque::pop_front)
+                    .unwrap_or(Script::Issue(90))
+            };
+            // An order takes a moment at the CA.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            match next {
+                Script::Issue(days) => Ok(issue(host, self.clock.now(), days)),
+                Script::Fail => Err(Failed {
+                    error: AcmeError::Unreachable("connection refused".into()),
+                    authorization_failed: false,
+                    placed: true,
+                    retry_after: None,
+                }),
+                Script::Panic => panic!("the order of {host} panicked"),
+            }
+        }
+    }
+
+    fn issue(host: &str, now: SystemTime, days: u64) -> Obtained {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec![host.to_owned()]).unwrap();
+        let since = now.duration_since(SystemTime::UNIX_EPOCH).unwrap();
+        params.not_before = rcgen::date_time_ymd(1970, 1, 1) + since - Duration::from_secs(3_600);
+        params.not_after =
+            rcgen::date_time_ymd(1970, 1, 1) + since + Duration::from_secs(days * 86_400);
+        let chain_pem = params.self_signed(&key).unwrap().pem();
+        let key_pem = key.serialize_pem();
+        let certificate = crate::certs::parse(
+            chain_pem.as_bytes(),
+            std::path::Path::new("chain"),
+            key_pem.as_bytes(),
+            std::path::Path::new("key"),
+            host,
+            crate::clock::unix_seconds(now),
+        )
+        .unwrap();
+        Obtained {
+            chain_pem,
+            key_pem,
+            certificate,
+            placed: true,
+        }
+    }
+
+    struct Running {
+        ca: FakeCa,
+        status: IssuerHandle,
+        tls_dir: tempfile::TempDir,
+        _state_dir: tempfile::TempDir,
+        _workspace: watch::Sender<Option<Arc<Workspace>>>,
+    }
+
+    const A: &str = "a.in.example.org";
+    const B: &str = "b.in.example.org";
+
+    /// The issuer, for `hosts`, against the fake CA: 2026-06-01 and paused time.
+    fn start(hosts: &[&str], script: &[(&str, Vec<Script>)]) -> Running {
+        let clock =
+            TokioClock::starting_at(SystemTime::UNIX_EPOCH + Duration::from_secs(1_780_272_000));
+        let ca = FakeCa {
+            state: Arc::default(),
+            clock,
+        };
+        for (host, steps) in script {
+            ca.state
+                .lock()
+                .unwrap()
+                .script
+                .insert((*host).to_owned(), steps.iter().cloned().collect());
+        }
+        let (tls_dir, state_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let routes = hosts
+            .iter()
+            .map(|h| {
+                crate::workspace::test_route(
+                    h,
+                    Upstream::Ip {
+                        address: "10.0.0.1:80".parse().unwrap(),
+                    },
+                )
+            })
+            .collect();
+        let mut workspace = crate::workspace::test_workspace(tls_dir.path(), routes);
+        workspace.tls_rotation = TlsRotation::SozuManaged;
+        workspace.acme = Some(Box::new(Acme {
+            directory: "https://ca.test/dir".into(),
+            email: None,
+            profile: None,
+            ca_bundle: None,
+            eab: None,
+            dns01: Dns01::Cloudflare {
+                api_token_file: "/dev/null".into(),
+            },
+            propagation: Propagation {
+                nameservers: None,
+                timeout_secs: 60,
+            },
+            state_dir: state_dir.path().to_owned(),
+        }));
+        let (workspace_tx, workspaces) = watch::channel(Some(Arc::new(workspace)));
+        let status = IssuerHandle::default();
+        let options = Options {
+            tls_dir: None,
+            knobs: Knobs::default(),
+            written: None,
+            status: status.clone(),
+            clock: Arc::new(clock),
+            seed: 7,
+        };
+        tokio::spawn(run_with(ca.clone(), workspaces, options));
+        Running {
+            ca,
+            status,
+            tls_dir,
+            _state_dir: state_dir,
+            _workspace: workspace_tx,
+        }
+    }
+
+    impl Running {
+        fn host(&self, host: &str) -> HostStatus {
+            self.status
+                .snapshot()
+                .and_then(|s| s.hosts.get(host).cloned())
+                .unwrap_or_default()
+        }
+
+        fn orders(&self, host: &str) -> Vec<i64> {
+            let state = self.ca.state.lock().unwrap();
+            state
+                .orders
+                .iter()
+                .filter(|(h, _)| h == host)
+                .map(|(_, at)| *at)
+                .collect()
+        }
+
+        /// Waits, in paused time (so at no cost), until `host`'s status satisfies `test`: looks
+        /// every second for an hour, then every ten minutes for 120 days.
+        async fn until(&self, host: &str, what: &str, test: impl Fn(&HostStatus) -> bool) {
+            for i in 0..3_600 + 120 * 144 {
+                if test(&self.host(host)) {
+                    return;
+                }
+                let step = if i < 3_600 { 1 } else { 600 };
+                tokio::time::sleep(Duration::from_secs(step)).await;
+            }
+            panic!("{host}: {what}: {:?}", self.host(host));
+        }
+    }
+
+    /// A first issuance at once, written into the tls dir; the renewal at a third of the
+    /// lifetime before expiry, with its jitter, and not before.
+    #[tokio::test(start_paused = true)]
+    async fn a_host_is_issued_at_once_and_renewed_at_its_time() {
+        let running = start(&[A], &[]);
+        running.until(A, "issued", |h| h.state == "valid").await;
+        let first = running.host(A);
+        assert_eq!(running.orders(A).len(), 1);
+        assert!(running.tls_dir.path().join(A).join("tls.crt").exists());
+        let due = first.renewal_due.unwrap();
+        let not_after = first.valid_until.unwrap();
+        // 90 days: renewed with 30 days left, up to 3 days earlier.
+        assert!(
+            (not_after - 33 * 86_400..=not_after - 30 * 86_400).contains(&due),
+            "{first:?}"
+        );
+        running
+            .until(A, "renewed", |h| h.certificates_issued == 2)
+            .await;
+        let orders = running.orders(A);
+        assert_eq!(orders.len(), 2, "{orders:?}");
+        assert!(
+            orders[1] >= due && orders[1] <= due + 2,
+            "{orders:?} due {due}"
+        );
+    }
+
+    /// A failed order backs off and is retried; the other host is not held up.
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_order_backs_off_alone() {
+        let running = start(&[A, B], &[(A, vec![Script::Fail, Script::Fail])]);
+        running.until(B, "issued", |h| h.state == "valid").await;
+        running
+            .until(A, "backing off", |h| h.state == "backing_off")
+            .await;
+        running.until(A, "issued", |h| h.state == "valid").await;
+        let orders = running.orders(A);
+        assert_eq!(orders.len(), 3, "{orders:?}");
+        // The second wait is longer than the first.
+        assert!(orders[2] - orders[1] > orders[1] - orders[0], "{orders:?}");
+        assert_eq!(
+            running.host(A).orders_failed.get("ca_unreachable"),
+            Some(&2)
+        );
+    }
+
+    /// An order task that dies takes one back-off, not the host: the host is given back,
+    /// shown backing off with the reason, and ordered again.
+    #[tokio::test(start_paused = true)]
+    async fn a_panicking_order_task_costs_one_back_off_not_the_host() {
+        let running = start(&[A, B], &[(A, vec![Script::Panic])]);
+        running
+            .until(A, "backing off", |h| h.state == "backing_off")
+            .await;
+        let host = running.host(A);
+        assert_eq!(
+            host.backoff.as_ref().map(|b| b.reason.as_str()),
+            Some(TASK_FAILED)
+        );
+        assert_eq!(host.orders_failed.get(TASK_FAILED), Some(&1));
+        assert_eq!(host.last_error.as_deref(), Some("the order task panicked"));
+        running.until(A, "issued", |h| h.state == "valid").await;
+        let orders = running.orders(A);
+        assert_eq!(orders.len(), 2, "{orders:?}");
+        assert!(
+            orders[1] - orders[0] >= 60,
+            "after its back-off: {orders:?}"
+        );
+        running.until(B, "issued", |h| h.state == "valid").await;
+        assert_eq!(running.orders(B).len(), 1);
+    }
+
+    /// A pair is restored into the tls dir once, when its host is first seen, not at every
+    /// wake-up of the loop.
+    #[tokio::test(start_paused = true)]
+    async fn stored_pairs_are_restored_once() {
+        let running = start(&[A], &[]);
+        running.until(A, "issued", |h| h.state == "valid").await;
+        let crt = running.tls_dir.path().join(A).join("tls.crt");
+        // Someone removes the served files: the issuer does not write them again on its own.
+        let data = std::fs::read_link(running.tls_dir.path().join(A).join("..data")).unwrap();
+        std::fs::remove_dir_all(running.tls_dir.path().join(A).join(data)).unwrap();
+        tokio::time::sleep(Duration::from_secs(7_200)).await;
+        assert!(!crt.exists());
+        assert_eq!(running.ca.state.lock().unwrap().connects, 1);
+    }
 
     /// A product build sends the Cloudflare token to Cloudflare alone, and schedules by the
     /// certificates' own lifetimes, whatever its environment says.
+    #[cfg(not(feature = "test-hooks"))]
     #[test]
     fn a_product_build_reads_no_test_settings() {
         std::env::set_var(

@@ -6,7 +6,8 @@
 //! | module | owns | I/O |
 //! |---|---|---|
 //! | [`policy`] | renewal time (ARI window, or a fraction of the lifetime), back-off, rate limits | none |
-//! | [`issuer`] | the loop: which host to order when, account, ARI polls, status | through the others |
+//! | [`issuer`] | the loop: which host to order when, ARI polls, status | through the others |
+//! | [`ca`] | the CA as the loop sees it: the account, renewal information, one order | through the others |
 //! | [`order`] | one order: place or resume, DNS-01, finalise, validate | ACME, DNS |
 //! | [`dns01`] | challenge names, CNAME delegation, propagation checks, the providers | DNS |
 //! | [`rfc2136`], [`cloudflare`] | publishing and removing a TXT record | DNS, HTTPS |
@@ -17,6 +18,7 @@
 //! | [`secret`] | reading secrets from files, never showing them | files |
 //! | [`status`] | what `/v1/state`, `status` and `/metrics` show of the issuer | none |
 
+pub mod ca;
 pub mod client;
 pub mod cloudflare;
 pub mod dns01;

@@ -58,12 +58,21 @@ pub struct Failed {
     pub retry_after: Option<i64>,
 }
 
+/// Where an order's progress is kept, so that an agent restarted mid-order resumes it.
+pub trait Progress {
+    /// The order in flight, or `None` once it is finished (nothing to resume).
+    fn save(
+        &mut self,
+        pending: Option<&PendingOrder>,
+    ) -> impl std::future::Future<Output = Result<(), AcmeError>> + Send;
+}
+
 /// Runs the order for `host`: resumes `pending` when it is one of this CA's, else places one.
 pub async fn obtain(
     ctx: &Context<'_>,
     host: &str,
     pending: Option<PendingOrder>,
-    mut save_pending: impl FnMut(Option<&PendingOrder>) -> Result<(), AcmeError>,
+    progress: &mut (impl Progress + Send),
 ) -> Result<Obtained, Failed> {
     let mut placed = false;
     let retry_after = || {
@@ -72,18 +81,18 @@ pub async fn obtain(
             .unwrap_or_else(|p| p.into_inner())
             .map(crate::clock::unix_seconds)
     };
-    let result = run(ctx, host, pending, &mut placed, &mut save_pending).await;
+    let result = run(ctx, host, pending, &mut placed, progress).await;
     match result {
         Ok(obtained) => {
             // The order is done: nothing to resume.
-            if let Err(e) = save_pending(None) {
+            if let Err(e) = progress.save(None).await {
                 tracing::warn!(host, error = %e, "cannot clear the finished order from the state directory");
             }
             Ok(Obtained { placed, ..obtained })
         }
         Err((error, authorization_failed, finished)) => {
             if finished {
-                let _ = save_pending(None);
+                let _ = progress.save(None).await;
             }
             Err(Failed {
                 error,
@@ -104,7 +113,7 @@ async fn run(
     host: &str,
     pending: Option<PendingOrder>,
     placed: &mut bool,
-    save_pending: &mut impl FnMut(Option<&PendingOrder>) -> Result<(), AcmeError>,
+    progress: &mut (impl Progress + Send),
 ) -> Result<Obtained, RunError> {
     let plain = |e: AcmeError| (e, false, false);
     let (mut order, key_pem) = match resume(ctx, host, pending).await {
@@ -132,7 +141,7 @@ async fn run(
                 key_pem: key.serialize_pem(),
                 placed_at: crate::clock::unix_seconds(SystemTime::now()),
             };
-            save_pending(Some(&record)).map_err(plain)?;
+            progress.save(Some(&record)).await.map_err(plain)?;
             tracing::info!(host, order = %record.url, "order placed");
             (order, record.key_pem)
         }
