@@ -1,5 +1,6 @@
 //! Reading a host's certificate pair from `<tls_dir>/<host>/{tls.crt,tls.key}` and turning it into
-//! what sozu is sent. Parsing is pure (bytes in); [`load`] is the one function that reads files.
+//! what sozu is sent. Parsing is pure (bytes in); [`read_pair`] is the one function that reads
+//! files.
 //!
 //! `tls.crt` holds the chain, leaf first; `tls.key` the private key (PKCS#1, PKCS#8 or SEC1).
 //! Key bytes never appear in an error: errors name the file and what is wrong with it.
@@ -86,19 +87,6 @@ impl CertError {
 /// How many times a read is retried when the volume's `..data` link moves under it.
 const READ_ATTEMPTS: usize = 5;
 
-/// Reads, parses and validates the pair of `host` under `tls_dir`, as of `now` (Unix seconds).
-///
-/// A Kubernetes volume (cert-manager's CSI driver, a Secret) swaps a `..data` symlink to a new
-/// timestamped directory and removes the old one at once. Reading `tls.crt` and then `tls.key`
-/// through the visible links could straddle a swap and pair one renewal's certificate with
-/// another's key; so `..data` is resolved once, both files are read from the directory it
-/// names, and the link is checked again afterwards (a moved link or a vanished file means a swap
-/// was under way: read again).
-pub fn load(tls_dir: &Path, host: &str, now: i64) -> Result<Certificate, CertError> {
-    let pair = read_pair(&tls_dir.join(host))?;
-    pair.parse(host, now)
-}
-
 /// A pair's bytes as read, consistently, from one host directory.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RawPair {
@@ -142,8 +130,14 @@ impl std::fmt::Debug for RawPair {
     }
 }
 
-/// Reads `<dir>/tls.crt` and `<dir>/tls.key` as one pair. See [`load`] for why `..data` is
-/// resolved once.
+/// Reads `<dir>/tls.crt` and `<dir>/tls.key` as one pair: the one function here that reads files.
+///
+/// A Kubernetes volume (cert-manager's CSI driver, a Secret) swaps a `..data` symlink to a new
+/// timestamped directory and removes the old one at once. Reading `tls.crt` and then `tls.key`
+/// through the visible links could straddle a swap and pair one renewal's certificate with
+/// another's key; so `..data` is resolved once, both files are read from the directory it
+/// names, and the link is checked again afterwards (a moved link or a vanished file means a swap
+/// was under way: read again). [`RawPair::parse`] then validates it, without I/O.
 pub fn read_pair(dir: &Path) -> Result<RawPair, CertError> {
     let data = dir.join("..data");
     for _ in 0..READ_ATTEMPTS {

@@ -8,11 +8,11 @@
 //! - [`render`] and [`deploy`] write files from the model (a sozu configuration, Kubernetes
 //!   manifests, DNS records); [`alerts`] holds the alert rules on the agent's metrics;
 //! - the live agent: [`sources`] fetch the slow inputs (the workspace, DNS answers, certificate
-//!   pairs through [`certs`], sozu's socket) in tasks of their own; [`reconcile`] decides and
-//!   applies through [`sozu`], the only code that talks to sozu's socket; [`api`] serves what
-//!   it knows, and [`status`] prints it; with `tls_rotation = 'sozu_managed`, [`acme`] obtains
-//!   the certificates itself and writes them where the certificate source reads them. [`run`]
-//!   wires them.
+//!   pairs through [`certs`], sozu's socket and event stream) in tasks of their own;
+//!   [`reconcile`] decides and applies through [`sozu`], the only code that changes sozu; [`api`]
+//!   serves what it knows, and [`status`] prints it; with `tls_rotation = 'sozu_managed`,
+//!   [`acme`] obtains the certificates itself and writes them where the certificate source reads
+//!   them. [`run`] wires them, and [`supervisor`] ends the agent when one of them dies.
 #![deny(unsafe_code)]
 
 pub mod acme;

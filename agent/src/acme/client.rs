@@ -23,7 +23,7 @@ use instant_acme::{
 };
 
 use super::http::{self as https, Https, Roots};
-use super::store::{Store, StoreError};
+use super::store::{blocking, Store, StoreError};
 use super::AcmeError;
 use crate::workspace::Acme;
 
@@ -96,21 +96,6 @@ fn hyper(ca_bundle: Option<&Path>) -> Result<Https, AcmeError> {
         https::HttpError::Bundle { path, reason } => AcmeError::CaBundle { path, reason },
         other => AcmeError::Tls(other.to_string()),
     })
-}
-
-/// Runs store I/O (reads, fsyncs) off the async workers.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, AcmeError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| {
-            AcmeError::Store(StoreError::Io {
-                path: "accounts".into(),
-                reason: format!("the I/O task failed: {e}"),
-            })
-        })?
-        .map_err(AcmeError::from)
 }
 
 /// An account at one CA, restorable once per order.

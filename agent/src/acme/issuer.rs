@@ -251,19 +251,11 @@ pub async fn run_with<C: Ca>(
     }
 }
 
-/// Runs file I/O (reads, fsyncs) off the async workers.
+/// Store I/O on the blocking pool, as the issuer's error.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, AcmeError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| {
-            AcmeError::Store(StoreError::Io {
-                path: PathBuf::from("hosts"),
-                reason: format!("the I/O task failed: {e}"),
-            })
-        })?
-        .map_err(AcmeError::from)
+    Ok(super::store::blocking(f).await?)
 }
 
 /// An order task's record, saved as the order progresses: a restart resumes the order.

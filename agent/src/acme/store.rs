@@ -220,6 +220,18 @@ impl Store {
     }
 }
 
+/// Runs store I/O (reads, fsyncs) on tokio's blocking pool, off the async workers.
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StoreError::Io {
+            path: PathBuf::from("the ACME state directory"),
+            reason: format!("the I/O task failed: {e}"),
+        })?
+}
+
 fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, StoreError> {
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,

@@ -168,7 +168,9 @@ mod tests {
         assert!(names[0].starts_with("..20"), "{names:?}");
         assert_eq!(&names[1..], ["..data", "tls.crt", "tls.key"]);
         assert_eq!(entries(tls.path()), [host], "no staging directory left");
-        crate::certs::load(tls.path(), host, 1_800_000_000).expect("the serving path reads it");
+        crate::certs::read_pair(&tls.path().join(host))
+            .and_then(|pair| pair.parse(host, 1_800_000_000))
+            .expect("the serving path reads it");
 
         // The same pair again: nothing written.
         assert_eq!(

@@ -73,8 +73,11 @@ pub struct WatchError {
 /// everything again. Each pair arrives validated ([`crate::certs::parse`]); which one serves,
 /// and when it goes to sozu, is the loop's decision.
 ///
-/// The tls dir watcher ([`tlsdir::TlsDir`]) is one; an issuer that obtains certificates itself
-/// is another, without the loop changing.
+/// The tls dir watcher ([`tlsdir::TlsDir`]) is the one source of pairs: the ACME issuer
+/// ([`crate::acme`]) does not publish pairs itself, it writes them into the tls dir the way
+/// cert-manager does and tells the watcher which host it wrote, so that every pair reaches the
+/// loop through the same reading and validation; the loop is generic over this trait for its
+/// tests' sake.
 pub trait CertSource: Send + Sync + 'static {
     /// Reads every pair again (a periodic resync), as if each had changed.
     fn reread(&self);

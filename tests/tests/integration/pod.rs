@@ -88,8 +88,7 @@ fn targets(backends: &[Backend]) -> Vec<Target> {
 
 /// Deletes the pod the kubelet way under load: new connections until the endpoint is removed,
 /// keep-alive connections throughout, and slow requests sent just before the removal, in flight
-/// when sozu is told to stop. Returns what the clients saw and how each container stopped.
-/// Deletes the pod under load; returns what the load saw, how each container stopped, and the
+/// when sozu is told to stop. Returns what the clients saw, how each container stopped, and the
 /// containers' logs (with the kubelet's own notes: probes, signals), for a failure to show.
 fn delete_under_load(
     mut pod: Pod,
@@ -117,6 +116,17 @@ fn delete_under_load(
     (report, stopped, logs)
 }
 
+/// The same load as [`delete_under_load`], for as long, on a pod that is not being deleted: a
+/// failure here is the machine's (too starved to serve a pod that is doing nothing special),
+/// not the drain's.
+fn control_window(backends: &[Backend]) -> Report {
+    let mut load = Load::start(https(), targets(backends), 4, 4);
+    std::thread::sleep(Duration::from_secs(1) + ENDPOINT_REMOVAL - Duration::from_millis(300));
+    load.send_slow_requests(4, PRE_STOP - ENDPOINT_REMOVAL + Duration::from_millis(1500));
+    std::thread::sleep(PRE_STOP + Duration::from_secs(2));
+    load.stop()
+}
+
 fn print_report(what: &str, report: &Report) {
     println!(
         "{what}: new connections {} ok / {} failed; keep-alive {} ok / {} failed / {} handed over; \
@@ -133,6 +143,22 @@ fn print_report(what: &str, report: &Report) {
 
 #[test]
 fn the_rendered_pod_becomes_ready_serves_rotates_and_drains_without_failing_a_request() {
+    // A deletion that fails right after a control window that failed too is the machine's
+    // doing: said, and tried once more on a new pod. Any other failure is the product's.
+    for attempt in 1..=2 {
+        match ready_serves_rotates_and_drains() {
+            Ok(()) => return,
+            Err(starved) if attempt == 1 => println!(
+                "the machine is starved, not the drain at fault: {starved}; trying once more"
+            ),
+            Err(starved) => panic!("starved twice in a row: {starved}"),
+        }
+    }
+}
+
+/// One run of the test above: `Err` when the deletion failed and the control window just
+/// before it failed as well.
+fn ready_serves_rotates_and_drains() -> Result<(), String> {
     let (network, backends) = pod_backends();
     let dir = short_tempdir();
     let yaml = render(&workspace(dir.path(), &backends, PRE_STOP.as_secs()));
@@ -164,7 +190,7 @@ fn the_rendered_pod_becomes_ready_serves_rotates_and_drains_without_failing_a_re
     // A renewal by the CSI driver is served.
     let renewed = pod.volumes().renew(HOSTS[0]);
     let switched = Instant::now();
-    eventually(Duration::from_secs(10), "the renewed certificate", || {
+    eventually(Duration::from_secs(60), "the renewed certificate", || {
         https_get(https(), HOSTS[0], "/")
             .ok()
             .filter(|seen| seen.fingerprint == renewed)
@@ -192,9 +218,20 @@ fn the_rendered_pod_becomes_ready_serves_rotates_and_drains_without_failing_a_re
         );
     }
 
+    let control = control_window(&backends);
+    print_report("control window, no deletion", &control);
     let (report, stopped, logs) = delete_under_load(pod, &backends);
     print_report("deleted with the preStop", &report);
     println!("containers: {stopped:?}");
+    if report.failed() > 0 && control.failed() > 0 {
+        return Err(format!(
+            "the control window failed {} requests with the same load and no deletion, the \
+             deletion {}: {:?}",
+            control.failed(),
+            report.failed(),
+            report
+        ));
+    }
     assert_eq!(report.failed(), 0, "{report:#?}\n{logs}");
     assert!(
         report.new_connections.ok > 0 && report.keep_alive.ok > 0,
@@ -213,11 +250,12 @@ fn the_rendered_pod_becomes_ready_serves_rotates_and_drains_without_failing_a_re
         sozu.sigterm_at.is_some_and(|at| at >= PRE_STOP),
         "SIGTERM only after the preStop wait: {sozu:?}"
     );
-    assert!(!sozu.killed && !agent.killed, "{stopped:?}");
+    assert!(!sozu.killed && !agent.killed, "{stopped:?}\n{logs}");
     assert!(
         agent.sigterm_at >= sozu.exited_at,
         "the sidecar stops after sozu: {stopped:?}"
     );
+    Ok(())
 }
 
 /// Without the preStop wait, sozu stops accepting while the load balancer still sends it new
