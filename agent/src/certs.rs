@@ -669,6 +669,11 @@ mod tests {
 
     /// The layout cert-manager's CSI driver and the kubelet write: `..data` → a timestamped
     /// directory, visible links through `..data`.
+    /// What the tls dir source does with a host's directory: read, then parse.
+    fn load(tls_dir: &Path, host: &str, now: i64) -> Result<Certificate, CertError> {
+        read_pair(&tls_dir.join(host))?.parse(host, now)
+    }
+
     #[test]
     fn a_kubernetes_volume_is_read_through_its_data_link() {
         let tls = tempfile::tempdir().unwrap();
