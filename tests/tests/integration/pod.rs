@@ -86,25 +86,47 @@ fn targets(backends: &[Backend]) -> Vec<Target> {
         .collect()
 }
 
+/// When the test did its part of a deletion, from the moment the kubelet started deleting: the
+/// slow requests sent, and the endpoint removed from the emulated load balancer. Both are meant
+/// to happen inside the preStop wait; a test thread starved past sozu's SIGTERM did not do its
+/// part, whatever the pod did.
+#[derive(Debug, Clone, Copy)]
+struct Schedule {
+    slow_sent: Duration,
+    endpoint_removed: Duration,
+}
+
 /// Deletes the pod the kubelet way under load: new connections until the endpoint is removed,
 /// keep-alive connections throughout, and slow requests sent just before the removal, in flight
-/// when sozu is told to stop. Returns what the clients saw, how each container stopped, and the
-/// containers' logs (with the kubelet's own notes: probes, signals), for a failure to show.
+/// when sozu is told to stop. Returns what the clients saw, how each container stopped, when
+/// the test did its part, and the containers' logs (with the kubelet's own notes: probes,
+/// signals), for a failure to show.
 fn delete_under_load(
     mut pod: Pod,
     backends: &[Backend],
-) -> (Report, Vec<private_ingress_tests::kubelet::Stopped>, String) {
+) -> (
+    Report,
+    Vec<private_ingress_tests::kubelet::Stopped>,
+    Schedule,
+    String,
+) {
     let mut load = Load::start(https(), targets(backends), 4, 4);
     std::thread::sleep(Duration::from_secs(1));
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
     let deletion = std::thread::spawn(move || {
+        let _ = started_tx.send(Instant::now());
         let stopped = pod.delete();
         (pod, stopped)
     });
-    let deleted = Instant::now();
-    std::thread::sleep(ENDPOINT_REMOVAL - Duration::from_millis(300));
+    let deleted = started_rx.recv().expect("the deletion started");
+    std::thread::sleep(
+        ENDPOINT_REMOVAL.saturating_sub(Duration::from_millis(300) + deleted.elapsed()),
+    );
     load.send_slow_requests(4, PRE_STOP - ENDPOINT_REMOVAL + Duration::from_millis(1500));
+    let slow_sent = deleted.elapsed();
     std::thread::sleep(ENDPOINT_REMOVAL.saturating_sub(deleted.elapsed()));
     load.remove_endpoint();
+    let endpoint_removed = deleted.elapsed();
     let (pod, stopped) = deletion.join().expect("delete the pod");
     let report = load.stop();
     let logs = ["sozu", "agent"]
@@ -113,7 +135,11 @@ fn delete_under_load(
         .collect::<Vec<_>>()
         .join("\n");
     drop(pod);
-    (report, stopped, logs)
+    let schedule = Schedule {
+        slow_sent,
+        endpoint_removed,
+    };
+    (report, stopped, schedule, logs)
 }
 
 /// The same load as [`delete_under_load`], for as long, on a pod that is not being deleted: a
@@ -220,9 +246,9 @@ fn ready_serves_rotates_and_drains() -> Result<(), String> {
 
     let control = control_window(&backends);
     print_report("control window, no deletion", &control);
-    let (report, stopped, logs) = delete_under_load(pod, &backends);
+    let (report, stopped, schedule, logs) = delete_under_load(pod, &backends);
     print_report("deleted with the preStop", &report);
-    println!("containers: {stopped:?}");
+    println!("containers: {stopped:?}; the test's part: {schedule:?}");
     if report.failed() > 0 && control.failed() > 0 {
         return Err(format!(
             "the control window failed {} requests with the same load and no deletion, the \
@@ -230,6 +256,20 @@ fn ready_serves_rotates_and_drains() -> Result<(), String> {
             control.failed(),
             report.failed(),
             report
+        ));
+    }
+    let sigterm = stopped
+        .iter()
+        .find(|s| s.name == "sozu")
+        .and_then(|s| s.sigterm_at);
+    if report.failed() > 0 && sigterm.is_some_and(|at| schedule.endpoint_removed >= at) {
+        return Err(format!(
+            "the test removed the endpoint {:?} into the deletion and sent its slow requests at \
+             {:?}, after sozu's SIGTERM at {sigterm:?}: the load balancer it emulates was late, \
+             not the drain; the deletion failed {} requests: {report:?}",
+            schedule.endpoint_removed,
+            schedule.slow_sent,
+            report.failed()
         ));
     }
     assert_eq!(report.failed(), 0, "{report:#?}\n{logs}");
@@ -272,7 +312,7 @@ fn without_the_pre_stop_wait_requests_fail_during_a_deletion() {
     let pod = Pod::start(&yaml, &images(), network);
     pod.wait_ready(Duration::from_secs(60))
         .unwrap_or_else(|e| panic!("{e}"));
-    let (report, _, _) = delete_under_load(pod, &backends);
+    let (report, _, _, _) = delete_under_load(pod, &backends);
     print_report("deleted without the preStop", &report);
     assert!(report.failed() > 0, "{report:?}");
 }
