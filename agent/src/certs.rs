@@ -358,7 +358,8 @@ pub fn parse(
         key: KeyPem::new(pem(key_label, key_der.secret_der())),
         not_before: validity.not_before.timestamp(),
         not_after: validity.not_after.timestamp(),
-        names: names.into(),
+        names: BTreeSet::from([host.to_owned()]).into(),
+        other_names: names.into_iter().filter(|n| n != host).collect(),
     })
 }
 

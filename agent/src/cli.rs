@@ -75,6 +75,8 @@ pub enum Command {
     EvaluateWorkspace {
         #[arg(long)]
         memory_limit: u64,
+        #[arg(long)]
+        root: Option<PathBuf>,
         workspace: PathBuf,
     },
 }
@@ -102,6 +104,15 @@ pub struct RunArgs {
     /// Address of /healthz, /readyz, /metrics and /v1/state.
     #[arg(long, env = "PRIVATE_INGRESS_ADMIN_ADDRESS", default_value = DEFAULT_ADMIN_ADDRESS)]
     pub admin_address: std::net::SocketAddr,
+    /// A host name the admin server answers to, besides IP addresses and `localhost` (a
+    /// Service's name, say); repeat, or separate with commas. A request naming any other host is
+    /// refused, which keeps a DNS-rebinding page from reading it.
+    #[arg(
+        long,
+        env = "PRIVATE_INGRESS_ADMIN_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    pub admin_allowed_host: Vec<String>,
     /// Seconds between full resyncs (re-read sozu's state, repair drift); 0 disables. At most a
     /// day.
     #[arg(long, env = "PRIVATE_INGRESS_RESYNC_INTERVAL", default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=DAY_SECONDS))]
@@ -165,10 +176,15 @@ pub struct EvalArgs {
     /// Seconds a workspace evaluation may take before it is stopped.
     #[arg(long, env = "PRIVATE_INGRESS_EVAL_TIMEOUT", default_value_t = 30.0, value_parser = positive_seconds)]
     pub eval_timeout: f64,
-    /// Memory (MiB of address space) a workspace evaluation may use.
+    /// Memory (MiB of address space) a workspace evaluation may use at most; in a container
+    /// with a memory limit, no more than the container has left beside the agent.
     #[arg(long, env = "PRIVATE_INGRESS_EVAL_MEMORY_MIB", default_value_t = 4096,
           value_parser = clap::value_parser!(u64).range(256..))]
     pub eval_memory_mib: u64,
+    /// The directory tree the workspace may import from (after symlinks); by default the
+    /// workspace file's own directory. An import outside it is refused.
+    #[arg(long, env = "PRIVATE_INGRESS_WORKSPACE_ROOT")]
+    pub workspace_root: Option<PathBuf>,
 }
 
 impl EvalArgs {
@@ -176,6 +192,7 @@ impl EvalArgs {
         crate::sandbox::Limits {
             timeout: Duration::from_secs_f64(self.eval_timeout),
             memory_bytes: self.eval_memory_mib.saturating_mul(1 << 20),
+            root: self.workspace_root.clone(),
         }
     }
 }

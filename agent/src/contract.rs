@@ -2,7 +2,8 @@
 //!
 //! The contract (`schema/private_ingress.ncl`, compiled into the binary) is applied to whatever the
 //! workspace evaluates to, so a workspace can be plain data — Nickel, or JSON, YAML or TOML, chosen
-//! by the file's extension. Imports resolve relative to the workspace file.
+//! by the file's extension. Imports resolve relative to the importing file, and stay inside the
+//! workspace's directory tree ([`crate::imports`]).
 //!
 //! Two rules are checked here, after evaluation, rather than in Nickel: the uniqueness of
 //! (host, path_prefix) across routes, because a hash map makes it linear where a Nickel fold is
@@ -28,6 +29,7 @@ use nickel_lang_core::position::PosTable;
 use nickel_lang_core::program::{Program, ProgramBuilder};
 use serde::Deserialize;
 
+use crate::imports::{self, Root, WalkError};
 use crate::workspace::{RawWorkspace, TlsRotation, Workspace};
 
 /// The contract, as shipped in `schema/private_ingress.ncl`.
@@ -58,11 +60,31 @@ impl ContractError {
     }
 }
 
-/// Evaluates `path` in this process. Only for trusted input (tests, benchmarks): a workspace that
-/// recurses without end overflows the stack and aborts the process. Everything else goes through
-/// [`crate::sandbox::evaluate`].
+/// Evaluates `path` in this process, its imports confined to its own directory. Only for trusted
+/// input (tests, benchmarks): a workspace that recurses without end overflows the stack and
+/// aborts the process. Everything else goes through [`crate::sandbox::evaluate`].
 pub fn evaluate(path: &Path) -> Result<Workspace, ContractError> {
+    evaluate_in(path, None)
+}
+
+/// [`evaluate`], with the imports confined to `root` (an ancestor of the workspace's directory)
+/// instead: every import is checked before Nickel reads anything ([`crate::imports`]).
+pub fn evaluate_in(path: &Path, root: Option<&Path>) -> Result<Workspace, ContractError> {
     let path = readable_workspace(path)?;
+    let confined = Root::of(&path, root).map_err(|err| ContractError::Unreadable {
+        path: root.unwrap_or(&path).to_owned(),
+        reason: format!("the workspace root: {}", io_reason(&err)),
+    })?;
+    match imports::walk(&path, &confined) {
+        Ok(_) => {}
+        Err(WalkError::Import(error)) => return Err(ContractError::invalid(error.render())),
+        Err(error @ WalkError::Outside { .. }) => {
+            return Err(ContractError::invalid(format!("error: {error}\n")))
+        }
+        Err(WalkError::Read { path, reason }) => {
+            return Err(ContractError::Unreadable { path, reason })
+        }
+    }
     let main = format!(
         "{SCHEMA}\n|> (fun schema => (import \"{}\") | schema.Workspace)\n",
         escape_nickel_string(&path.to_string_lossy())

@@ -25,19 +25,18 @@
 //! ship them in the ConfigMap.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
-use nickel_lang_core::cache::InputFormat;
-use nickel_lang_core::parser::lexer::{Lexer, NormalToken, StringToken, Token};
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 use serde_json::{json, Value};
 use sha2::Digest;
 
 use crate::alerts::AlertSettings;
+use crate::imports::{self, normalize, Root, WalkError};
 use crate::render::{self, RenderError, SozuSettings};
 use crate::workspace::{ContainerResources, Dns01, TlsRotation, Upstream, Workspace};
 
@@ -156,41 +155,37 @@ pub struct WorkspaceFiles {
 }
 
 impl WorkspaceFiles {
-    /// Reads `workspace` and follows its `import "…"`s. Imports are found with Nickel's own lexer
-    /// rather than by evaluating: this runs in the parent process, after the sandboxed evaluation
-    /// has already accepted the workspace, and lexing cannot loop or recurse. Paths keep their
-    /// layout relative to the files' deepest common directory, so relative imports still resolve
-    /// in the pod.
-    pub fn read(workspace: &Path) -> Result<WorkspaceFiles, DeployError> {
+    /// Reads `workspace` and follows its `import "…"`s ([`crate::imports::walk`]: confined to
+    /// `root`, the workspace's directory unless wider, as the evaluation is). Imports are found
+    /// with Nickel's own lexer rather than by evaluating: this runs in the parent process, after
+    /// the sandboxed evaluation has already accepted the workspace, and lexing cannot loop or
+    /// recurse. Paths keep their layout relative to the files' deepest common directory, so
+    /// relative imports still resolve in the pod.
+    pub fn read(workspace: &Path, root: Option<&Path>) -> Result<WorkspaceFiles, DeployError> {
+        let read_error = |path: &Path, reason: String| DeployError::Read {
+            path: path.to_owned(),
+            reason,
+        };
         let entry = std::path::absolute(workspace)
             .map(|path| normalize(&path))
-            .map_err(|err| DeployError::Read {
-                path: workspace.to_owned(),
-                reason: err.to_string(),
-            })?;
-        let mut contents: BTreeMap<PathBuf, String> = BTreeMap::new();
-        let mut queue = VecDeque::from([(entry.clone(), format_of(&entry))]);
-        while let Some((path, format)) = queue.pop_front() {
-            if contents.contains_key(&path) {
-                continue;
-            }
-            let text = std::fs::read_to_string(&path).map_err(|err| DeployError::Read {
+            .map_err(|err| read_error(workspace, err.to_string()))?;
+        let tree = Root::of(&entry, root)
+            .map_err(|err| read_error(root.unwrap_or(&entry), err.to_string()))?;
+        let walked = imports::walk(&entry, &tree).map_err(|err| match err {
+            WalkError::Read { path, reason } => DeployError::Read { path, reason },
+            WalkError::Outside { ref path, .. } => DeployError::Scan {
                 path: path.clone(),
                 reason: err.to_string(),
-            })?;
-            if format == InputFormat::Nickel {
-                let dir = path.parent().unwrap_or(Path::new("/"));
-                for (import, format) in imports(&text).map_err(|reason| DeployError::Scan {
-                    path: path.clone(),
-                    reason,
-                })? {
-                    let target = normalize(&dir.join(&import));
-                    let format = format.unwrap_or_else(|| format_of(&target));
-                    queue.push_back((target, format));
-                }
-            }
-            contents.insert(path, text);
+            },
+            WalkError::Import(error) => DeployError::Scan {
+                path: error.file.clone(),
+                reason: error.message,
+            },
+        })?;
+        if let Some((path, reason)) = walked.unreadable.into_iter().next() {
+            return Err(DeployError::Read { path, reason });
         }
+        let contents = walked.files;
         let root = common_dir(contents.keys());
         let relative = |path: &Path| {
             let parts: Vec<_> = path
@@ -209,83 +204,6 @@ impl WorkspaceFiles {
                 .collect(),
         })
     }
-}
-
-/// How Nickel reads a file it imports without `as 'Format`: by extension, Nickel by default.
-fn format_of(path: &Path) -> InputFormat {
-    InputFormat::from_path(path).unwrap_or_default()
-}
-
-/// The static paths of every `import "…"` in a Nickel source, with the format an `as 'Format`
-/// names. Imports are always static strings, so the lexer sees all of them.
-fn imports(source: &str) -> Result<Vec<(String, Option<InputFormat>)>, String> {
-    let mut tokens = Lexer::new(source).map(|token| match token {
-        Ok((_, token, _)) => Ok(token),
-        Err(err) => Err(format!("{err:?}")),
-    });
-    let mut found = Vec::new();
-    let mut pending: Option<Token> = None;
-    loop {
-        let token = match pending.take() {
-            Some(token) => token,
-            None => match tokens.next() {
-                Some(token) => token?,
-                None => return Ok(found),
-            },
-        };
-        if token != Token::Normal(NormalToken::Import) {
-            continue;
-        }
-        match tokens.next().transpose()? {
-            Some(Token::Normal(NormalToken::DoubleQuote)) => {}
-            Some(Token::Normal(NormalToken::Identifier(name))) => {
-                return Err(format!(
-                    "`import {name}` imports a package, which cannot be shipped in a ConfigMap; \
-                     import its files by path instead"
-                ))
-            }
-            _ => return Err("an `import` is not followed by a path".into()),
-        }
-        let mut path = String::new();
-        loop {
-            match tokens.next().transpose()? {
-                Some(Token::Str(StringToken::Literal(text))) => path.push_str(&text),
-                Some(Token::Str(StringToken::EscapedChar(c))) => path.push(c),
-                Some(Token::Normal(NormalToken::DoubleQuote)) => break,
-                _ => return Err(format!("the import path `{path}…` is not a plain string")),
-            }
-        }
-        let mut format = None;
-        match tokens.next().transpose()? {
-            Some(Token::Normal(NormalToken::As)) => match tokens.next().transpose()? {
-                Some(Token::Normal(NormalToken::RawEnumTag(tag))) => {
-                    format = Some(
-                        tag.parse::<InputFormat>()
-                            .map_err(|()| format!("unknown import format '{tag}"))?,
-                    );
-                }
-                _ => return Err(format!("`import \"{path}\" as` names no format")),
-            },
-            Some(other) => pending = Some(other),
-            None => {}
-        }
-        found.push((path, format));
-    }
-}
-
-/// `path` without `.` and `..` components, as Nickel resolves an import.
-fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for component in path.components() {
-        match component {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 /// The deepest directory holding every path.
@@ -1175,32 +1093,6 @@ mod tests {
         ] {
             assert_eq!(acme_directory_port(url), port, "{url}");
         }
-    }
-
-    #[test]
-    fn imports_are_found_with_their_format_and_escapes() {
-        let found = imports(
-            r#"let a = import "a.ncl" in
-# import "commented.ncl"
-let s = "import \"in-a-string.ncl\"" in
-{ b = import "dir/b.yaml" as 'Nickel, c = import "c\"q.json", d = "%{import "d.txt"}" }"#,
-        )
-        .unwrap();
-        assert_eq!(
-            found,
-            [
-                ("a.ncl".to_owned(), None),
-                ("dir/b.yaml".to_owned(), Some(InputFormat::Nickel)),
-                ("c\"q.json".to_owned(), None),
-                ("d.txt".to_owned(), None),
-            ]
-        );
-    }
-
-    #[test]
-    fn a_package_import_is_refused_with_a_reason() {
-        let err = imports("import foo").unwrap_err();
-        assert!(err.contains("imports a package"), "{err}");
     }
 
     #[test]

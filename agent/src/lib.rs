@@ -2,7 +2,8 @@
 //!
 //! From the outside in:
 //! - [`contract`] evaluates a workspace file with the bundled Nickel contract (isolated in a
-//!   child process by [`sandbox`]) into a [`workspace::Workspace`];
+//!   child process by [`sandbox`], its imports confined by [`imports`]) into a
+//!   [`workspace::Workspace`]; [`text`] makes what it says safe to print;
 //! - [`desired`] maps it to sozu's vocabulary ([`state`]), the one mapping both outputs share;
 //!   [`plan`] turns the difference between that and what sozu holds into requests. Both pure;
 //! - [`render`] and [`deploy`] write files from the model (a sozu configuration, Kubernetes
@@ -24,6 +25,7 @@ pub mod clock;
 pub mod contract;
 pub mod deploy;
 pub mod desired;
+pub mod imports;
 pub mod memory;
 pub mod plan;
 pub mod reconcile;
@@ -35,4 +37,5 @@ pub mod sozu;
 pub mod state;
 pub mod status;
 pub mod supervisor;
+pub mod text;
 pub mod workspace;

@@ -82,7 +82,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
                 Format::K8s | Format::Dns => {
                     let rendered = if format == Format::K8s {
-                        deploy::WorkspaceFiles::read(&workspace)
+                        deploy::WorkspaceFiles::read(&workspace, eval.workspace_root.as_deref())
                             .and_then(|files| deploy::k8s(&ws, &files, &alerts))
                     } else {
                         deploy::dns(&ws)
@@ -146,9 +146,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::EvaluateWorkspace {
             memory_limit,
+            root,
             workspace,
         } => {
-            let code = sandbox::child_main(&workspace, memory_limit);
+            let code = sandbox::child_main(&workspace, root.as_deref(), memory_limit);
             Ok(ExitCode::from(u8::try_from(code).unwrap_or(3)))
         }
     }
@@ -158,7 +159,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// exit code; other failures propagate as errors.
 fn load(path: &std::path::Path, eval: &EvalArgs) -> anyhow::Result<Result<Workspace, ExitCode>> {
     let exe = std::env::current_exe().context("cannot locate the private-ingress executable")?;
-    match sandbox::evaluate(&exe, path, eval.limits()) {
+    match sandbox::evaluate(&exe, path, &eval.limits()) {
         Ok(ws) => Ok(Ok(ws)),
         Err(SandboxError::Contract(ContractError::Invalid { diagnostic })) => {
             eprint!("{diagnostic}");

@@ -339,7 +339,20 @@ impl CertificatePlan<'_> {
         let owned = |names: &[String]| owned_certificate(names, &desired.zone);
         if let Some(certificate) = desired.certificates().get(host) {
             let fingerprint = certificate.fingerprint.as_str();
-            if !self.present.contains(fingerprint) && !self.sent.contains(fingerprint) {
+            let names_differ = self
+                .present
+                .names_of(fingerprint)
+                .is_some_and(|names| !names.iter().eq(certificate.names.iter()));
+            if names_differ && !self.sent.contains(fingerprint) {
+                // Held under other names (sent by an older agent with every SAN): replaced by
+                // itself under the host's name alone, which sozu 2.3.3 does in one step.
+                ops.push(Op::ReplaceCertificate {
+                    address,
+                    old_fingerprint: fingerprint.to_owned(),
+                    certificate: certificate.clone(),
+                });
+                self.sent.insert(fingerprint.to_owned());
+            } else if !self.present.contains(fingerprint) && !self.sent.contains(fingerprint) {
                 // Replace one of ours when there is one, so the switch has no gap.
                 let old = self.present.named(host).find(|(old, names)| {
                     owned(names) && !desired.is_wanted(old) && !self.removed.contains(*old)
@@ -556,8 +569,9 @@ pub fn apply(actual: &mut Actual, op: &Op) {
             old_fingerprint,
             certificate,
         } => {
-            add_summary(actual, *address, certificate);
+            // Removed first: a certificate replaced by itself under new names stays.
             remove_summary(actual, *address, old_fingerprint);
+            add_summary(actual, *address, certificate);
         }
         Op::RemoveCertificate {
             address,
@@ -631,6 +645,7 @@ pub(crate) mod tests {
 
     pub(crate) fn cert(host: &str, serial: u8) -> Certificate {
         Certificate {
+            other_names: std::sync::Arc::from([]),
             fingerprint: format!("{serial:02x}{}", "ab".repeat(31)),
             chain: vec![format!("PEM {host} {serial}")].into(),
             key: KeyPem::new("key".into()),
@@ -658,6 +673,48 @@ pub(crate) mod tests {
 
     fn position(ops: &[Op], pred: impl Fn(&Op) -> bool) -> usize {
         ops.iter().position(pred).expect("op present")
+    }
+
+    /// A pair that names another host too is served for its own host only: one held under
+    /// every SAN (as an older agent sent it) is replaced by itself under its host's name, in one
+    /// request, and then left alone.
+    #[test]
+    fn a_certificate_held_under_other_names_is_replaced_by_itself() {
+        let ws = workspace(&[
+            ("a.in.example.org", "/", "10.0.0.1:80"),
+            ("b.in.example.org", "/", "10.0.0.2:80"),
+        ]);
+        let (a, b) = (cert("a.in.example.org", 1), cert("b.in.example.org", 2));
+        let want = desired(&ws, &[a.clone(), b.clone()]);
+        let mut actual = Actual::default();
+        for op in plan(&Actual::default(), &want) {
+            apply(&mut actual, &op);
+        }
+        let https = want.https_address.unwrap();
+        let held = actual.certificates.get_mut(&https).unwrap();
+        held.remove(&a.fingerprint);
+        held.insert(
+            &a.fingerprint,
+            &BTreeSet::from(["a.in.example.org".to_owned(), "b.in.example.org".to_owned()]),
+        );
+        let ops = plan(&actual, &want);
+        assert_eq!(
+            ops,
+            [Op::ReplaceCertificate {
+                address: https,
+                old_fingerprint: a.fingerprint.clone(),
+                certificate: a.clone(),
+            }]
+        );
+        apply(&mut actual, &ops[0]);
+        let held = &actual.certificates[&https];
+        assert_eq!(
+            held.names_of(&a.fingerprint),
+            Some(&["a.in.example.org".to_owned()][..])
+        );
+        let b_served: Vec<&str> = held.named("b.in.example.org").map(|(f, _)| f).collect();
+        assert_eq!(b_served, [b.fingerprint.as_str()]);
+        assert_eq!(plan(&actual, &want), []);
     }
 
     #[test]

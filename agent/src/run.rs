@@ -142,18 +142,13 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
             address: args.admin_address,
             source,
         })?;
-    let (stop_admin, mut admin_stopped) = watch::channel(false);
-    let router = crate::api::admin::router(views.clone());
-    tasks.spawn("admin", async move {
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                let _ = admin_stopped.wait_for(|stop| *stop).await;
-            })
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "the admin server failed");
-        }
-    });
+    let (stop_admin, admin_stopped) = watch::channel(false);
+    let allowed = crate::api::admin::AllowedHosts::new(args.admin_allowed_host.clone());
+    let router = crate::api::admin::router(views.clone(), allowed);
+    tasks.spawn(
+        "admin",
+        crate::api::admin::serve(listener, router, admin_stopped),
+    );
 
     // Bulk changes go as a state file beside the socket: the one directory sozu surely shares.
     let proxy = SozuProxy::new(

@@ -1,10 +1,18 @@
-//! Runs workspace evaluation in a child process, bounded in time and memory.
+//! Runs workspace evaluation in a child process, bounded in time and memory, and confined.
 //!
 //! Nickel has no step limit and a stack overflow aborts the whole process, so a workspace that
 //! recurses without end would take the agent (and the proxy's configuration with it) down. The
-//! child is this same binary, re-executed with a hidden subcommand: it caps its own address space,
-//! evaluates on a thread with a large stack, and prints one JSON [`Report`] on stdout. The parent
-//! kills it at the deadline and turns a crash into an error that says what probably happened.
+//! child is this same binary, re-executed with a hidden subcommand and an empty environment: it
+//! caps its own address space, restricts its file access to reading the workspace's directory
+//! tree where the kernel has Landlock (besides the import check of [`crate::imports`], which
+//! holds everywhere), evaluates on a thread with a large stack, and prints one JSON [`Report`]
+//! on stdout. The parent reads at most [`MAX_REPORT_BYTES`] of it, kills it at the deadline,
+//! turns a crash into an error that says what probably happened, and cleans the diagnostic
+//! ([`crate::text`]) before anyone logs, serves or prints it.
+//!
+//! The memory cap follows the container: inside a cgroup with a `memory.max`, the child may
+//! use at most what the cgroup has left beside the agent, so that a workspace that grows without
+//! end fails its own evaluation instead of having the whole container OOM-killed.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -24,12 +32,23 @@ pub const CHILD_SUBCOMMAND: &str = "__evaluate-workspace";
 /// a stack overflow the parent reports.
 const EVAL_STACK_BYTES: usize = 512 << 20;
 
-#[derive(Debug, Clone, Copy)]
+/// The child's report (a workspace of 10,000 routes is a few MB) and its error output are read
+/// up to these sizes; a child that writes more is stopped.
+pub const MAX_REPORT_BYTES: u64 = 64 << 20;
+const MAX_STDERR_BYTES: u64 = 1 << 20;
+/// What the agent itself is left, in a cgroup with a memory limit, when the child's cap is worked
+/// out from what the cgroup has left.
+const AGENT_HEADROOM_BYTES: u64 = 64 << 20;
+
+#[derive(Debug, Clone)]
 pub struct Limits {
     /// Wall-clock time the evaluation may take.
     pub timeout: Duration,
-    /// Address space the child may map (its stack included).
+    /// Address space the child may map (its stack included), at most; less when the cgroup has
+    /// less left (see the module).
     pub memory_bytes: u64,
+    /// The directory tree the workspace may read: its own directory when `None`.
+    pub root: Option<PathBuf>,
 }
 
 impl Default for Limits {
@@ -38,6 +57,7 @@ impl Default for Limits {
         Limits {
             timeout: Duration::from_secs(30),
             memory_bytes: 4 << 30,
+            root: None,
         }
     }
 }
@@ -55,6 +75,8 @@ pub enum SandboxError {
         exe: PathBuf,
         source: std::io::Error,
     },
+    #[error("evaluating {} wrote more than {} bytes and was stopped", path.display(), MAX_REPORT_BYTES)]
+    TooLarge { path: PathBuf },
 }
 
 impl SandboxError {
@@ -66,6 +88,7 @@ impl SandboxError {
             SandboxError::Contract(ContractError::Invalid { .. })
                 | SandboxError::TimedOut { .. }
                 | SandboxError::Crashed { .. }
+                | SandboxError::TooLarge { .. }
         )
     }
 }
@@ -80,11 +103,18 @@ pub enum Report {
 }
 
 /// Evaluates `path` in a child process running `exe` (normally `std::env::current_exe()`).
-pub fn evaluate(exe: &Path, path: &Path, limits: Limits) -> Result<Workspace, SandboxError> {
-    let mut child = Command::new(exe)
+pub fn evaluate(exe: &Path, path: &Path, limits: &Limits) -> Result<Workspace, SandboxError> {
+    let memory = cap_for_cgroup(limits.memory_bytes, cgroup_room());
+    let mut command = Command::new(exe);
+    command
+        .env_clear()
         .arg(CHILD_SUBCOMMAND)
         .arg("--memory-limit")
-        .arg(limits.memory_bytes.to_string())
+        .arg(memory.to_string());
+    if let Some(root) = &limits.root {
+        command.arg("--root").arg(root);
+    }
+    let mut child = command
         .arg(path)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -100,8 +130,14 @@ pub fn evaluate(exe: &Path, path: &Path, limits: Limits) -> Result<Workspace, Sa
     // the moment the report is complete, where polling would add up to a poll interval to
     // every evaluation.
     let (closed_tx, closed) = std::sync::mpsc::channel();
-    let stdout = child.stdout.take().map(|pipe| drain(pipe, Some(closed_tx)));
-    let stderr = child.stderr.take().map(|pipe| drain(pipe, None));
+    let stdout = child
+        .stdout
+        .take()
+        .map(|pipe| drain(pipe, MAX_REPORT_BYTES, Some(closed_tx)));
+    let stderr = child
+        .stderr
+        .take()
+        .map(|pipe| drain(pipe, MAX_STDERR_BYTES, None));
 
     let deadline = Instant::now() + limits.timeout;
     let _ = closed.recv_timeout(limits.timeout);
@@ -131,15 +167,25 @@ pub fn evaluate(exe: &Path, path: &Path, limits: Limits) -> Result<Workspace, Sa
             }
         }
     };
-    let stdout = stdout.and_then(|h| h.join().ok()).unwrap_or_default();
-    let stderr = stderr.and_then(|h| h.join().ok()).unwrap_or_default();
+    let (stdout, too_large) = stdout.and_then(|h| h.join().ok()).unwrap_or_default();
+    let (stderr, _) = stderr.and_then(|h| h.join().ok()).unwrap_or_default();
+    if too_large {
+        return Err(SandboxError::TooLarge {
+            path: path.to_owned(),
+        });
+    }
 
     match serde_json::from_slice::<Report>(&stdout) {
         Ok(Report::Ok(workspace)) if status.success() => Ok(workspace),
-        Ok(Report::Unreadable { path, reason }) => {
-            Err(ContractError::Unreadable { path, reason }.into())
+        Ok(Report::Unreadable { path, reason }) => Err(ContractError::Unreadable {
+            path,
+            reason: crate::text::clean_line(&reason, crate::text::MAX_LINE_BYTES),
         }
-        Ok(Report::Invalid { diagnostic }) => Err(ContractError::Invalid { diagnostic }.into()),
+        .into()),
+        Ok(Report::Invalid { diagnostic }) => Err(ContractError::Invalid {
+            diagnostic: crate::text::clean(&diagnostic, crate::text::MAX_DIAGNOSTIC_BYTES),
+        }
+        .into()),
         _ => Err(SandboxError::Crashed {
             path: path.to_owned(),
             cause: crash_cause(status, &String::from_utf8_lossy(&stderr)),
@@ -147,19 +193,57 @@ pub fn evaluate(exe: &Path, path: &Path, limits: Limits) -> Result<Workspace, Sa
     }
 }
 
-/// Reads `pipe` to its end on a thread; says so on `closed`, if given.
+/// Reads `pipe` to its end, or to `limit` bytes, on a thread; says so on `closed`, if given.
+/// Returns what was read and whether there was more (the child is stopped then: it would block
+/// on a full pipe).
 fn drain(
-    mut pipe: impl Read + Send + 'static,
+    pipe: impl Read + Send + 'static,
+    limit: u64,
     closed: Option<std::sync::mpsc::Sender<()>>,
-) -> std::thread::JoinHandle<Vec<u8>> {
+) -> std::thread::JoinHandle<(Vec<u8>, bool)> {
     std::thread::spawn(move || {
         let mut buf = Vec::new();
+        let mut pipe = pipe.take(limit + 1);
         let _ = pipe.read_to_end(&mut buf);
+        let too_large = buf.len() as u64 > limit;
+        buf.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
         if let Some(closed) = closed {
             let _ = closed.send(());
         }
-        buf
+        (buf, too_large)
     })
+}
+
+/// What the child may map: `configured`, or what the cgroup has left beside the agent when that
+/// is less (`room`, see [`cgroup_room`]).
+pub fn cap_for_cgroup(configured: u64, room: Option<u64>) -> u64 {
+    match room {
+        Some(room) => configured.min(room.saturating_sub(AGENT_HEADROOM_BYTES)),
+        None => configured,
+    }
+}
+
+/// The memory this process's cgroup has left (`memory.max` minus `memory.current`), or `None`
+/// where it has no limit (or is not a cgroup v2 with the memory controller).
+pub fn cgroup_room() -> Option<u64> {
+    let membership = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let dir = cgroup_dir(&membership)?;
+    let base = Path::new("/sys/fs/cgroup").join(dir.trim_start_matches('/'));
+    let max = std::fs::read_to_string(base.join("memory.max")).ok()?;
+    let current = std::fs::read_to_string(base.join("memory.current")).ok()?;
+    room(&max, &current)
+}
+
+/// The cgroup v2 directory in `/proc/self/cgroup` (the `0::` line).
+fn cgroup_dir(membership: &str) -> Option<&str> {
+    membership.lines().find_map(|l| l.strip_prefix("0::"))
+}
+
+/// `memory.max` (`max` when unlimited) minus `memory.current`.
+fn room(max: &str, current: &str) -> Option<u64> {
+    let max: u64 = max.trim().parse().ok()?;
+    let current: u64 = current.trim().parse().ok()?;
+    Some(max.saturating_sub(current))
 }
 
 fn crash_cause(status: ExitStatus, stderr: &str) -> String {
@@ -176,19 +260,24 @@ fn crash_cause(status: ExitStatus, stderr: &str) -> String {
     }
 }
 
-/// The child's side: cap memory, evaluate on a big stack, print the report. Returns the process
-/// exit code.
-pub fn child_main(path: &Path, memory_bytes: u64) -> i32 {
+/// The child's side: cap memory, confine reads, evaluate on a big stack, print the report.
+/// Returns the process exit code.
+pub fn child_main(path: &Path, root: Option<&Path>, memory_bytes: u64) -> i32 {
     // The cap is best effort: without it the deadline still bounds the child.
     let _ = rlimit::setrlimit(rlimit::Resource::AS, memory_bytes, memory_bytes);
     crate::memory::use_one_heap();
+    // Best effort too: the import check of `contract` holds without it.
+    if let Ok(tree) = crate::imports::Root::of(path, root) {
+        let _ = confine_reads(tree.real());
+    }
     let path = path.to_owned();
+    let root = root.map(Path::to_owned);
     // The stack counts against the cap: keep it to a quarter, so a small cap still evaluates.
     let stack = EVAL_STACK_BYTES.min(usize::try_from(memory_bytes / 4).unwrap_or(usize::MAX));
     let evaluation = std::thread::Builder::new()
         .name("evaluate".into())
         .stack_size(stack)
-        .spawn(move || contract::evaluate(&path));
+        .spawn(move || contract::evaluate_in(&path, root.as_deref()));
     let report = match evaluation.map(|h| h.join()) {
         Ok(Ok(Ok(workspace))) => Report::Ok(workspace),
         Ok(Ok(Err(ContractError::Unreadable { path, reason }))) => {
@@ -213,6 +302,23 @@ pub fn child_main(path: &Path, memory_bytes: u64) -> i32 {
     }
 }
 
+/// Restricts this process (and the threads it starts after) to reading files under `tree`, and
+/// to nothing else on the file system: Landlock, where the kernel has it. Returns whether it is
+/// in force.
+fn confine_reads(tree: &Path) -> Result<bool, landlock::RulesetError> {
+    use landlock::{
+        path_beneath_rules, Access, AccessFs, Ruleset, RulesetAttr, RulesetCreatedAttr,
+        RulesetStatus, ABI,
+    };
+    let abi = ABI::V1;
+    let status = Ruleset::default()
+        .handle_access(AccessFs::from_all(abi))?
+        .create()?
+        .add_rules(path_beneath_rules([tree], AccessFs::from_read(abi)))?
+        .restrict_self()?;
+    Ok(status.ruleset != RulesetStatus::NotEnforced)
+}
+
 /// [`LoadWorkspace`] through this sandbox, off the async runtime.
 ///
 /// [`LoadWorkspace`]: crate::sources::workspace::LoadWorkspace
@@ -224,12 +330,32 @@ pub struct SandboxLoader {
 
 impl crate::sources::workspace::LoadWorkspace for SandboxLoader {
     async fn load(&self) -> Result<Workspace, SandboxError> {
-        let (exe, path, limits) = (self.exe.clone(), self.path.clone(), self.limits);
-        tokio::task::spawn_blocking(move || evaluate(&exe, &path, limits))
+        let (exe, path, limits) = (self.exe.clone(), self.path.clone(), self.limits.clone());
+        tokio::task::spawn_blocking(move || evaluate(&exe, &path, &limits))
             .await
             .map_err(|e| SandboxError::Crashed {
                 path: self.path.clone(),
                 cause: format!("could not be waited for: {e}"),
             })?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cap_is_what_the_cgroup_has_left_beside_the_agent() {
+        assert_eq!(
+            cgroup_dir("12:cpu:/x\n0::/kubepods/pod1/agent\n"),
+            Some("/kubepods/pod1/agent")
+        );
+        assert_eq!(room("max\n", "1000\n"), None);
+        let mib = 1 << 20;
+        // A 512 MiB container whose agent uses 100 MiB: the child gets 348 MiB, not 4 GiB.
+        let left = room(&format!("{}\n", 512 * mib), &format!("{}\n", 100 * mib));
+        assert_eq!(cap_for_cgroup(4 << 30, left), 348 * mib);
+        assert_eq!(cap_for_cgroup(256 * mib, left), 256 * mib);
+        assert_eq!(cap_for_cgroup(4 << 30, None), 4 << 30);
     }
 }

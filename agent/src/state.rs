@@ -243,8 +243,12 @@ pub struct Certificate {
     /// The validity window, seconds since the epoch.
     pub not_before: i64,
     pub not_after: i64,
-    /// The names it covers (SANs, or the CN when there is no SAN), as sozu indexes them.
+    /// The names sozu serves it for. A pair read from `<tls dir>/<host>/` serves `host` alone:
+    /// sozu's `names` override the SANs, so a pair that also names another route host cannot
+    /// take that host's clients (sozu serves the longest-lived certificate of a name).
     pub names: Arc<BTreeSet<String>>,
+    /// What else its DNS SANs name, which sozu is not told (shown in the status).
+    pub other_names: Arc<[String]>,
 }
 
 /// What the workspace asks sozu to hold.
@@ -377,6 +381,11 @@ impl ListenerCertificates {
 
     pub fn contains(&self, fingerprint: &str) -> bool {
         self.by_fingerprint.contains_key(fingerprint)
+    }
+
+    /// The names the certificate `fingerprint` is served for.
+    pub fn names_of(&self, fingerprint: &str) -> Option<&[String]> {
+        self.by_fingerprint.get(fingerprint).map(|n| &n[..])
     }
 
     /// Every certificate: (fingerprint, names), by fingerprint.

@@ -85,6 +85,7 @@ pub fn table(status: &Status) -> String {
         }
     );
     if let Some(e) = &status.workspace.last_error {
+        let e = crate::text::clean(e, crate::text::MAX_DIAGNOSTIC_BYTES);
         let _ = writeln!(out, "workspace error:\n{e}");
     }
     let headers = [
@@ -150,6 +151,23 @@ pub fn table(status: &Status) -> String {
         })
         .collect();
     write_table(&mut out, &headers, &rows);
+    // A pair that names more than its host is served for its host alone: said once per host.
+    let mut noted = std::collections::BTreeSet::new();
+    for r in &status.routes {
+        if !r.certificate.other_names.is_empty() && noted.insert(&r.host) {
+            let line = format!(
+                "note: the pair of {} also names {}; it is served for {} only",
+                r.host,
+                r.certificate.other_names.join(", "),
+                r.host
+            );
+            let _ = writeln!(
+                out,
+                "{}",
+                crate::text::clean_line(&line, crate::text::MAX_LINE_BYTES)
+            );
+        }
+    }
     // Upstreams, for the routes where there is more to say than the UPSTREAM column: several
     // upstreams, a weight, a drain, or a health sozu reported.
     let upstream_rows: Vec<[String; 6]> = status
@@ -225,12 +243,22 @@ pub fn table(status: &Status) -> String {
     out
 }
 
-/// Columns aligned on the widest cell, two spaces apart; the last column is not padded.
+/// Columns aligned on the widest cell, two spaces apart; the last column is not padded. Every
+/// cell is shown with its control characters escaped: a status carries text a workspace or a
+/// file name chose, and a terminal must not act on it.
 pub(crate) fn write_table<const N: usize>(
     out: &mut String,
     headers: &[&str; N],
     rows: &[[String; N]],
 ) {
+    let rows: Vec<[String; N]> = rows
+        .iter()
+        .map(|row| {
+            row.clone()
+                .map(|cell| crate::text::clean_line(&cell, crate::text::MAX_LINE_BYTES))
+        })
+        .collect();
+    let rows = &rows[..];
     let mut widths = headers.map(str::len);
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -314,6 +342,42 @@ mod tests {
         );
         assert!(
             text.contains("in rotation            10.0.0.2:80 down"),
+            "{text}"
+        );
+    }
+
+    /// What a workspace or a file name chose reaches the terminal as text: no escape sequence
+    /// is acted on. A pair that names another host says it is served for its own.
+    #[test]
+    fn control_characters_are_escaped_and_foreign_names_noted() {
+        let status = Status {
+            workspace: crate::api::WorkspaceStatus {
+                loaded: true,
+                zone: Some("in.example.org".into()),
+                last_error: Some("bad \u{1b}]0;owned\u{7} title".into()),
+            },
+            routes: vec![RouteStatus {
+                host: "a.in.example.org".into(),
+                path_prefix: "/".into(),
+                certificate: CertificateStatus {
+                    other_names: vec!["b.in.example.org".into()],
+                    ..CertificateStatus::default()
+                },
+                last_error: Some("resolving x: \u{1b}[2J".into()),
+                ..RouteStatus::default()
+            }],
+            ..Status::default()
+        };
+        let text = table(&status);
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{text:?}"
+        );
+        assert!(text.contains("\\u{1b}]0;owned"), "{text}");
+        assert!(
+            text.contains(
+                "note: the pair of a.in.example.org also names b.in.example.org; it is served for a.in.example.org only"
+            ),
             "{text}"
         );
     }

@@ -35,6 +35,8 @@ pub struct RawWorkspace {
     /// evaluated by an older contract, which then gets the default.
     #[serde(default)]
     pub hsts: Option<RawHsts>,
+    #[serde(default)]
+    pub allow_special_upstream_addresses: bool,
 }
 
 /// `false`, or a policy.
@@ -231,6 +233,10 @@ pub struct Workspace {
     /// soft stop (each pod deletion) and every drain that closes sessions would fail them.
     #[serde(default)]
     pub hsts: Option<Hsts>,
+    /// Keep loopback, link-local, unspecified and multicast addresses in DNS answers for
+    /// upstream names (dropped otherwise).
+    #[serde(default)]
+    pub allow_special_upstream_addresses: bool,
 }
 
 /// The policy `hsts = true` stands for, as the contract documents it: a year, this host only
@@ -616,6 +622,7 @@ impl Workspace {
             deploy,
             acme,
             hsts,
+            allow_special_upstream_addresses: raw.allow_special_upstream_addresses,
         })
     }
 
@@ -963,6 +970,7 @@ pub(crate) fn test_workspace(tls_dir: &std::path::Path, routes: Vec<Route>) -> W
         deploy: Default::default(),
         acme: None,
         hsts: None,
+        allow_special_upstream_addresses: false,
     }
 }
 

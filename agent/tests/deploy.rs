@@ -26,12 +26,38 @@ fn reference() -> PathBuf {
 }
 
 fn render(workspace: &Path, format: &str) -> String {
+    render_with(workspace, format, &[])
+}
+
+fn render_with(workspace: &Path, format: &str, extra: &[&str]) -> String {
     let (code, out, err) = run(bin()
         .arg("render")
         .arg(workspace)
-        .args(["--format", format]));
+        .args(["--format", format])
+        .args(extra));
     assert_eq!(code, 0, "render --format {format} failed: {err}");
     out
+}
+
+/// A workspace in `root/conf/` that imports `root/shared/routes.ncl`: readable with
+/// `--workspace-root root` only.
+fn deeper_workspace(root: &Path) -> PathBuf {
+    std::fs::create_dir_all(root.join("conf")).unwrap();
+    std::fs::create_dir_all(root.join("shared")).unwrap();
+    std::fs::write(
+        root.join("shared/routes.ncl"),
+        "[{ host = \"grafana.in.example.org\", upstream = \"10.0.0.12\", port = 3001 }]\n",
+    )
+    .unwrap();
+    let workspace = root.join("conf/workspace.ncl");
+    std::fs::write(
+        &workspace,
+        "{\n  zone = \"in.example.org\",\n  cluster_issuer = \"internal-ca\",\n  \
+         listeners = { https = \"[::]:8443\", http = \"[::]:8080\" },\n  \
+         routes = import \"../shared/routes.ncl\",\n}\n",
+    )
+    .unwrap();
+    workspace
 }
 
 /// Every document of a multi-document YAML stream.
@@ -263,27 +289,69 @@ fn reloader_mode_has_a_certificate_and_a_secret_volume_per_host() {
         assert_eq!(mount["mountPath"], format!("/etc/sozu/tls/{host}"));
     }
     // Imports travel with the workspace, at their relative paths.
-    let config = &find(&docs, "ConfigMap")[0]["data"];
-    let keys: Vec<&str> = config
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .collect();
+    let keys = |docs: &[Value]| -> Vec<String> {
+        find(docs, "ConfigMap")[0]["data"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect()
+    };
+    assert_eq!(keys(&docs), ["routes.ncl", "sozu.toml", "workspace.ncl"]);
     assert_eq!(
-        keys,
+        find(&docs, "ConfigMap")[0]["data"]["routes.ncl"],
+        std::fs::read_to_string(repo().join("schema/examples/modular/routes.ncl")).unwrap()
+    );
+    // A workspace deeper in its root: its imports at their paths under the root, and an entry
+    // at the volume's root that imports it.
+    let dir = tempfile::tempdir().unwrap();
+    let deeper = deeper_workspace(dir.path());
+    let root = dir.path().display().to_string();
+    let docs = documents(&render_with(&deeper, "k8s", &["--workspace-root", &root]));
+    assert_eq!(
+        keys(&docs),
         [
-            "examples--modular--routes.ncl",
-            "examples--modular--workspace.ncl",
+            "conf--workspace.ncl",
             "private-ingress-workspace.ncl",
-            "private_ingress.ncl",
+            "shared--routes.ncl",
             "sozu.toml",
         ]
     );
-    assert_eq!(
-        config["private_ingress.ncl"],
-        std::fs::read_to_string(repo().join("schema/private_ingress.ncl")).unwrap()
+}
+
+/// `render` ships the files the evaluation may read, and no other: an import out of the
+/// workspace's directory fails the render as it fails `check`, and nothing is copied.
+#[test]
+fn render_refuses_to_ship_a_file_from_outside_the_workspace_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let deeper = deeper_workspace(dir.path());
+    std::fs::write(dir.path().join("secret"), "s3cret-value\n").unwrap();
+    let (code, out, err) = run(bin().arg("render").arg(&deeper).args(["--format", "k8s"]));
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("import outside the workspace's directory"),
+        "{err}"
     );
+    assert!(err.contains("workspace.ncl:5:"), "{err}");
+    // An absolute import of a secret is refused before anything reads it.
+    std::fs::write(
+        &deeper,
+        format!(
+            "{{ zone = \"in.example.org\", cluster_issuer = import \"{}\" as 'Text, routes = [] }}\n",
+            dir.path().join("secret").display()
+        ),
+    )
+    .unwrap();
+    for format in ["k8s", "json"] {
+        let (code, out, err) = run(bin().arg("render").arg(&deeper).args(["--format", format]));
+        assert_eq!(code, 1, "{out}{err}");
+        assert!(
+            !out.contains("s3cret") && !err.contains("s3cret"),
+            "{out}{err}"
+        );
+        assert!(err.contains("is an absolute path"), "{err}");
+    }
 }
 
 /// `tls_rotation = 'sozu_managed`: no certificate volume per host, a memory-backed tls dir the
@@ -409,14 +477,25 @@ fn sozu_managed_mode_has_a_memory_tls_dir_a_state_claim_and_the_credentials_as_f
 /// file it is given checks, with every route.
 #[test]
 fn the_mounted_configmap_is_the_same_workspace() {
+    let deeper = tempfile::tempdir().unwrap();
     for (workspace, summary) in [
         (reference(), "3 routes in zone in.librecloud.online"),
         (
             repo().join("schema/examples/modular/workspace.ncl"),
             "4 routes in zone in.example.org, tls_rotation reloader",
         ),
+        (
+            deeper_workspace(deeper.path()),
+            "1 route in zone in.example.org",
+        ),
     ] {
-        let docs = documents(&render(&workspace, "k8s"));
+        let root = deeper.path().display().to_string();
+        let extra: &[&str] = if workspace.starts_with(deeper.path()) {
+            &["--workspace-root", &root]
+        } else {
+            &[]
+        };
+        let docs = documents(&render_with(&workspace, "k8s", extra));
         let data = &find(&docs, "ConfigMap")[0]["data"];
         let volume = pod_spec(&docs)["volumes"]
             .as_array()
@@ -810,6 +889,24 @@ fn the_manifests_carry_what_cluster_tools_expect() {
             .iter()
             .all(|m| m["name"] != tmp["name"]),
         "sozu's temporary directory is its own"
+    );
+}
+
+/// The deployed reference is the example plus its `lb_ip`: a copy (a workspace imports only
+/// under its own directory) that must not drift from the example.
+#[test]
+fn the_deployed_reference_is_the_example_with_its_lb_ip() {
+    let example =
+        private_ingress::contract::evaluate(&repo().join("schema/examples/librecloud.ncl"))
+            .unwrap();
+    let deployed = private_ingress::contract::evaluate(&reference()).unwrap();
+    assert_eq!(deployed.lb_ip, Some("10.200.3.6".parse().unwrap()));
+    assert_eq!(
+        private_ingress::workspace::Workspace {
+            lb_ip: None,
+            ..deployed
+        },
+        example
     );
 }
 

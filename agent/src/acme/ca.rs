@@ -177,7 +177,49 @@ impl Session for AcmeSession {
         }
     }
 
+    /// A nonce the CA refused (RFC 8555 §6.5: the client retries) fails the attempt only after
+    /// instant-acme's own retries; the order is then resumed at once, twice at most, instead of
+    /// costing a back-off.
     async fn order(
+        &self,
+        host: &str,
+        pending: Option<PendingOrder>,
+        replaces: Option<String>,
+        progress: &mut (impl Progress + Send),
+    ) -> Result<Obtained, Failed> {
+        let mut pending = pending;
+        let mut placed = false;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self
+                .attempt(host, pending, replaces.clone(), progress)
+                .await
+            {
+                Err(failed) if matches!(failed.error, AcmeError::BadNonce(_)) && attempt < 3 => {
+                    tracing::info!(host, error = %failed.error, "the CA refused a nonce; resuming the order");
+                    placed |= failed.placed;
+                    pending = progress.pending();
+                }
+                Err(failed) => {
+                    return Err(Failed {
+                        placed: placed || failed.placed,
+                        ..failed
+                    })
+                }
+                Ok(obtained) => {
+                    return Ok(Obtained {
+                        placed: placed || obtained.placed,
+                        ..obtained
+                    })
+                }
+            }
+        }
+    }
+}
+
+impl AcmeSession {
+    async fn attempt(
         &self,
         host: &str,
         pending: Option<PendingOrder>,

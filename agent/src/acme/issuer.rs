@@ -271,6 +271,10 @@ impl Progress for HostProgress {
         let (store, host, record) = (self.store.clone(), self.host.clone(), self.record.clone());
         blocking(move || store.save_host(&host, &record)).await
     }
+
+    fn pending(&self) -> Option<PendingOrder> {
+        self.record.pending.clone()
+    }
 }
 
 impl<C: Ca> Issuer<C> {

@@ -55,6 +55,8 @@ pub enum AcmeError {
     RateLimited(String),
     #[error("the ACME CA answered: {0}")]
     Ca(String),
+    #[error("the ACME CA refused a request's nonce again after retries: {0}")]
+    BadNonce(String),
     #[error("the ACME CA no longer knows the account: {0}")]
     AccountGone(String),
     #[error("the CA did not validate the DNS-01 challenge: {0}")]
@@ -81,6 +83,7 @@ impl AcmeError {
             AcmeError::Unreachable(_) => "ca_unreachable",
             AcmeError::RateLimited(_) => "rate_limited",
             AcmeError::Ca(_) => "ca_error",
+            AcmeError::BadNonce(_) => "bad_nonce",
             AcmeError::AccountGone(_) => "account_unknown",
             AcmeError::Validation(_) => "validation",
             AcmeError::Authorization(_) => "authorization",
@@ -98,6 +101,8 @@ impl AcmeError {
                 let kind = problem.r#type.as_deref().unwrap_or_default();
                 if kind.ends_with(":rateLimited") {
                     AcmeError::RateLimited(problem.to_string())
+                } else if kind.ends_with(":badNonce") {
+                    AcmeError::BadNonce(problem.to_string())
                 } else if kind.ends_with(":accountDoesNotExist") {
                     AcmeError::AccountGone(problem.to_string())
                 } else {

@@ -65,6 +65,9 @@ pub trait Progress {
         &mut self,
         pending: Option<&PendingOrder>,
     ) -> impl std::future::Future<Output = Result<(), AcmeError>> + Send;
+
+    /// The order in flight as last saved.
+    fn pending(&self) -> Option<PendingOrder>;
 }
 
 /// Runs the order for `host`: resumes `pending` when it is one of this CA's, else places one.

@@ -59,17 +59,26 @@ pub struct Backoff {
     pub failures: u32,
 }
 
-/// The issuer's status, shared with the admin server.
+/// The issuer's status, shared with the admin server, and how many times it was published.
 #[derive(Debug, Clone, Default)]
-pub struct IssuerHandle(Arc<RwLock<Option<IssuerStatus>>>);
+pub struct IssuerHandle(Arc<RwLock<(u64, Option<IssuerStatus>)>>);
 
 impl IssuerHandle {
     pub fn snapshot(&self) -> Option<IssuerStatus> {
-        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.0.read().unwrap_or_else(|p| p.into_inner()).1.clone()
+    }
+
+    /// Counts the changes: a body rendered from the status is rendered again when it moved.
+    pub fn version(&self) -> u64 {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).0
     }
 
     pub fn publish(&self, status: IssuerStatus) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Some(status);
+        let mut slot = self.0.write().unwrap_or_else(|p| p.into_inner());
+        if slot.1.as_ref() != Some(&status) {
+            slot.0 += 1;
+            slot.1 = Some(status);
+        }
     }
 }
 

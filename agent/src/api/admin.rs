@@ -1,23 +1,167 @@
 //! The admin HTTP endpoints: `/healthz` (the reconcile loop turns: see [`super::Heartbeat`]),
-//! `/readyz` (sozu holds the whole desired state, certificates included), `/metrics` (Prometheus text) and `/v1/state` (the
-//! agent's view per route, as JSON). All of them read what the loop and the DNS source publish;
-//! none of them talks to sozu, so a scrape never competes with a reconcile.
+//! `/readyz` (sozu holds the whole desired state, certificates included), `/metrics`
+//! (Prometheus text) and `/v1/state` (the agent's view per route, as JSON). All of them read what
+//! the loop and the sources publish; none of them talks to sozu, so a scrape never competes with
+//! a reconcile.
+//!
+//! The server is bounded, so that no client can stall or starve the agent:
+//! - **at most [`MAX_CONNECTIONS`] connections**; one more is closed at once;
+//! - **deadlines**: a request's head must arrive within [`HEADER_TIMEOUT`], and a connection
+//!   lives at most [`CONNECTION_DEADLINE`], whatever it is doing (a client that never reads its
+//!   answer holds it no longer);
+//! - **bodies rendered once** per state of what they show, on the blocking pool, and shared by
+//!   every request until it changes: a hundred clients of a 9 MB `/v1/state` hold one copy;
+//! - **the probes first**: `/healthz` and `/readyz` read two atomics' worth of state and answer
+//!   at once, whatever the data endpoints are doing;
+//! - **a `Host` allow-list**: an IP literal, `localhost`, or a name given with
+//!   `--admin-allowed-host`. A page that DNS-rebinds its own name to the agent's address (through
+//!   a `kubectl port-forward`, say) is refused.
+//!
+//! No token is asked for: `/metrics` and `/v1/state` hold no key or credential, and the rendered
+//! NetworkPolicy lets only the monitoring namespace reach the port (docs/security.md).
 
-use axum::extract::State;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
-use axum::response::IntoResponse;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
 
 use super::Views;
 
-pub fn router(views: Views) -> Router {
+/// Connections open at once. Prometheus and the kubelet keep a few; the rest are people.
+pub const MAX_CONNECTIONS: usize = 128;
+/// A request's head must have arrived by then.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest a connection lives: room to send 9 MB to a slow scraper, none to hold it.
+pub const CONNECTION_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Names the admin server answers to besides IP literals and `localhost`.
+#[derive(Debug, Clone, Default)]
+pub struct AllowedHosts(Arc<Vec<String>>);
+
+impl AllowedHosts {
+    pub fn new(names: impl IntoIterator<Item = String>) -> AllowedHosts {
+        AllowedHosts(Arc::new(
+            names
+                .into_iter()
+                .map(|n| n.trim().to_ascii_lowercase())
+                .filter(|n| !n.is_empty())
+                .collect(),
+        ))
+    }
+
+    /// Whether a request whose `Host` is `host` (with or without a port) is answered.
+    pub fn allows(&self, host: &str) -> bool {
+        let name = strip_port(host).to_ascii_lowercase();
+        name.parse::<IpAddr>().is_ok()
+            || name == "localhost"
+            || self.0.contains(&name)
+    }
+}
+
+/// `host:port`, `[v6]:port`, `[v6]` or `host`, without its port and brackets.
+fn strip_port(host: &str) -> &str {
+    if let Some(rest) = host.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match host.rsplit_once(':') {
+        // An IPv6 literal without brackets has several colons: no port to strip.
+        Some((name, port)) if !name.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) => {
+            name
+        }
+        _ => host,
+    }
+}
+
+pub fn router(views: Views, allowed: AllowedHosts) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/v1/state", get(state))
         .with_state(views)
+        .layer(axum::middleware::from_fn(move |request, next| {
+            check_host(allowed.clone(), request, next)
+        }))
+}
+
+async fn check_host(allowed: AllowedHosts, request: Request, next: Next) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| request.uri().authority().map(|a| a.as_str()));
+    match host {
+        Some(host) if allowed.allows(host) => next.run(request).await,
+        _ => (
+            StatusCode::FORBIDDEN,
+            "this Host is not one the admin server answers to (an IP address, localhost, or \
+             --admin-allowed-host)\n",
+        )
+            .into_response(),
+    }
+}
+
+/// Serves `router` on `listener` until `stop` turns true; then lets the exchanges in flight
+/// finish (the caller bounds how long it waits).
+pub async fn serve(listener: TcpListener, router: Router, mut stop: watch::Receiver<bool>) {
+    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut connections = JoinSet::new();
+    let (closing, closed) = watch::channel(false);
+    loop {
+        let stopped = async {
+            let _ = stop.wait_for(|stop| *stop).await;
+        };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = stopped => break,
+            // Reaped as they end, so the set does not grow.
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let Ok((stream, _)) = accepted else {
+            continue;
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            tracing::debug!("admin connection refused: {MAX_CONNECTIONS} already open");
+            continue;
+        };
+        let service = TowerToHyperService::new(router.clone());
+        let mut closed = closed.clone();
+        connections.spawn(async move {
+            let _permit = permit;
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT);
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            let mut connection = std::pin::pin!(connection);
+            let closing = async {
+                let _ = closed.wait_for(|c| *c).await;
+            };
+            let served = async {
+                tokio::select! {
+                    _ = connection.as_mut() => {}
+                    () = closing => {
+                        connection.as_mut().graceful_shutdown();
+                        let _ = connection.as_mut().await;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(CONNECTION_DEADLINE, served).await;
+        });
+    }
+    let _ = closing.send(true);
+    while connections.join_next().await.is_some() {}
 }
 
 async fn healthz(State(views): State<Views>) -> impl IntoResponse {
@@ -43,8 +187,8 @@ async fn readyz(State(views): State<Views>) -> impl IntoResponse {
     }
 }
 
-async fn state(State(views): State<Views>) -> impl IntoResponse {
-    match views.state_json() {
+async fn state(State(views): State<Views>) -> Response {
+    match views.state_body().await {
         Ok(body) => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, "application/json")],
@@ -55,13 +199,46 @@ async fn state(State(views): State<Views>) -> impl IntoResponse {
     }
 }
 
-async fn metrics(State(views): State<Views>) -> impl IntoResponse {
-    (
-        StatusCode::OK,
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        views.metrics(),
-    )
+async fn metrics(State(views): State<Views>) -> Response {
+    match views.metrics_body().await {
+        Ok(body) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            body,
+        )
+            .into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_ip_literals_localhost_and_configured_names_are_answered() {
+        let allowed = AllowedHosts::new(["Agent.Example.internal".to_owned()]);
+        for host in [
+            "127.0.0.1:9180",
+            "10.1.2.3",
+            "[::1]:9180",
+            "[fd00::5]",
+            "fd00::5",
+            "localhost:9180",
+            "agent.example.internal:9180",
+        ] {
+            assert!(allowed.allows(host), "{host}");
+        }
+        for host in [
+            "evil.example:9180",
+            "attacker.example",
+            "localhost.evil",
+            "",
+        ] {
+            assert!(!allowed.allows(host), "{host}");
+        }
+    }
 }

@@ -253,6 +253,11 @@ pub fn render(snapshot: &Snapshot, counters: &Counters, dns: &[DnsNameStatus]) -
             "Times sozu's event stream broke (counted as a possible sozu restart)",
             counters.event_stream_breaks,
         ),
+        (
+            "private_ingress_dns_dropped_addresses_total",
+            "Addresses of upstream names' answers not used as backends: loopback, link-local, unspecified, multicast (unless the workspace allows them), or over the cap per name",
+            counters.dns_dropped_addresses,
+        ),
     ] {
         header(&mut out, name, "counter", help);
         sample(

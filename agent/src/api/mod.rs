@@ -163,6 +163,10 @@ pub struct CertificateStatus {
     pub error: Option<String>,
     /// Why the pair on disk was refused, as a stable name (see `CertError::reason`).
     pub error_reason: Option<String>,
+    /// Names of the pair on disk besides the host's own (another route host, a wildcard): sozu
+    /// is told the host's name alone, so the pair is served for this host only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_names: Vec<String>,
     /// Certificates replaced in sozu for this host since the agent started.
     pub rotations: u64,
     /// Unix seconds of the last replacement.
@@ -186,6 +190,10 @@ pub struct DnsNameStatus {
     pub last_success: Option<i64>,
     /// The TTL of the last answer, when the resolver gave one.
     pub ttl_seconds: Option<u64>,
+    /// Addresses of the last answer not used as backends, each with why (`loopback`,
+    /// `link-local`, `unspecified`, `multicast`, `broadcast`, `over the cap`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped_addresses: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -211,6 +219,9 @@ pub struct Counters {
     /// Times sozu's event stream broke (counted as a possible sozu restart).
     #[serde(default)]
     pub event_stream_breaks: u64,
+    /// Addresses dropped from upstream names' answers (special addresses, over the cap).
+    #[serde(default)]
+    pub dns_dropped_addresses: u64,
 }
 
 /// A route's status, with its metric lines rendered when it changed.
@@ -300,13 +311,33 @@ impl Serialize for RoutesRef<'_> {
 pub type SharedStatus = Arc<Published>;
 
 /// What the admin endpoints read: the loop's snapshots and heartbeat, the DNS source's table,
-/// and the ACME issuer's status.
+/// and the ACME issuer's status; and the bodies last rendered from them.
 #[derive(Clone, Default)]
 pub struct Views {
     pub status: SharedStatus,
     pub heartbeat: Heartbeat,
     pub dns: crate::sources::dns::DnsTable,
     pub issuer: crate::acme::IssuerHandle,
+    pub bodies: Arc<Bodies>,
+}
+
+/// `/v1/state` and `/metrics` as last rendered, with what they were rendered from: a request
+/// while nothing changed gets the same bytes, shared, not a copy of its own.
+#[derive(Default)]
+pub struct Bodies {
+    state: tokio::sync::Mutex<Option<(Version, bytes::Bytes)>>,
+    metrics: tokio::sync::Mutex<Option<(Version, bytes::Bytes)>>,
+}
+
+/// What a body was rendered from: the loop's snapshot (kept, so that it is compared by
+/// identity), and the DNS table's and the issuer's versions.
+#[derive(Clone)]
+struct Version(Arc<Snapshot>, u64, u64);
+
+impl PartialEq for Version {
+    fn eq(&self, other: &Version) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) && self.1 == other.1 && self.2 == other.2
+    }
 }
 
 /// When the reconcile loop last turned: `/healthz` answers from it. A loop that waits for
@@ -384,6 +415,7 @@ impl Views {
         let dns = self.dns.lock().unwrap_or_else(|p| p.into_inner());
         let mut counters = counters.clone();
         counters.dns_failures = dns.failures_total;
+        counters.dns_dropped_addresses = dns.dropped_total;
         (dns.names.values().cloned().collect(), counters)
     }
 
@@ -395,6 +427,47 @@ impl Views {
         status.counters = counters;
         status.issuer = self.issuer.snapshot();
         status
+    }
+
+    fn version(&self) -> Version {
+        let dns = self.dns.lock().unwrap_or_else(|p| p.into_inner()).version;
+        Version(self.status.load(), dns, self.issuer.version())
+    }
+
+    /// `/v1/state` as bytes to send: rendered once per change, on the blocking pool.
+    pub async fn state_body(&self) -> Result<bytes::Bytes, serde_json::Error> {
+        let views = self.clone();
+        self.cached(&self.bodies.state, move || {
+            views.state_json().map(Into::into)
+        })
+        .await
+    }
+
+    /// `/metrics` as bytes to send: rendered once per change, on the blocking pool.
+    pub async fn metrics_body(&self) -> Result<bytes::Bytes, serde_json::Error> {
+        let views = self.clone();
+        self.cached(&self.bodies.metrics, move || Ok(views.metrics().into()))
+            .await
+    }
+
+    async fn cached(
+        &self,
+        slot: &tokio::sync::Mutex<Option<(Version, bytes::Bytes)>>,
+        render: impl FnOnce() -> Result<bytes::Bytes, serde_json::Error> + Send + 'static,
+    ) -> Result<bytes::Bytes, serde_json::Error> {
+        // Held while rendering: a second request waits for the first's bytes.
+        let mut slot = slot.lock().await;
+        let version = self.version();
+        if let Some((rendered, body)) = slot.as_ref() {
+            if *rendered == version {
+                return Ok(body.clone());
+            }
+        }
+        let body = tokio::task::spawn_blocking(render)
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+        *slot = Some((version, body.clone()));
+        Ok(body)
     }
 
     /// `/v1/state`, serialized from the latest snapshot without copying it.

@@ -103,6 +103,14 @@ impl BackendTracker {
         self.no_available.clear();
     }
 
+    /// Forgets the backends `keep` says are gone (an answer that moved, a route removed) and the
+    /// clusters that went with them: as answers churn, the maps hold what is, not what was.
+    pub fn retain(&mut self, keep: impl Fn(&str) -> bool, keep_cluster: impl Fn(&str) -> bool) {
+        self.health.retain(|id, _| keep(id));
+        self.drains.retain(|id, _| keep(id));
+        self.no_available.retain(|id| keep_cluster(id));
+    }
+
     pub fn health_of(&self, backend_id: &str) -> (BackendHealth, u64) {
         self.health
             .get(backend_id)

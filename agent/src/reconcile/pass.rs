@@ -42,6 +42,10 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         let result = self.sync(&work).await;
         if let Ok(scope) = &result {
             self.dirty.scope(scope);
+            // What the backend maps keep follows the routes and their names' answers.
+            if scope.everything || work.workspace || !work.names.is_empty() {
+                self.prune_backends();
+            }
         }
         // Every route shows whether sozu can be reached.
         self.dirty.all |= was_unreachable != result.is_err();
@@ -202,6 +206,28 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             self.last_converged = u64::try_from(self.clock.unix()).ok();
         }
         Ok(scope)
+    }
+}
+
+impl<P: Proxy, C: CertSource> Agent<P, C> {
+    /// Drops health and drain entries of backends no route has any more.
+    fn prune_backends(&mut self) {
+        let Some(model) = &self.model else {
+            return;
+        };
+        let names = crate::desired::Names::Resolved(self.dns.resolved());
+        let mut ids = std::collections::BTreeSet::new();
+        for route in &model.workspace().routes {
+            for upstream in &route.upstreams {
+                for address in crate::desired::addresses(&upstream.upstream, names) {
+                    ids.insert(crate::desired::backend_id(&route.id, &address));
+                }
+            }
+        }
+        self.backends.retain(
+            |id| ids.contains(id),
+            |cluster| model.route_by_id(cluster).is_some(),
+        );
     }
 }
 

@@ -261,6 +261,7 @@ mod tests {
             not_before: 0,
             not_after: 1,
             names: BTreeSet::from([host.to_owned()]).into(),
+            other_names: std::sync::Arc::from([]),
         };
         let add = |host: &str, serial| Op::AddCertificate {
             address: https,

@@ -202,6 +202,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 served_not_after: served_validity.map(|v| v.1),
                 error: cert_error.map(|(m, _)| m.to_owned()),
                 error_reason: cert_error.map(|(_, r)| r.to_owned()),
+                other_names: disk.map(|c| c.other_names.to_vec()).unwrap_or_default(),
                 rotations: rotation.map_or(0, |r| r.0),
                 last_rotation: rotation.map(|r| r.1),
             },

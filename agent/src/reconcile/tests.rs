@@ -1036,9 +1036,10 @@ async fn healthz(h: &Harness) -> (u16, String) {
         heartbeat: h.heartbeat.clone(),
         ..crate::api::Views::default()
     };
-    let response = crate::api::admin::router(views)
+    let response = crate::api::admin::router(views, Default::default())
         .oneshot(
             http::Request::get("/healthz")
+                .header(http::header::HOST, "127.0.0.1:9180")
                 .body(axum::body::Body::empty())
                 .unwrap(),
         )

@@ -6,6 +6,11 @@
 //! - A failed or timed-out lookup keeps the last good answer, is retried sooner (doubling from
 //!   [`DnsSettings::retry_min`] up to the interval), and is reported per name.
 //! - A lookup that never answers holds up nothing but the next lookup of its own name.
+//! - An answer is not trusted whole: loopback, link-local (the cloud metadata address among
+//!   them), unspecified and multicast addresses are dropped unless the workspace allows them
+//!   (`allow_special_upstream_addresses`), and at most [`MAX_ADDRESSES_PER_NAME`] are kept; what
+//!   was dropped is logged once, counted, and shown with the name. An answer left with nothing is
+//!   a failed lookup.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -28,12 +33,53 @@ pub struct Answer {
     pub ttl: Option<Duration>,
 }
 
+/// The addresses kept of one answer: a Service has a handful, a headless one its pods' (a large
+/// StatefulSet stays under this); more is a resolver gone wrong, and each is a backend in sozu.
+pub const MAX_ADDRESSES_PER_NAME: usize = 64;
+
+/// Why an address of an answer is not used as a backend, unless the workspace allows it; `None`
+/// for an address that may be.
+pub fn special(address: &IpAddr) -> Option<&'static str> {
+    let mapped = match address {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4),
+        IpAddr::V4(_) => None,
+    };
+    match mapped.as_ref().unwrap_or(address) {
+        a if a.is_loopback() => Some("loopback"),
+        a if a.is_unspecified() => Some("unspecified"),
+        a if a.is_multicast() => Some("multicast"),
+        IpAddr::V4(v4) if v4.is_link_local() => Some("link-local"),
+        IpAddr::V4(v4) if v4.is_broadcast() => Some("broadcast"),
+        IpAddr::V6(v6) if v6.is_unicast_link_local() => Some("link-local"),
+        _ => None,
+    }
+}
+
+/// Splits `addresses` (sorted) into those kept and those dropped, each with why.
+pub fn filter(
+    addresses: Vec<IpAddr>,
+    allow_special: bool,
+) -> (Vec<IpAddr>, Vec<(IpAddr, &'static str)>) {
+    let mut kept = Vec::with_capacity(addresses.len().min(MAX_ADDRESSES_PER_NAME));
+    let mut dropped = Vec::new();
+    for address in addresses {
+        match special(&address).filter(|_| !allow_special) {
+            Some(why) => dropped.push((address, why)),
+            None if kept.len() >= MAX_ADDRESSES_PER_NAME => dropped.push((address, "over the cap")),
+            None => kept.push(address),
+        }
+    }
+    (kept, dropped)
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ResolveError {
     #[error("no such name")]
     NotFound,
     #[error("no A or AAAA record")]
     NoAddresses,
+    #[error("no usable address: {0}")]
+    OnlySpecial(String),
     #[error("no answer within {} ms", .0.as_millis())]
     TimedOut(Duration),
     #[error("{0}")]
@@ -81,6 +127,10 @@ pub struct DnsNames {
     /// Failed lookups since the agent started, of every name, those no longer in use included:
     /// a counter that never goes down (Prometheus takes a drop for a restart).
     pub failures_total: u64,
+    /// Counts the changes: a body rendered from the table is rendered again when it moved.
+    pub version: u64,
+    /// Addresses dropped from answers since the agent started (see the module).
+    pub dropped_total: u64,
 }
 
 struct Entry {
@@ -92,6 +142,8 @@ struct Entry {
 
 struct Source<R> {
     resolver: Arc<R>,
+    /// The workspace's `allow_special_upstream_addresses`.
+    allow_special: bool,
     settings: DnsSettings,
     facts: UnboundedSender<Fact>,
     table: DnsTable,
@@ -112,6 +164,7 @@ pub fn spawn<R: Resolve>(
 ) -> tokio::task::JoinHandle<()> {
     let source = Source {
         resolver: Arc::new(resolver),
+        allow_special: false,
         settings,
         facts,
         table,
@@ -156,11 +209,16 @@ impl<R: Resolve> Source<R> {
     /// Takes the names of the latest workspace: new ones are looked up at once, gone ones are
     /// forgotten (a lookup in flight for one is ignored when it answers).
     fn follow(&mut self, workspace: &WorkspaceWatch) {
-        let wanted = workspace
-            .borrow()
-            .as_deref()
-            .map(crate::desired::upstream_names)
-            .unwrap_or_default();
+        let wanted = {
+            let workspace = workspace.borrow();
+            self.allow_special = workspace
+                .as_deref()
+                .is_some_and(|w| w.allow_special_upstream_addresses);
+            workspace
+                .as_deref()
+                .map(crate::desired::upstream_names)
+                .unwrap_or_default()
+        };
         self.names.retain(|name, _| wanted.contains(name));
         let now = Instant::now();
         for name in wanted {
@@ -208,15 +266,43 @@ impl<R: Resolve> Source<R> {
         };
         entry.in_flight = false;
         let now = Instant::now();
+        let mut dropped = Vec::new();
+        let allow_special = self.allow_special;
         let result = result.and_then(|mut answer| {
             answer.addresses.sort();
             answer.addresses.dedup();
             if answer.addresses.is_empty() {
-                Err(ResolveError::NoAddresses)
-            } else {
-                Ok(answer)
+                return Err(ResolveError::NoAddresses);
             }
+            let (kept, out) = filter(std::mem::take(&mut answer.addresses), allow_special);
+            dropped = out;
+            if kept.is_empty() {
+                let why: Vec<String> = dropped
+                    .iter()
+                    .map(|(a, why)| format!("{a} ({why})"))
+                    .collect();
+                return Err(ResolveError::OnlySpecial(why.join(", ")));
+            }
+            answer.addresses = kept;
+            Ok(answer)
         });
+        let dropped_text: Vec<String> = dropped
+            .iter()
+            .map(|(a, why)| format!("{a} ({why})"))
+            .collect();
+        if dropped_text != entry.status.dropped_addresses {
+            if !dropped_text.is_empty() {
+                tracing::warn!(name, dropped = %dropped_text.join(", "),
+                    "addresses of the upstream name's answer are not used as backends");
+            }
+            entry.status.dropped_addresses = dropped_text;
+        }
+        if !dropped.is_empty() {
+            self.table
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .dropped_total += dropped.len() as u64;
+        }
         let before = entry.fact.clone();
         let settings = &self.settings;
         match result {
@@ -269,10 +355,12 @@ impl<R: Resolve> Source<R> {
         }
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
         table.names.insert(name.to_owned(), status);
+        table.version += 1;
     }
 
     fn publish_table(&self) {
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        table.version += 1;
         table.names.retain(|name, _| self.names.contains_key(name));
         for (name, entry) in &self.names {
             table
@@ -462,5 +550,76 @@ mod tests {
             assert_eq!(total(&views), before);
             assert!(!views.metrics().contains("gone.svc"));
         }
+    }
+
+    #[test]
+    fn special_addresses_are_dropped_unless_allowed_and_answers_are_capped() {
+        let ip = |a: &str| a.parse::<IpAddr>().unwrap();
+        let answer: Vec<IpAddr> = [
+            "10.0.0.1",
+            "127.0.0.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "224.0.0.1",
+            "::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "fd00::5",
+        ]
+        .iter()
+        .map(|a| ip(a))
+        .collect();
+        let (kept, dropped) = filter(answer.clone(), false);
+        assert_eq!(kept, [ip("10.0.0.1"), ip("fd00::5")]);
+        let reasons: Vec<(String, &str)> =
+            dropped.iter().map(|(a, w)| (a.to_string(), *w)).collect();
+        assert!(
+            reasons.contains(&("169.254.169.254".into(), "link-local")),
+            "{reasons:?}"
+        );
+        assert!(
+            reasons.contains(&("::ffff:127.0.0.1".into(), "loopback")),
+            "{reasons:?}"
+        );
+        assert_eq!(dropped.len(), 7);
+        let (kept, dropped) = filter(answer, true);
+        assert_eq!((kept.len(), dropped.len()), (9, 0));
+        let many: Vec<IpAddr> = (0..100u8).map(|i| IpAddr::from([10, 1, 0, i])).collect();
+        let (kept, dropped) = filter(many, false);
+        assert_eq!(
+            (kept.len(), dropped.len()),
+            (MAX_ADDRESSES_PER_NAME, 100 - MAX_ADDRESSES_PER_NAME)
+        );
+        assert!(dropped.iter().all(|(_, why)| *why == "over the cap"));
+    }
+
+    /// An answer of the metadata address and loopback only: no backend, a failed lookup that
+    /// says why, and the addresses in use stay the last good ones.
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_of_special_addresses_alone_is_a_failed_lookup() {
+        let fake = Fake::default();
+        fake.set("a.svc", answer("10.0.0.1", Some(6)));
+        let mut running = start(&fake, &["a.svc"]);
+        next_fact(&mut running).await;
+        fake.set(
+            "a.svc",
+            Some(Ok(Answer {
+                addresses: vec![
+                    "169.254.169.254".parse().unwrap(),
+                    "127.0.0.1".parse().unwrap(),
+                ],
+                ttl: None,
+            })),
+        );
+        let (_, fact) = next_fact(&mut running).await;
+        assert_eq!(
+            fact.addresses.as_deref(),
+            Some(&["10.0.0.1".parse().unwrap()][..])
+        );
+        let error = fact.error.unwrap();
+        assert!(error.contains("169.254.169.254 (link-local)"), "{error}");
+        let table = running.table.lock().unwrap().clone();
+        assert_eq!(table.dropped_total, 2);
+        assert_eq!(table.names["a.svc"].dropped_addresses.len(), 2);
     }
 }

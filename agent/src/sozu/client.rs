@@ -501,6 +501,7 @@ mod tests {
             not_before: 0,
             not_after: 1,
             names: BTreeSet::from(["a.in.example.org".to_owned()]).into(),
+            other_names: std::sync::Arc::from([]),
         };
         let ops = [
             Op::AddCluster { id: "pi-a".into() },

@@ -1,0 +1,62 @@
+//! Text that came from outside (a workspace's diagnostic, a file's name, a CA's error) made safe
+//! to log, publish and print: control characters that a terminal would act on are shown as
+//! `\u{…}` escapes, and the length is bounded. Pure.
+
+/// The longest diagnostic kept: a report of a few dozen errors fits; a workspace cannot make the
+/// agent log or serve megabytes.
+pub const MAX_DIAGNOSTIC_BYTES: usize = 16 * 1024;
+/// The longest one-line message kept (an error in a status table, a log field).
+pub const MAX_LINE_BYTES: usize = 512;
+
+/// `text` with every control character but line feeds and tabs escaped, cut at `max` bytes (on
+/// a character boundary) with a note of how much was left out.
+pub fn clean(text: &str, max: usize) -> String {
+    clean_keeping(text, max, |c| c == '\n' || c == '\t')
+}
+
+/// [`clean`] for one line: line feeds escaped too.
+pub fn clean_line(text: &str, max: usize) -> String {
+    clean_keeping(text, max, |c| c == '\t')
+}
+
+fn clean_keeping(text: &str, max: usize, keep: impl Fn(char) -> bool) -> String {
+    let mut out = String::with_capacity(text.len().min(max) + 16);
+    for (at, c) in text.char_indices() {
+        if out.len() >= max {
+            out.push_str(&format!("… ({} more bytes)", text.len() - at));
+            return out;
+        }
+        if c.is_control() && !keep(c) {
+            out.push_str(&c.escape_unicode().to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminal_escapes_are_shown_not_acted_on() {
+        let planted = "zone \u{1b}]0;owned\u{7}\u{1b}[2J ok\nnext\tline\r";
+        let shown = clean(planted, 100);
+        assert!(!shown
+            .chars()
+            .any(|c| c.is_control() && c != '\n' && c != '\t'));
+        assert!(shown.contains("\\u{1b}]0;owned"), "{shown}");
+        assert!(shown.contains("ok\nnext\tline\\u{d}"), "{shown}");
+        assert_eq!(clean_line("a\nb", 10), "a\\u{a}b");
+    }
+
+    #[test]
+    fn long_text_is_cut_on_a_character_boundary() {
+        let long = "é".repeat(100);
+        let cut = clean(&long, 11);
+        assert!(cut.starts_with(&"é".repeat(6)), "{cut}");
+        assert!(cut.ends_with("(188 more bytes)"), "{cut}");
+        assert_eq!(clean("short", 100), "short");
+    }
+}
