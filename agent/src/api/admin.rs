@@ -12,7 +12,9 @@
 //! - **bodies rendered once** per state of what they show, on the blocking pool, and shared by
 //!   every request until it changes: a hundred clients of a 9 MB `/v1/state` hold one copy;
 //! - **the probes first**: `/healthz` and `/readyz` read two atomics' worth of state and answer
-//!   at once, whatever the data endpoints are doing;
+//!   at once. The data endpoints answer at most [`MAX_DATA_RESPONSES`] at a time (a response
+//!   counts until its last byte is written) and `503` beyond, so clients that never read take
+//!   data slots, never the probes';
 //! - **a `Host` allow-list**: an IP literal, `localhost`, or a name given with
 //!   `--admin-allowed-host`. A page that DNS-rebinds its own name to the agent's address (through
 //!   a `kubectl port-forward`, say) is refused.
@@ -38,8 +40,11 @@ use tokio::task::JoinSet;
 
 use super::Views;
 
-/// Connections open at once. Prometheus and the kubelet keep a few; the rest are people.
-pub const MAX_CONNECTIONS: usize = 128;
+/// Connections open at once. Prometheus and the kubelet keep a few; the rest are people. A
+/// connection that sends no request is closed after [`HEADER_TIMEOUT`].
+pub const MAX_CONNECTIONS: usize = 512;
+/// `/metrics` and `/v1/state` responses being written at once.
+pub const MAX_DATA_RESPONSES: usize = 16;
 /// A request's head must have arrived by then.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest a connection lives: room to send 9 MB to a slow scraper, none to hold it.
@@ -63,9 +68,7 @@ impl AllowedHosts {
     /// Whether a request whose `Host` is `host` (with or without a port) is answered.
     pub fn allows(&self, host: &str) -> bool {
         let name = strip_port(host).to_ascii_lowercase();
-        name.parse::<IpAddr>().is_ok()
-            || name == "localhost"
-            || self.0.contains(&name)
+        name.parse::<IpAddr>().is_ok() || name == "localhost" || self.0.contains(&name)
     }
 }
 
@@ -84,15 +87,68 @@ fn strip_port(host: &str) -> &str {
 }
 
 pub fn router(views: Views, allowed: AllowedHosts) -> Router {
+    let data = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/v1/state", get(state))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(Semaphore::new(MAX_DATA_RESPONSES)),
+            limit_data,
+        ));
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/v1/state", get(state))
+        .merge(data)
         .with_state(views)
         .layer(axum::middleware::from_fn(move |request, next| {
             check_host(allowed.clone(), request, next)
         }))
+}
+
+/// At most [`MAX_DATA_RESPONSES`] data responses being written: the permit goes with the body
+/// and is given back when the body is done or dropped.
+async fn limit_data(State(slots): State<Arc<Semaphore>>, request: Request, next: Next) -> Response {
+    let Ok(permit) = slots.try_acquire_owned() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "1")],
+            "too many responses in flight; try again\n",
+        )
+            .into_response();
+    };
+    let (parts, body) = next.run(request).await.into_parts();
+    Response::from_parts(
+        parts,
+        axum::body::Body::new(Held {
+            body,
+            _permit: permit,
+        }),
+    )
+}
+
+/// A body that holds a data slot until it is done.
+struct Held {
+    body: axum::body::Body,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl http_body::Body for Held {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 async fn check_host(allowed: AllowedHosts, request: Request, next: Next) -> Response {
@@ -240,5 +296,39 @@ mod tests {
         ] {
             assert!(!allowed.allows(host), "{host}");
         }
+    }
+
+    /// Clients that never read their answer hold data slots, not the probes': past the limit a
+    /// data request gets 503 at once, and `/healthz` still answers.
+    #[tokio::test]
+    async fn data_responses_are_limited_and_the_probes_are_not() {
+        use tower::ServiceExt;
+        let router = router(Views::default(), AllowedHosts::default());
+        let get = |path: &str| {
+            http::Request::get(path)
+                .header(header::HOST, "127.0.0.1:9180")
+                .body(axum::body::Body::empty())
+                .unwrap()
+        };
+        let mut held = Vec::new();
+        for _ in 0..MAX_DATA_RESPONSES {
+            let response = router.clone().oneshot(get("/metrics")).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            held.push(response);
+        }
+        let refused = router.clone().oneshot(get("/v1/state")).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let probe = router.clone().oneshot(get("/healthz")).await.unwrap();
+        assert_eq!(probe.status(), StatusCode::OK);
+        drop(held);
+        let again = router.clone().oneshot(get("/v1/state")).await.unwrap();
+        assert_eq!(again.status(), StatusCode::OK);
+        // A page that rebinds its own name to the agent's address is refused.
+        let mut rebound = get("/v1/state");
+        rebound
+            .headers_mut()
+            .insert(header::HOST, "evil.example:9180".parse().unwrap());
+        let refused = router.clone().oneshot(rebound).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::FORBIDDEN);
     }
 }

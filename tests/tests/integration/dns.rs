@@ -5,7 +5,7 @@ use private_ingress_tests::live::{
     Backend, RouteSpec, SilentNameServer, Stack,
 };
 
-const READY: Duration = Duration::from_secs(20);
+const READY: Duration = Duration::from_secs(60);
 
 fn host(i: usize) -> String {
     format!("svc{i}.in.example.org")
@@ -28,11 +28,15 @@ fn a_changed_dns_answer_moves_the_backends_and_a_failed_lookup_keeps_them() {
     let answer = |backend: &Backend| format!("{} {name}\n", backend.address.ip());
     std::fs::write(&hosts, answer(&backends[0])).unwrap();
     certificate(&stack.tls_dir(), &host(0));
-    stack.write_workspace(&stack.workspace_text(&[RouteSpec {
-        host: host(0),
-        upstream: name.into(),
-        port: Some(backends[0].address.port()),
-    }]));
+    // The backends listen on loopback addresses, which an answer may hold only when allowed.
+    stack.write_workspace(&stack.workspace_text_with(
+        &[RouteSpec {
+            host: host(0),
+            upstream: name.into(),
+            port: Some(backends[0].address.port()),
+        }],
+        "  allow_special_upstream_addresses = true,",
+    ));
     stack.start_sozu();
     stack.start_agent_with_resolver(
         &hosts,
@@ -72,6 +76,81 @@ fn a_changed_dns_answer_moves_the_backends_and_a_failed_lookup_keeps_them() {
     for _ in 0..20 {
         assert_eq!(body().as_deref(), Ok("second-address"));
     }
+}
+
+/// An answer of the cloud metadata address and loopback is not trusted: no backend in sozu
+/// (clients get 503), the name shows what was dropped and why, and `/metrics` counts it; the
+/// workspace that allows such addresses gets them served.
+#[test]
+fn special_addresses_in_an_answer_become_no_backend_unless_allowed() {
+    let mut stack = Stack::new();
+    let backend = Backend::start("on-loopback");
+    let silent = SilentNameServer::start();
+    let resolv_conf = stack.dir.path().join("resolv.conf");
+    std::fs::write(&resolv_conf, silent.resolv_conf()).unwrap();
+    let hosts = stack.dir.path().join("hosts");
+    let name = "pi-upstream";
+    std::fs::write(
+        &hosts,
+        format!("169.254.169.254 {name}\n{} {name}\n", backend.address.ip()),
+    )
+    .unwrap();
+    certificate(&stack.tls_dir(), &host(0));
+    let routes = [RouteSpec {
+        host: host(0),
+        upstream: name.into(),
+        port: Some(backend.address.port()),
+    }];
+    stack.write_workspace(&stack.workspace_text(&routes));
+    stack.start_sozu();
+    stack.start_agent_with_resolver(
+        &hosts,
+        &resolv_conf,
+        &["--dns-interval", "1", "--dns-timeout-ms", "1000"],
+    );
+    let dropped = eventually(
+        Duration::from_secs(60),
+        "the answer's addresses dropped",
+        || {
+            let state = stack.state()?;
+            let dropped = state["dns"][0]["dropped_addresses"].as_array()?.clone();
+            (dropped.len() == 2).then_some((state, dropped))
+        },
+    );
+    let (state, dropped) = dropped;
+    let dropped: Vec<&str> = dropped.iter().filter_map(|d| d.as_str()).collect();
+    assert!(
+        dropped.contains(&"169.254.169.254 (link-local)"),
+        "{dropped:?}"
+    );
+    assert!(
+        dropped.contains(&format!("{} (loopback)", backend.address.ip()).as_str()),
+        "{dropped:?}"
+    );
+    assert_eq!(state["routes"][0]["backends_actual"], serde_json::json!([]));
+    let served = https_get(stack.https, &host(0), "/");
+    assert!(
+        served.as_ref().is_err() || served.as_ref().is_ok_and(|s| s.status == 503),
+        "{:?}",
+        served.map(|s| (s.status, s.body))
+    );
+    let metrics = stack.metrics();
+    assert!(
+        metrics.lines().any(
+            |l| l.starts_with("private_ingress_dns_dropped_addresses_total ") && !l.ends_with(" 0")
+        ),
+        "{metrics}"
+    );
+    // Allowed: served from the loopback address.
+    std::fs::write(&hosts, format!("{} {name}\n", backend.address.ip())).unwrap();
+    stack.write_workspace(
+        &stack.workspace_text_with(&routes, "  allow_special_upstream_addresses = true,"),
+    );
+    eventually(Duration::from_secs(30), "served once allowed", || {
+        https_get(stack.https, &host(0), "/")
+            .ok()
+            .filter(|s| s.status == 200 && s.body == "on-loopback")
+    });
 }
 
 /// The cluster DNS stalls (its only name server swallows every query): a route to an IP address

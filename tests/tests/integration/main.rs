@@ -19,6 +19,9 @@ mod backends;
 /// The agent as a supervised process: a dying task, a wedged loop, SIGTERM whatever sozu does.
 mod supervision;
 
+/// What a workspace, a pair or an admin client can do to the agent, and cannot.
+mod security;
+
 /// Bad certificate pairs: refused with their reason while the last good pair keeps serving.
 mod bad_input;
 

@@ -1,0 +1,263 @@
+//! What a workspace, a certificate pair or an admin client can do to the running agent, and
+//! cannot: read a secret through an import, take over another host's SNI, stall or swell the
+//! admin server (docs/security.md).
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use private_ingress_tests::live::{
+    atomic_write, eventually, fingerprint_of_pem, https_get, Backend, Stack,
+};
+use private_ingress_tests::{agent_bin, run, write_certificate};
+
+const A: &str = "a.in.example.org";
+const B: &str = "b.in.example.org";
+
+fn route(host: &str, backend: &Backend) -> String {
+    format!(
+        "{{ host = \"{host}\", upstream = \"{}\", port = {} }}",
+        backend.address.ip(),
+        backend.address.port()
+    )
+}
+
+/// A self-signed pair naming `names`, valid from yesterday to 2099: it outlives any other.
+fn long_lived_pair(names: &[&str]) -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params =
+        rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .unwrap();
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2099, 1, 1);
+    (params.self_signed(&key).unwrap().pem(), key.serialize_pem())
+}
+
+/// A pair in A's directory that also names B, and outlives B's own, does not take B's clients:
+/// sozu is told A's name alone for it, so B's clients keep B's certificate, and the status says
+/// the pair names more than its host.
+#[test]
+fn a_pair_naming_another_host_is_served_for_its_own_host_only() {
+    let mut stack = Stack::new();
+    let backend = Backend::start("app");
+    let b_fingerprint = private_ingress_tests::live::certificate(&stack.tls_dir(), B);
+    let (crt, key) = long_lived_pair(&[A, B]);
+    atomic_write(&stack.tls_dir().join(A), &crt, &key, 1);
+    let a_fingerprint = fingerprint_of_pem(&crt);
+    stack.write_workspace(&stack.workspace_text_of(&[route(A, &backend), route(B, &backend)], ""));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(Duration::from_secs(60));
+    for _ in 0..10 {
+        let seen = https_get(stack.https, B, "/").unwrap();
+        assert_eq!(seen.fingerprint, b_fingerprint, "B's clients get B's pair");
+        let seen = https_get(stack.https, A, "/").unwrap();
+        assert_eq!(seen.fingerprint, a_fingerprint);
+    }
+    let state = stack.state().unwrap();
+    let a = state["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["host"] == A)
+        .unwrap();
+    assert_eq!(a["certificate"]["other_names"], serde_json::json!([B]));
+    let status = std::process::Command::new(agent_bin())
+        .args(["status", "--admin-address", &stack.admin.to_string()])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        table.contains(&format!(
+            "the pair of {A} also names {B}; it is served for {A} only"
+        )),
+        "{table}"
+    );
+    // B's pair gone: B has nothing to serve, and A's pair still does not answer for B.
+    std::fs::remove_dir_all(stack.tls_dir().join(B)).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    if let Ok(seen) = https_get(stack.https, B, "/") {
+        assert_ne!(seen.fingerprint, a_fingerprint, "A's pair answered for B");
+    }
+}
+
+/// A workspace that imports a secret (as text, as a value; into the zone, a path prefix; by an
+/// absolute path, by `..`, through a link) is refused at the import: the secret appears nowhere
+/// in `check`'s or `render`'s output, the agent's log, or `/v1/state`, and the last good
+/// workspace keeps serving.
+#[test]
+fn a_workspace_cannot_read_a_secret_outside_its_tree() {
+    let mut stack = Stack::new();
+    let backend = Backend::start("app");
+    let secrets = tempfile::tempdir().unwrap();
+    let secret = "tsig-s3cret-0123456789abcdef";
+    let secret_file = secrets.path().join("tsig");
+    std::fs::write(&secret_file, format!("{secret}\n")).unwrap();
+    let value_file = secrets.path().join("value.ncl");
+    std::fs::write(&value_file, format!("\"/{secret}\"\n")).unwrap();
+    let fingerprint = private_ingress_tests::live::certificate(&stack.tls_dir(), A);
+    let good = stack.workspace_text_of(&[route(A, &backend)], "");
+    stack.write_workspace(&good);
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(Duration::from_secs(60));
+    let workspace_dir = stack.workspace_path().parent().unwrap().to_owned();
+    std::os::unix::fs::symlink(&secret_file, workspace_dir.join("innocent.txt")).unwrap();
+    let relative = pathdiff(&secret_file, &workspace_dir);
+    let attempts = [
+        format!(
+            "zone = std.string.trim (import \"{}\" as 'Text),",
+            secret_file.display()
+        ),
+        format!(
+            "zone = std.string.trim (import \"{}\" as 'Text),",
+            relative.display()
+        ),
+        "zone = std.string.trim (import \"innocent.txt\" as 'Text),".to_owned(),
+    ];
+    let mut seen = String::new();
+    for (i, attempt) in attempts.iter().enumerate() {
+        let text = good.replacen("zone = \"in.example.org\",", attempt, 1);
+        assert_ne!(text, good);
+        stack.write_workspace(&text);
+        let error = eventually(Duration::from_secs(60), "the edit refused", || {
+            stack.state()?["workspace"]["last_error"]
+                .as_str()
+                .filter(|e| e.contains("import outside the workspace"))
+                .map(str::to_owned)
+        });
+        seen.push_str(&error);
+        for command in ["check", "render"] {
+            let mut cmd = std::process::Command::new(agent_bin());
+            cmd.arg(command).arg(stack.workspace_path());
+            if command == "render" {
+                cmd.args(["--format", "k8s"]);
+            }
+            let (code, out, err) = run(&mut cmd);
+            assert_eq!(code, 1, "attempt {i}: {command}: {out}{err}");
+            seen.push_str(&out);
+            seen.push_str(&err);
+        }
+        // The last good workspace serves on.
+        let served = https_get(stack.https, A, "/").unwrap();
+        assert_eq!(served.fingerprint, fingerprint);
+    }
+    // And a value imported into a path prefix, from a file out of the tree.
+    let text = good.replacen(
+        "port = ",
+        &format!("path_prefix = import \"{}\", port = ", value_file.display()),
+        1,
+    );
+    stack.write_workspace(&text);
+    eventually(Duration::from_secs(60), "the edit refused", || {
+        stack.state()?["workspace"]["last_error"]
+            .as_str()
+            .filter(|e| e.contains("is an absolute path"))
+            .map(|_| ())
+    });
+    seen.push_str(&stack.agent_logs());
+    seen.push_str(&serde_json::to_string(&stack.state().unwrap()).unwrap());
+    seen.push_str(&stack.metrics());
+    assert!(seen.len() > 2_000, "too little output to mean anything");
+    assert!(!seen.contains(secret), "the secret leaked:\n{seen}");
+}
+
+/// `to` relative to the directory `from`, with `..` steps.
+fn pathdiff(to: &std::path::Path, from: &std::path::Path) -> std::path::PathBuf {
+    let to: Vec<_> = to.components().collect();
+    let from: Vec<_> = from.components().collect();
+    let common = to.iter().zip(&from).take_while(|(a, b)| a == b).count();
+    let mut path = std::path::PathBuf::new();
+    for _ in common..from.len() {
+        path.push("..");
+    }
+    for part in &to[common..] {
+        path.push(part);
+    }
+    path
+}
+
+/// The agent's resident memory, from /proc.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A hundred clients ask for `/v1/state` at 1,000 routes and never read the answer: the agent's
+/// resident memory stays where it was (one rendering, shared), `/healthz` answers at once, and a
+/// rotation lands.
+#[test]
+fn clients_that_never_read_neither_stall_nor_swell_the_agent() {
+    const ROUTES: usize = 1_000;
+    let mut stack = Stack::new();
+    let backend = Backend::start("app");
+    let hosts: Vec<String> = (0..ROUTES)
+        .map(|i| format!("h{i}.in.example.org"))
+        .collect();
+    for host in &hosts {
+        write_certificate(&stack.tls_dir(), host);
+    }
+    let routes: Vec<String> = hosts.iter().map(|h| route(h, &backend)).collect();
+    stack.write_workspace(&stack.workspace_text_of(&routes, ""));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(Duration::from_secs(120));
+    let pid = stack.agent_pid().unwrap();
+    // One full answer first, so that the rendering is in the baseline.
+    let size = ureq::get(&format!("http://{}/v1/state", stack.admin))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_vec()
+        .unwrap()
+        .len();
+    std::thread::sleep(Duration::from_secs(1));
+    let before = rss_kib(pid);
+    let clients: Vec<std::net::TcpStream> = (0..100)
+        .map(|_| {
+            let mut stream = std::net::TcpStream::connect(stack.admin).unwrap();
+            stream
+                .write_all(b"GET /v1/state HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                .unwrap();
+            stream
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let asked = Instant::now();
+    let healthz = ureq::get(&format!("http://{}/healthz", stack.admin))
+        .call()
+        .map(|r| r.status().as_u16());
+    let probe = asked.elapsed();
+    let during = rss_kib(pid);
+    // A rotation lands meanwhile.
+    let host = &hosts[ROUTES / 2];
+    let pair = rcgen::generate_simple_self_signed(vec![host.clone()]).unwrap();
+    atomic_write(
+        &stack.tls_dir().join(host),
+        &pair.cert.pem(),
+        &pair.signing_key.serialize_pem(),
+        7,
+    );
+    let new = fingerprint_of_pem(&pair.cert.pem());
+    eventually(Duration::from_secs(30), "the rotation served", || {
+        https_get(stack.https, host, "/")
+            .ok()
+            .filter(|s| s.fingerprint == new)
+    });
+    println!(
+        "/v1/state of {size} bytes to 100 clients that never read: RSS {before} KiB before, \
+         {during} KiB with them; /healthz answered in {probe:?}"
+    );
+    assert_eq!(healthz.ok(), Some(200));
+    // One copy of the body instead of a hundred (each about `size`).
+    let grown = during.saturating_sub(before) * 1024;
+    assert!(
+        grown < 20 * size as u64,
+        "RSS grew by {grown} bytes for a body of {size}\n{}",
+        stack.logs()
+    );
+    drop(clients);
+}
