@@ -229,15 +229,19 @@ fn a_refused_pair_fires_its_alert_in_prometheus_and_a_good_pair_resolves_it() {
     let backend = Backend::start("alerts-backend");
     let mut volume = Volume::new(stack.tls_dir().join(HOST));
     volume.write_good();
-    // Upstream by name (`localhost`, from /etc/hosts), so that the DNS families are exported.
-    stack.write_workspace(&stack.workspace_text(&[RouteSpec {
-        host: HOST.into(),
-        upstream: "localhost".into(),
-        port: Some(backend.address.port()),
-    }]));
+    // Upstream by name (`localhost`, from /etc/hosts), so that the DNS families are exported;
+    // a loopback answer is a backend only when the workspace allows it.
+    stack.write_workspace(&stack.workspace_text_with(
+        &[RouteSpec {
+            host: HOST.into(),
+            upstream: "localhost".into(),
+            port: Some(backend.address.port()),
+        }],
+        "  allow_special_upstream_addresses = true,",
+    ));
     stack.start_sozu();
     stack.start_agent();
-    stack.wait_ready(Duration::from_secs(20));
+    stack.wait_ready(Duration::from_secs(60));
     let prometheus = Prometheus::start(stack.admin, &rendered_rules(&stack.workspace_path()));
 
     // Scraped, evaluated, quiet.

@@ -107,11 +107,13 @@ fn sozu_accepts_the_reference_example() {
     ] {
         write_certificate(&tls_dir, host);
     }
+    // Beside the workspace that changes it: a workspace imports under its own directory only.
+    std::fs::copy(&example, dir.path().join("librecloud.ncl")).unwrap();
     let ws = dir.path().join("reference.ncl");
     std::fs::write(
         &ws,
         format!(
-            r#"let base = import "{example}" in
+            r#"let base = import "librecloud.ncl" in
 let local = base & {{ tls_dir = "{tls}" }} in
 std.record.update "routes"
   (std.array.map (fun r => std.record.update "upstream" "127.0.0.1" r) local.routes)
