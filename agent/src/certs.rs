@@ -91,7 +91,8 @@ const READ_ATTEMPTS: usize = 5;
 #[derive(Clone, PartialEq, Eq)]
 pub struct RawPair {
     pub crt: Vec<u8>,
-    pub key: Vec<u8>,
+    /// Wiped from memory when the read is done with.
+    pub key: zeroize::Zeroizing<Vec<u8>>,
     /// The visible paths (`<dir>/tls.crt`, `<dir>/tls.key`), which errors name.
     pub crt_path: PathBuf,
     pub key_path: PathBuf,
@@ -155,7 +156,7 @@ pub fn read_pair(dir: &Path) -> Result<RawPair, CertError> {
                 // Errors name the visible paths, which are what an operator looks at.
                 return Ok(RawPair {
                     crt,
-                    key,
+                    key: key.into(),
                     crt_path: dir.join("tls.crt"),
                     key_path: dir.join("tls.key"),
                 });

@@ -97,6 +97,10 @@ pub struct RunArgs {
     /// sozu's command socket. The agent waits for it, so it may start before sozu.
     #[arg(long, env = "PRIVATE_INGRESS_SOZU_SOCKET")]
     pub sozu_socket: PathBuf,
+    /// The user sozu runs as, when it is not the agent's: the process at the other end of the
+    /// socket must be one or the other (it is sent private keys).
+    #[arg(long, env = "PRIVATE_INGRESS_SOZU_UID")]
+    pub sozu_uid: Option<u32>,
     /// Certificates are read from `<tls-dir>/<host>/{tls.crt,tls.key}`; overrides the workspace's
     /// `tls_dir`.
     #[arg(long, env = "PRIVATE_INGRESS_TLS_DIR")]

@@ -695,13 +695,24 @@ fn network_policy(workspace: &Workspace) -> Value {
         scraper["podSelector"] = json!({ "matchLabels": monitoring.pod_labels });
     }
     let admin = json!({ "from": [scraper], "ports": [port("admin")] });
-    // The agent resolves upstream names; sozu connects to the backends.
-    let mut egress = vec![json!({
-        "ports": [
-            { "port": 53, "protocol": "UDP" },
-            { "port": 53, "protocol": "TCP" },
-        ],
-    })];
+    // The agent resolves upstream names, through the cluster's DNS pods alone; sozu connects to
+    // the backends.
+    let dns_ports = |port: u16| {
+        json!([
+            { "port": port, "protocol": "UDP" },
+            { "port": port, "protocol": "TCP" },
+        ])
+    };
+    let cluster_dns = &workspace.deploy.cluster_dns;
+    let mut dns_pods = json!({
+        "namespaceSelector": {
+            "matchLabels": { "kubernetes.io/metadata.name": cluster_dns.namespace },
+        },
+    });
+    if !cluster_dns.pod_labels.is_empty() {
+        dns_pods["podSelector"] = json!({ "matchLabels": cluster_dns.pod_labels });
+    }
+    let mut egress = vec![json!({ "to": [dns_pods], "ports": dns_ports(53) })];
     // Plus the ports named in the workspace: a Service that maps its port to another target
     // port is reached on the target port once the network plugin has translated it, which is
     // where Cilium and Calico apply the policy.
@@ -724,33 +735,36 @@ fn network_policy(workspace: &Workspace) -> Value {
         .chain(workspace.deploy.extra_egress_ports.iter().copied())
         .collect();
     // 'sozu_managed: the agent talks to the ACME directory and to Cloudflare's API over HTTPS
-    // (names whose addresses change, so any address), and updates and asks DNS servers that
-    // may listen on another port than 53.
+    // (names whose addresses change, so any address), updates the DNS server `dns01.server`
+    // and asks `propagation.nameservers`, by address; without the latter, the zone's
+    // authoritative servers are found at run time, anywhere: port 53 to any address then.
     if let Some(acme) = &workspace.acme {
         let directory_port = acme_directory_port(&acme.directory);
-        let mut tcp: BTreeSet<u16> = BTreeSet::from([443, directory_port]);
-        let mut dns: BTreeSet<u16> = BTreeSet::new();
-        if let Dns01::Rfc2136 { server, .. } = &acme.dns01 {
-            dns.insert(server.port());
-        }
-        dns.extend(
-            acme.propagation
-                .nameservers
+        let https: BTreeSet<u16> = BTreeSet::from([443, directory_port]);
+        egress.push(json!({
+            "ports": https
                 .iter()
-                .flatten()
-                .map(|s| s.port()),
-        );
-        dns.remove(&53);
-        tcp.extend(dns.iter().copied());
-        let mut ports: Vec<Value> = tcp
-            .iter()
-            .map(|port| json!({ "port": port, "protocol": "TCP" }))
-            .collect();
-        ports.extend(
-            dns.iter()
-                .map(|port| json!({ "port": port, "protocol": "UDP" })),
-        );
-        egress.push(json!({ "ports": ports }));
+                .map(|port| json!({ "port": port, "protocol": "TCP" }))
+                .collect::<Vec<_>>(),
+        }));
+        let mut servers: Vec<SocketAddr> = Vec::new();
+        if let Dns01::Rfc2136 { server, .. } = &acme.dns01 {
+            servers.push(*server);
+        }
+        servers.extend(acme.propagation.nameservers.iter().flatten().copied());
+        for server in &servers {
+            let cidr = match server.ip() {
+                IpAddr::V4(ip) => format!("{ip}/32"),
+                IpAddr::V6(ip) => format!("{ip}/128"),
+            };
+            egress.push(json!({
+                "to": [{ "ipBlock": { "cidr": cidr } }],
+                "ports": dns_ports(server.port()),
+            }));
+        }
+        if acme.propagation.nameservers.is_none() {
+            egress.push(json!({ "ports": dns_ports(53) }));
+        }
     }
     // A rule without ports would allow every port.
     if !upstream_ports.is_empty() {

@@ -98,8 +98,10 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         path: args.workspace.clone(),
         limits: args.eval.limits(),
     };
+    let peer = crate::sozu::SozuPeer { uid: args.sozu_uid };
     sources::sozu_events::spawn(
         &args.sozu_socket,
+        peer,
         facts.clone(),
         tasks.thread("sozu-events"),
     )
@@ -153,10 +155,10 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     // Bulk changes go as a state file beside the socket: the one directory sozu surely shares.
     let proxy = SozuProxy::new(
         (0..args.sozu_connections)
-            .map(|_| SozuClient::new(&args.sozu_socket, timeout))
+            .map(|_| SozuClient::new(&args.sozu_socket, timeout).with_peer(peer))
             .collect(),
     )
-    .with_batches(sources::watcher::parent_dir(&args.sozu_socket));
+    .with_batches(sources::watcher::parent_dir(&args.sozu_socket).join(".private-ingress"));
     let settings = Settings {
         resync: (args.resync_interval > 0).then(|| Duration::from_secs(args.resync_interval)),
         expiry_warning: Duration::from_secs(args.expiry_warning_days.saturating_mul(86_400)),

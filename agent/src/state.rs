@@ -210,13 +210,15 @@ impl fmt::Display for Address {
 }
 
 /// A private key in PEM. Kept out of `Debug`, `Display` and serialisation so that it cannot
-/// reach a log line, an error or a status document by accident.
+/// reach a log line, an error or a status document by accident, and wiped from memory when its
+/// last copy goes. It stays resident while its certificate is served: a restarted sozu gets it
+/// back within a second, without reading files that may have changed since.
 #[derive(Clone, PartialEq, Eq)]
-pub struct KeyPem(Arc<str>);
+pub struct KeyPem(Arc<zeroize::Zeroizing<String>>);
 
 impl KeyPem {
     pub fn new(pem: String) -> KeyPem {
-        KeyPem(pem.into())
+        KeyPem(Arc::new(zeroize::Zeroizing::new(pem)))
     }
 
     /// The PEM text, for the one place that must send it: the request to sozu.

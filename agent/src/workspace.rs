@@ -155,6 +155,16 @@ pub struct RawDeploy {
     pub termination_grace_period_seconds: f64,
     pub extra_egress_ports: Vec<f64>,
     pub monitoring: Monitoring,
+    #[serde(default = "default_cluster_dns")]
+    pub cluster_dns: Monitoring,
+}
+
+/// CoreDNS as most distributions label it: what the contract defaults to.
+fn default_cluster_dns() -> Monitoring {
+    Monitoring {
+        namespace: "kube-system".to_owned(),
+        pod_labels: BTreeMap::from([("k8s-app".to_owned(), "kube-dns".to_owned())]),
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -333,9 +343,12 @@ pub struct Deploy {
     pub extra_egress_ports: Vec<u16>,
     /// Who may reach the admin port.
     pub monitoring: Monitoring,
+    /// The cluster's DNS pods, which the pods may ask names of.
+    pub cluster_dns: Monitoring,
 }
 
-/// The pods allowed to reach the admin port (`/metrics`, `/v1/state`), which names every host.
+/// Pods by namespace and labels: those allowed to reach the admin port (`/metrics`,
+/// `/v1/state`, which name every host), and the cluster's DNS pods.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Monitoring {
@@ -404,6 +417,7 @@ impl Default for Deploy {
                 namespace: "monitoring".to_owned(),
                 pod_labels: BTreeMap::new(),
             },
+            cluster_dns: default_cluster_dns(),
         }
     }
 }
@@ -598,6 +612,7 @@ impl Workspace {
                 })
                 .collect::<Result<_, _>>()?,
             monitoring: raw.deploy.monitoring,
+            cluster_dns: raw.deploy.cluster_dns,
         });
         if deploy.termination_grace_period_seconds <= deploy.pre_stop_seconds {
             return Err(ModelError::GracePeriod {

@@ -450,6 +450,41 @@ fn sozu_managed_mode_has_a_memory_tls_dir_a_state_claim_and_the_credentials_as_f
             "{wanted:?} allowed out: {egress_ports:?}"
         );
     }
+    // The DNS server it updates, by its address.
+    let to_server = policy["spec"]["egress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|rule| rule["to"] == serde_json::json!([{ "ipBlock": { "cidr": "10.0.0.53/32" } }]))
+        .expect("a rule for the dns01 server");
+    assert_eq!(ports(to_server), ["53/UDP", "53/TCP"]);
+    // With the propagation check's servers named, port 53 goes to them and to the cluster's
+    // DNS alone, not to any address.
+    let named = workspace_file(
+        dir.path(),
+        "named.ncl",
+        &acme.replace(
+            "    state_dir =",
+            "    propagation = { nameservers = [\"192.0.2.53:5353\"] },\n    state_dir =",
+        ),
+        &[GRAFANA],
+    );
+    let docs = documents(&render(&named, "k8s"));
+    let egress = network_policy(&docs)["egress"].as_array().unwrap().clone();
+    let anywhere: Vec<String> = egress
+        .iter()
+        .filter(|rule| rule.get("to").is_none())
+        .flat_map(ports)
+        .collect();
+    assert!(
+        !anywhere.iter().any(|p| p.starts_with("53/")),
+        "{anywhere:?}"
+    );
+    let to_nameserver = egress
+        .iter()
+        .find(|rule| rule["to"] == serde_json::json!([{ "ipBlock": { "cidr": "192.0.2.53/32" } }]))
+        .expect("a rule for the propagation nameserver");
+    assert_eq!(ports(to_nameserver), ["5353/UDP", "5353/TCP"]);
 
     // A new route: the workspace changes, the pod's volumes do not.
     let appended = workspace_file(
@@ -672,8 +707,8 @@ fn ports(rule: &Value) -> Vec<String> {
 }
 
 /// Without `allowed_sources`, the listeners are open to any address (and `check` warns); the
-/// admin port is open to the monitoring namespace only; the pods reach DNS and their upstreams'
-/// ports, nothing else.
+/// admin port is open to the monitoring namespace only; the pods reach the cluster's DNS pods
+/// and their upstreams' ports, nothing else.
 #[test]
 fn the_network_policy_admits_the_listeners_and_the_monitoring_namespace_only() {
     let docs = documents(&render(&reference(), "k8s"));
@@ -705,9 +740,17 @@ fn the_network_policy_admits_the_listeners_and_the_monitoring_namespace_only() {
     let egress = policy["egress"].as_array().unwrap();
     assert_eq!(egress.len(), 2);
     assert_eq!(ports(&egress[0]), ["53/UDP", "53/TCP"]);
+    assert_eq!(
+        egress[0]["to"],
+        serde_json::json!([{
+            "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": "kube-system" } },
+            "podSelector": { "matchLabels": { "k8s-app": "kube-dns" } },
+        }]),
+        "DNS to the cluster's DNS pods only"
+    );
     // longhorn 80, grafana 3000, prometheus 9090: to any address, on these ports only.
     assert_eq!(ports(&egress[1]), ["80/TCP", "3000/TCP", "9090/TCP"]);
-    assert!(egress.iter().all(|rule| rule.get("to").is_none()));
+    assert!(egress[1].get("to").is_none());
     // The admin port's name resolves in the pod.
     let agent = container(&docs, "initContainers", "agent");
     assert_eq!(agent["ports"][0]["name"], "admin");

@@ -224,60 +224,9 @@ mod tests {
     use super::*;
     use crate::acme::http::{client, Roots};
 
-    /// A one-shot HTTPS server with a certificate for 127.0.0.1 from a CA of its own: answers
-    /// every request with `answer`. Returns its address and the CA's PEM.
     async fn https_server(answer: &'static str) -> (std::net::SocketAddr, String) {
-        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let ca_key = KeyPair::generate().unwrap();
-        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let ca_cert = ca.self_signed(&ca_key).unwrap();
-        let issuer = rcgen::Issuer::new(ca, ca_key);
-        let key = KeyPair::generate().unwrap();
-        let mut leaf = CertificateParams::new(Vec::<String>::new()).unwrap();
-        leaf.subject_alt_names
-            .push(SanType::IpAddress([127, 0, 0, 1].into()));
-        let cert = leaf.signed_by(&key, &issuer).unwrap();
-        let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![cert.der().clone()],
-            rustls_pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-        )
-        .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            while let Ok((tcp, _)) = listener.accept().await {
-                let acceptor = acceptor.clone();
-                tokio::spawn(async move {
-                    let Ok(mut tls) = acceptor.accept(tcp).await else {
-                        return;
-                    };
-                    let mut request = Vec::new();
-                    let mut buf = [0u8; 4096];
-                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match tls.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => request.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let response = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
-                        answer.len()
-                    );
-                    let _ = tls.write_all(response.as_bytes()).await;
-                    let _ = tls.shutdown().await;
-                });
-            }
-        });
-        (address, ca_cert.pem())
+        crate::acme::http::tests::tls_server(crate::acme::http::tests::Behaviour::Answer(answer))
+            .await
     }
 
     /// The provider's API is HTTPS: a call to an `https://` root goes through TLS, verified

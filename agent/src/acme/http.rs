@@ -144,3 +144,117 @@ pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
     }
     text
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// What the test server does with a request.
+    #[derive(Clone, Copy)]
+    pub(crate) enum Behaviour {
+        /// Answers 200 with this JSON body.
+        Answer(&'static str),
+        /// Reads the request and never answers.
+        Hang,
+        /// Answers 200 and streams a body that never ends.
+        Endless,
+    }
+
+    /// An HTTPS server on 127.0.0.1 with a certificate from a CA of its own. Returns its
+    /// address and the CA's PEM.
+    pub(crate) async fn tls_server(behaviour: Behaviour) -> (std::net::SocketAddr, String) {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let key = KeyPair::generate().unwrap();
+        let mut leaf = CertificateParams::new(Vec::<String>::new()).unwrap();
+        leaf.subject_alt_names
+            .push(SanType::IpAddress([127, 0, 0, 1].into()));
+        let cert = leaf.signed_by(&key, &issuer).unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls_pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match tls.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    match behaviour {
+                        Behaviour::Answer(answer) => {
+                            let response = format!(
+                                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                                answer.len()
+                            );
+                            let _ = tls.write_all(response.as_bytes()).await;
+                            let _ = tls.shutdown().await;
+                        }
+                        Behaviour::Hang => std::future::pending::<()>().await,
+                        Behaviour::Endless => {
+                            let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+                            if tls.write_all(head.as_bytes()).await.is_err() {
+                                return;
+                            }
+                            let chunk = format!("4000\r\n{}\r\n", "x".repeat(0x4000));
+                            while tls.write_all(chunk.as_bytes()).await.is_ok() {}
+                        }
+                    }
+                });
+            }
+        });
+        (address, ca_cert.pem())
+    }
+
+    async fn get(behaviour: Behaviour, deadline: Duration) -> Result<Response<Bytes>, HttpError> {
+        let (address, ca) = tls_server(behaviour).await;
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = dir.path().join("ca.pem");
+        std::fs::write(&bundle, ca).unwrap();
+        let client = client(Roots::Bundle(&bundle)).unwrap();
+        let request = Request::get(format!("https://{address}/dir"))
+            .body(BodyWrapper::<Bytes>::default())
+            .unwrap();
+        exchange(&client, request, deadline).await
+    }
+
+    /// A server that never answers costs one deadline; one that streams without end is cut at
+    /// the body limit. Neither holds the caller.
+    #[tokio::test]
+    async fn a_hanging_or_endless_server_costs_one_bounded_request() {
+        let started = std::time::Instant::now();
+        let hung = get(Behaviour::Hang, Duration::from_secs(1)).await;
+        assert_eq!(
+            hung.unwrap_err(),
+            HttpError::TimedOut(Duration::from_secs(1))
+        );
+        assert!(started.elapsed() < Duration::from_secs(30));
+        let endless = get(Behaviour::Endless, Duration::from_secs(60)).await;
+        assert_eq!(endless.unwrap_err(), HttpError::TooLarge);
+        let fine = get(Behaviour::Answer("{}"), Duration::from_secs(10)).await;
+        assert_eq!(fine.unwrap().body().as_ref(), b"{}");
+    }
+}

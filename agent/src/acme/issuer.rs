@@ -39,6 +39,9 @@ const MAX_CONCURRENT_ORDERS: usize = 10;
 const MIN_ARI_POLL: i64 = 60;
 /// After a failed renewal-information request (the CA down), asked again after this.
 const ARI_RETRY: i64 = 3_600;
+/// A renewal-information request must be answered by then (its HTTP exchange is bounded
+/// already; this bounds any session).
+const RENEWAL_INFO_TIMEOUT: Duration = Duration::from_secs(60);
 /// The reason a host backs off after its order task died (a panic): shown and counted.
 const TASK_FAILED: &str = "task_failed";
 
@@ -519,7 +522,18 @@ impl<C: Ca> Issuer<C> {
             let answer = if unavailable {
                 RenewalInfo::Unavailable("the CA did not answer another poll".into())
             } else {
-                session.renewal_info(&issued.chain_pem).await
+                // Bounded here too, whatever the session does: the loop waits on this.
+                tokio::time::timeout(
+                    RENEWAL_INFO_TIMEOUT,
+                    session.renewal_info(&issued.chain_pem),
+                )
+                .await
+                .unwrap_or_else(|_| {
+                    RenewalInfo::Unavailable(format!(
+                        "no answer within {} s",
+                        RENEWAL_INFO_TIMEOUT.as_secs()
+                    ))
+                })
             };
             let jitter = self.rng.f64();
             let Some(record) = self.records.get_mut(&host) else {
@@ -882,6 +896,8 @@ mod tests {
         /// Every order placed: (host, Unix seconds).
         orders: Vec<(String, i64)>,
         connects: usize,
+        /// Renewal information is offered, and its requests never answer.
+        ari_hangs: bool,
     }
 
     #[derive(Clone)]
@@ -905,6 +921,9 @@ mod tests {
         }
 
         async fn renewal_info(&self, _: &str) -> RenewalInfo {
+            if self.state.lock().unwrap().ari_hangs {
+                return std::future::pending().await;
+            }
             RenewalInfo::Unsupported
         }
 
@@ -960,7 +979,7 @@ mod tests {
         .unwrap();
         Obtained {
             chain_pem,
-            key_pem,
+            key_pem: key_pem.into(),
             certificate,
             placed: true,
         }
@@ -971,7 +990,7 @@ mod tests {
         status: IssuerHandle,
         tls_dir: tempfile::TempDir,
         _state_dir: tempfile::TempDir,
-        _workspace: watch::Sender<Option<Arc<Workspace>>>,
+        workspace: watch::Sender<Option<Arc<Workspace>>>,
     }
 
     const A: &str = "a.in.example.org";
@@ -1037,7 +1056,7 @@ mod tests {
             status,
             tls_dir,
             _state_dir: state_dir,
-            _workspace: workspace_tx,
+            workspace: workspace_tx,
         }
     }
 
@@ -1158,6 +1177,26 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(7_200)).await;
         assert!(!crt.exists());
         assert_eq!(running.ca.state.lock().unwrap().connects, 1);
+    }
+
+    /// A CA whose renewal-information requests hang stops nothing: the poll gives up at its
+    /// deadline, and a host added meanwhile is ordered.
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_renewal_information_request_holds_up_no_order() {
+        let running = start(&[A], &[]);
+        running.ca.state.lock().unwrap().ari_hangs = true;
+        running.until(A, "issued", |h| h.state == "valid").await;
+        // The next wake-up polls A's renewal information, which never answers; B arrives.
+        let mut workspace = (**running.workspace.borrow().as_ref().unwrap()).clone();
+        workspace.routes.push(crate::workspace::test_route(
+            B,
+            Upstream::Ip {
+                address: "10.0.0.2:80".parse().unwrap(),
+            },
+        ));
+        running.workspace.send_replace(Some(Arc::new(workspace)));
+        running.until(B, "issued", |h| h.state == "valid").await;
+        assert_eq!(running.orders(B).len(), 1);
     }
 
     /// A product build sends the Cloudflare token to Cloudflare alone, and schedules by the

@@ -40,7 +40,7 @@ pub struct Context<'a> {
 /// A validated chain and its key.
 pub struct Obtained {
     pub chain_pem: String,
-    pub key_pem: String,
+    pub key_pem: zeroize::Zeroizing<String>,
     pub certificate: crate::state::Certificate,
     /// Whether this run placed the order (false: one placed earlier was resumed).
     pub placed: bool,
@@ -141,7 +141,7 @@ async fn run(
             let record = PendingOrder {
                 url: order.url().to_owned(),
                 directory: ctx.directory.to_owned(),
-                key_pem: key.serialize_pem(),
+                key_pem: zeroize::Zeroizing::new(key.serialize_pem()),
                 placed_at: crate::clock::unix_seconds(SystemTime::now()),
             };
             progress.save(Some(&record)).await.map_err(plain)?;
@@ -153,7 +153,7 @@ async fn run(
     let status = order.state().status;
     if status == OrderStatus::Pending {
         let mut published: Vec<(hickory_proto::rr::Name, String)> = Vec::new();
-        let authorized = authorize(ctx, &mut order, &mut published).await;
+        let authorized = authorize(ctx, host, &mut order, &mut published).await;
         // Whatever happened, the records published are removed: exactly these values.
         for (name, value) in &published {
             if let Err(e) = ctx.provider.cleanup(name, value).await {
@@ -204,7 +204,7 @@ async fn resume(
     ctx: &Context<'_>,
     host: &str,
     pending: Option<PendingOrder>,
-) -> Option<(Order, String)> {
+) -> Option<(Order, zeroize::Zeroizing<String>)> {
     let pending = pending.filter(|p| p.directory == ctx.directory)?;
     match ctx.account.order(pending.url.clone()).await {
         Ok(mut order) => {
@@ -225,6 +225,7 @@ async fn resume(
 /// Answers every pending authorisation with DNS-01, then waits for the CA's verdict.
 async fn authorize(
     ctx: &Context<'_>,
+    host: &str,
     order: &mut Order,
     published: &mut Vec<(hickory_proto::rr::Name, String)>,
 ) -> Result<(), RunError> {
@@ -253,6 +254,17 @@ async fn authorize(
                 ))))
             }
         };
+        // The CA asks to prove control of the name ordered, nothing else: a TXT record is
+        // published only for the host itself.
+        if !identifier.eq_ignore_ascii_case(host) {
+            return Err((
+                AcmeError::Authorization(format!(
+                    "the CA asks to authorise {identifier} for an order of {host}"
+                )),
+                false,
+                true,
+            ));
+        }
         let mut challenge = authz.challenge(ChallengeType::Dns01).ok_or_else(|| {
             plain(AcmeError::Authorization(format!(
                 "the CA offers no dns-01 challenge for {identifier}"

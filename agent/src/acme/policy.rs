@@ -54,6 +54,9 @@ impl std::fmt::Display for Basis {
 /// When a certificate valid from `not_before` to `not_after` is to be renewed, and why.
 ///
 /// `ari` is the CA's suggested window (start, end), when it offered one; `jitter` in `[0, 1)`.
+/// A window is trusted within bounds only: it is moved to end no later than a tenth of the
+/// lifetime (an hour at least) before expiry, so that a CA's mistaken or hostile window never
+/// schedules a renewal after the certificate has expired, with room for a failed attempt.
 pub fn renewal_time(
     not_before: i64,
     not_after: i64,
@@ -62,7 +65,14 @@ pub fn renewal_time(
 ) -> (i64, Basis) {
     let jitter = jitter.clamp(0.0, 1.0);
     if let Some((start, end)) = ari.filter(|(start, end)| end >= start) {
-        return (start + ((end - start) as f64 * jitter) as i64, Basis::Ari);
+        let latest = not_after.saturating_sub(((not_after - not_before) / 10).max(HOUR));
+        let end = end.min(latest);
+        let start = start.min(end);
+        let span = end.saturating_sub(start);
+        return (
+            start.saturating_add((span as f64 * jitter) as i64),
+            Basis::Ari,
+        );
     }
     let lifetime = (not_after - not_before).max(0);
     let margin = if lifetime <= SHORT_LIVED {
@@ -255,6 +265,23 @@ mod tests {
     use super::*;
 
     const T0: i64 = 1_800_000_000;
+
+    /// A window past expiry (a CA's mistake, or a hostile one) is pulled back before it.
+    #[test]
+    fn an_ari_window_never_reaches_past_expiry() {
+        let not_after = T0 + 90 * DAY;
+        for window in [
+            (not_after + DAY, not_after + 2 * DAY),
+            (T0 + 80 * DAY, i64::MAX),
+            (i64::MAX - 1, i64::MAX),
+        ] {
+            for jitter in [0.0, 0.5, 0.999] {
+                let (at, basis) = renewal_time(T0, not_after, Some(window), jitter);
+                assert_eq!(basis, Basis::Ari);
+                assert!(at <= not_after - 9 * DAY, "{window:?} {jitter}: {at}");
+            }
+        }
+    }
 
     #[test]
     fn a_90_day_certificate_renews_with_a_third_of_its_life_left() {

@@ -85,7 +85,8 @@ impl Rfc2136 {
             TsigAlgorithm::HmacSha384 => HickoryTsig::HmacSha384,
             TsigAlgorithm::HmacSha512 => HickoryTsig::HmacSha512,
         };
-        let signer = TSigner::new(secret, algorithm, self.key_name.clone(), FUDGE)
+        // hickory keeps its own copy inside the signer; ours is wiped when it goes.
+        let signer = TSigner::new(secret.to_vec(), algorithm, self.key_name.clone(), FUDGE)
             .map_err(|e| fail(format!("TSIG key {}: {e}", self.key_name)))?;
         let stream = UdpClientStream::builder(self.server, TokioRuntimeProvider::default())
             .with_timeout(Some(UPDATE_TIMEOUT))

@@ -22,9 +22,10 @@ pub enum SecretError {
     },
 }
 
-/// Secret text, trimmed of surrounding whitespace (files written by `echo` end in a newline).
+/// Secret text, trimmed of surrounding whitespace (files written by `echo` end in a newline),
+/// wiped from memory when dropped.
 #[derive(Clone)]
-pub struct Secret(String);
+pub struct Secret(zeroize::Zeroizing<String>);
 
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -45,7 +46,7 @@ pub fn read(path: &Path) -> Result<Secret, SecretError> {
         reason,
     };
     let file = std::fs::File::open(path).map_err(|e| unreadable(e.kind().to_string()))?;
-    let mut text = String::new();
+    let mut text = zeroize::Zeroizing::new(String::new());
     file.take(MAX_SECRET_BYTES + 1)
         .read_to_string(&mut text)
         .map_err(|e| unreadable(e.kind().to_string()))?;
@@ -58,18 +59,19 @@ pub fn read(path: &Path) -> Result<Secret, SecretError> {
             path: path.to_owned(),
         });
     }
-    Ok(Secret(trimmed.to_owned()))
+    Ok(Secret(zeroize::Zeroizing::new(trimmed.to_owned())))
 }
 
 /// A base64 key: standard alphabet (what `tsig-keygen` prints) or URL-safe (what CAs hand out
 /// as EAB keys), padded or not.
-pub fn read_base64(path: &Path) -> Result<Vec<u8>, SecretError> {
+pub fn read_base64(path: &Path) -> Result<zeroize::Zeroizing<Vec<u8>>, SecretError> {
     use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
     let secret = read(path)?;
     let text = secret.expose();
     [STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD]
         .iter()
         .find_map(|engine| engine.decode(text).ok())
+        .map(zeroize::Zeroizing::new)
         .filter(|bytes| !bytes.is_empty())
         .ok_or(SecretError::Malformed {
             path: path.to_owned(),
@@ -91,9 +93,9 @@ mod tests {
         assert_eq!(format!("{secret:?}"), "<redacted>");
 
         std::fs::write(&path, "AAECAwQ=\n").unwrap();
-        assert_eq!(read_base64(&path).unwrap(), [0, 1, 2, 3, 4]);
+        assert_eq!(read_base64(&path).unwrap().as_slice(), [0, 1, 2, 3, 4]);
         std::fs::write(&path, "_-8\n").unwrap();
-        assert_eq!(read_base64(&path).unwrap(), [0xff, 0xef]);
+        assert_eq!(read_base64(&path).unwrap().as_slice(), [0xff, 0xef]);
 
         std::fs::write(&path, "not base64 at all: s3cr3t!").unwrap();
         let err = read_base64(&path).unwrap_err().to_string();

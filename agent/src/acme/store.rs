@@ -27,6 +27,12 @@ use super::policy::{Basis, Ledger};
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error(
+        "the ACME state directory {} is not private: {reason} (it holds the account's key and \
+         every certificate's; give the agent a directory of its own)",
+        dir.display()
+    )]
+    NotPrivate { dir: PathBuf, reason: String },
+    #[error(
         "the ACME state directory {} is in use by another agent (its lock is held); two agents \
          sharing it would order the same certificates twice",
         dir.display()
@@ -63,8 +69,8 @@ impl std::fmt::Debug for Store {
 pub struct Issued {
     /// The chain, leaf first, as the CA sent it.
     pub chain_pem: String,
-    /// The private key, PKCS#8 PEM.
-    pub key_pem: String,
+    /// The private key, PKCS#8 PEM; wiped from memory when dropped.
+    pub key_pem: zeroize::Zeroizing<String>,
     pub fingerprint: String,
     pub not_before: i64,
     pub not_after: i64,
@@ -99,8 +105,8 @@ pub struct PendingOrder {
     pub url: String,
     pub directory: String,
     /// The key the CSR is made from, generated before the order is finalised so that an order
-    /// the CA completes while the agent is down is still usable.
-    pub key_pem: String,
+    /// the CA completes while the agent is down is still usable. Wiped from memory when dropped.
+    pub key_pem: zeroize::Zeroizing<String>,
     pub placed_at: i64,
 }
 
@@ -139,12 +145,9 @@ impl Store {
                 .mode(0o700)
                 .create(&path)
                 .map_err(io(&path))?;
-            // A directory that existed (a volume's mount point) keeps its mode otherwise; the
-            // files in it are 0600 whatever happens here.
-            if let Err(e) = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))
-            {
-                tracing::warn!(dir = %path.display(), error = %e, "cannot make the ACME state directory private (0700)");
-            }
+            // A directory that existed (a volume's mount point) keeps its mode otherwise.
+            let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700));
+            check_private(&path, sub.is_empty())?;
         }
         let lock_path = dir.join("lock");
         let file = std::fs::OpenOptions::new()
@@ -230,6 +233,45 @@ pub async fn blocking<T: Send + 'static>(
             path: PathBuf::from("the ACME state directory"),
             reason: format!("the I/O task failed: {e}"),
         })?
+}
+
+/// The state directory must be the agent's alone. Its `accounts/` and `hosts/` (made by the agent)
+/// must be owned by the agent's user and closed to everyone else. The directory itself may be a
+/// volume's mount point, owned by root and writable by a group (a Kubernetes `fsGroup`), but
+/// never by anyone: another user could then swap the agent's files for their own.
+fn check_private(path: &Path, top: bool) -> Result<(), StoreError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).map_err(io(path))?;
+    let me = nix::unistd::geteuid().as_raw();
+    let mode = meta.mode() & 0o777;
+    let refuse = |reason: String| {
+        Err(StoreError::NotPrivate {
+            dir: path.to_owned(),
+            reason,
+        })
+    };
+    if top {
+        if meta.uid() != me && meta.uid() != 0 {
+            return refuse(format!(
+                "it is owned by uid {}, not this agent's uid {me}",
+                meta.uid()
+            ));
+        }
+        if mode & 0o002 != 0 {
+            return refuse(format!("anyone may write to it (mode {mode:o})"));
+        }
+    } else {
+        if meta.uid() != me {
+            return refuse(format!(
+                "it is owned by uid {}, not this agent's uid {me}",
+                meta.uid()
+            ));
+        }
+        if mode & 0o077 != 0 {
+            return refuse(format!("others may read or enter it (mode {mode:o})"));
+        }
+    }
+    Ok(())
 }
 
 fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, StoreError> {
@@ -320,7 +362,7 @@ mod tests {
     fn debug_output_of_a_record_holds_no_key() {
         let issued = Issued {
             chain_pem: "-----BEGIN CERTIFICATE-----\nchain\n".into(),
-            key_pem: "-----BEGIN PRIVATE KEY-----\nsecret-bytes\n".into(),
+            key_pem: String::from("-----BEGIN PRIVATE KEY-----\nsecret-bytes\n").into(),
             fingerprint: "ab".into(),
             not_before: 0,
             not_after: 1,
@@ -335,7 +377,7 @@ mod tests {
             pending: Some(PendingOrder {
                 url: "https://ca/order/1".into(),
                 directory: "https://ca/dir".into(),
-                key_pem: "-----BEGIN PRIVATE KEY-----\nother-secret\n".into(),
+                key_pem: String::from("-----BEGIN PRIVATE KEY-----\nother-secret\n").into(),
                 placed_at: 0,
             }),
             ..HostRecord::default()
@@ -361,5 +403,36 @@ mod tests {
             err.contains("unreadable") && !err.contains("secret-bytes"),
             "{err}"
         );
+    }
+
+    /// The directory must be the agent's alone: world-writable, or a sub-directory others may
+    /// enter, is refused with why; what `open` makes is accepted.
+    #[test]
+    fn a_state_directory_others_can_write_or_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let top = dir.path().join("state");
+        std::fs::create_dir(&top).unwrap();
+        std::fs::set_permissions(&top, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let refused = check_private(&top, true).unwrap_err().to_string();
+        assert!(
+            refused.contains("anyone may write to it (mode 777)"),
+            "{refused}"
+        );
+        std::fs::set_permissions(&top, std::fs::Permissions::from_mode(0o2775)).unwrap();
+        assert!(
+            check_private(&top, true).is_ok(),
+            "a group-writable mount point"
+        );
+        let hosts = top.join("hosts");
+        std::fs::create_dir(&hosts).unwrap();
+        std::fs::set_permissions(&hosts, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let refused = check_private(&hosts, false).unwrap_err().to_string();
+        assert!(refused.contains("others may read or enter it"), "{refused}");
+        // `open` closes what it owns, and then accepts it.
+        let store = Store::open(&top).unwrap();
+        let mode = std::fs::metadata(&hosts).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        drop(store);
     }
 }

@@ -42,9 +42,9 @@ pub fn write_pair(
         dir: dir.clone(),
         source,
     };
-    if crate::certs::read_pair(&dir)
-        .is_ok_and(|pair| pair.crt == chain_pem.as_bytes() && pair.key == key_pem.as_bytes())
-    {
+    if crate::certs::read_pair(&dir).is_ok_and(|pair| {
+        pair.crt == chain_pem.as_bytes() && pair.key.as_slice() == key_pem.as_bytes()
+    }) {
         return Ok(Written::Unchanged);
     }
     std::fs::DirBuilder::new()

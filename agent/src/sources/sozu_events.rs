@@ -108,6 +108,7 @@ const RETRY_MAX: Duration = Duration::from_secs(5);
 /// supervisor learns of its end). The thread ends when `facts` closes.
 pub fn spawn(
     socket: &Path,
+    peer: crate::sozu::SozuPeer,
     facts: UnboundedSender<Fact>,
     guard: impl Send + 'static,
 ) -> std::io::Result<()> {
@@ -116,16 +117,16 @@ pub fn spawn(
         .name("sozu-events".into())
         .spawn(move || {
             let _guard = guard;
-            run(&socket, &facts)
+            run(&socket, peer, &facts)
         })
         .map(|_| ())
 }
 
-fn run(socket: &Path, facts: &UnboundedSender<Fact>) {
+fn run(socket: &Path, peer: crate::sozu::SozuPeer, facts: &UnboundedSender<Fact>) {
     let mut wait = RETRY_MIN;
     let mut was_open = false;
     loop {
-        match subscribe(socket) {
+        match subscribe(socket, peer) {
             Ok(mut channel) => {
                 wait = RETRY_MIN;
                 was_open = true;
@@ -208,10 +209,14 @@ fn next_message(
     channel.read_message_blocking_timeout(Some(QUIET))
 }
 
-fn subscribe(socket: &Path) -> Result<Channel<Request, Response>, String> {
+fn subscribe(
+    socket: &Path,
+    peer: crate::sozu::SozuPeer,
+) -> Result<Channel<Request, Response>, String> {
     let path = socket.to_str().ok_or("the socket path is not UTF-8")?;
     let mut channel: Channel<Request, Response> =
         Channel::from_path(path, 16_384, 1_000_000).map_err(|e| e.to_string())?;
+    peer.check(std::os::fd::AsFd::as_fd(&channel.sock))?;
     channel.blocking().map_err(|e| e.to_string())?;
     channel
         .write_message(&Request::from(RequestType::SubscribeEvents(

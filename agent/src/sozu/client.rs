@@ -32,6 +32,7 @@ const MAX_BUFFER_BYTES: u64 = 64_000_000;
 pub struct SozuClient {
     path: PathBuf,
     timeout: Duration,
+    peer: super::SozuPeer,
     channel: Option<Channel<Request, Response>>,
     /// What was last read of each owned cluster, with the hash sozu gave the cluster then.
     /// sozu's cluster hash covers the cluster (its health check included), its backends and its
@@ -54,9 +55,16 @@ impl SozuClient {
         SozuClient {
             path: path.to_owned(),
             timeout,
+            peer: super::SozuPeer::default(),
             channel: None,
             clusters_read: BTreeMap::new(),
         }
+    }
+
+    /// Talks to a sozu of `peer`'s user only.
+    pub fn with_peer(mut self, peer: super::SozuPeer) -> SozuClient {
+        self.peer = peer;
+        self
     }
 
     pub fn is_connected(&self) -> bool {
@@ -78,6 +86,9 @@ impl SozuClient {
             .ok_or_else(|| connect_error("the socket path is not UTF-8".into()))?;
         let mut channel = Channel::from_path(path, BUFFER_BYTES, MAX_BUFFER_BYTES)
             .map_err(|e| connect_error(e.to_string()))?;
+        self.peer
+            .check(std::os::fd::AsFd::as_fd(&channel.sock))
+            .map_err(connect_error)?;
         channel
             .blocking()
             .map_err(|e| connect_error(e.to_string()))?;
@@ -357,8 +368,9 @@ impl SozuClient {
 
     /// Sends `ops` as one state file that sozu loads itself (`LoadState`): sozu applies them in
     /// order, as it does its own configuration file, without a round trip each. `dir` must be
-    /// readable by sozu at the same path (the socket's directory: in a pod, the volume both
-    /// containers mount). The file is created private to this user and removed as soon as sozu
+    /// readable by sozu at the same path (beside the socket: in a pod, the volume both containers
+    /// mount); it is made private to this user (0700), so sozu must run as the same user (as in
+    /// the rendered pod) or as root, else bulk loading fails and is turned off. The file is created private to this user and removed as soon as sozu
     /// answers; it never holds a certificate, whose key would then sit on a disk: a certificate
     /// operation is refused before anything is written.
     ///
@@ -384,6 +396,7 @@ impl SozuClient {
                 op.describe()
             )));
         }
+        private_dir(dir).map_err(file_error)?;
         let mut file = tempfile::Builder::new()
             .prefix(".private-ingress-")
             .suffix(".state")
@@ -420,6 +433,28 @@ impl SozuClient {
             }),
         }
     }
+}
+
+/// Makes `dir` if it is not there, private to this user (0700), and checks that it is: a state
+/// file describes every route, and nobody else may read it or put one there in its place.
+fn private_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| e.to_string())?;
+    let me = nix::unistd::geteuid().as_raw();
+    if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "it must be a directory of this agent's uid {me} with mode 0700 (it is uid {}, \
+             mode {:o})",
+            meta.uid(),
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
 }
 
 /// (acknowledged, failed) from sozu 2.3.3's answer to a state load: "Successfully loaded state
@@ -516,6 +551,20 @@ mod tests {
             "{error}"
         );
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    /// The bulk files' directory is made private, and one that others may read is refused.
+    #[test]
+    fn state_files_go_in_a_directory_private_to_the_agent() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let private = dir.path().join(".private-ingress");
+        private_dir(&private).unwrap();
+        let mode = std::fs::metadata(&private).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let refused = private_dir(&private).unwrap_err();
+        assert!(refused.contains("mode 0700"), "{refused}");
     }
 
     #[test]

@@ -30,6 +30,43 @@ pub use client::SozuClient;
 use crate::plan::Outcome;
 pub use proxy::SozuProxy;
 
+/// Who may answer on sozu's socket: the agent's own user, or the one `--sozu-uid` names. A
+/// process of any other user that holds the path (a directory writable by others, a race at
+/// start) would be sent private keys; the peer's credentials (`SO_PEERCRED`) are checked on
+/// every connection before anything is sent.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SozuPeer {
+    /// sozu's user, when it is not the agent's.
+    pub uid: Option<u32>,
+}
+
+impl SozuPeer {
+    /// Checks the process at the other end of `socket`.
+    pub fn check(&self, socket: impl std::os::fd::AsFd) -> Result<(), String> {
+        use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+        let peer = getsockopt(&socket, PeerCredentials)
+            .map_err(|e| format!("cannot read the peer's credentials: {e}"))?;
+        allowed(
+            peer.uid(),
+            peer.pid(),
+            nix::unistd::geteuid().as_raw(),
+            self.uid,
+        )
+    }
+}
+
+/// Pure: whether a peer of `uid` (process `pid`) may be talked to by an agent of `me`.
+fn allowed(uid: u32, pid: i32, me: u32, configured: Option<u32>) -> Result<(), String> {
+    if uid == me || configured == Some(uid) {
+        return Ok(());
+    }
+    Err(format!(
+        "the socket is held by uid {uid} (pid {pid}), neither this agent's uid {me} nor \
+         --sozu-uid{}; nothing is sent to it",
+        configured.map(|u| format!(" {u}")).unwrap_or_default()
+    ))
+}
+
 /// What became of a plan sent to sozu, and how it went: sozu reports a request it received
 /// (twice: accepted, then applied), and a state file it loaded once, whatever the file holds.
 /// The loop tells its own changes from someone else's by that, so it is told, not guessed.
@@ -78,5 +115,22 @@ impl SozuError {
     /// A refusal leaves the connection usable; every other error means reconnecting.
     pub fn is_refusal(&self) -> bool {
         matches!(self, SozuError::Refused { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_agents_user_or_the_configured_one_may_answer() {
+        assert!(allowed(1000, 7, 1000, None).is_ok());
+        assert!(allowed(999, 7, 0, Some(999)).is_ok());
+        let refused = allowed(65534, 42, 1000, None).unwrap_err();
+        assert!(refused.contains("uid 65534 (pid 42)"), "{refused}");
+        assert!(allowed(65534, 42, 1000, Some(999)).is_err());
+        // A socket of our own passes the real check.
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert!(SozuPeer::default().check(&a).is_ok());
     }
 }
