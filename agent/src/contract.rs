@@ -447,7 +447,7 @@ mod tests {
     /// contract fills in.
     #[test]
     fn backends_example_passes_with_defaults_applied() {
-        use crate::state::{HealthCheck, Hsts, Probe};
+        use crate::sozu_state::{HealthCheck, Hsts, Probe};
         let ws = evaluate(&examples().join("backends.ncl")).unwrap();
         let policy = |max_age, include_subdomains| Hsts {
             enabled: true,
@@ -513,7 +513,7 @@ mod tests {
     /// JSON (modes as strings) and in Nickel.
     #[test]
     fn accepted_values_for_the_backend_rules() {
-        use crate::state::{Hsts, Probe};
+        use crate::sozu_state::{Hsts, Probe};
         let dir = tempfile::tempdir().unwrap();
         let path = write(
             &dir,

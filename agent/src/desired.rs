@@ -16,9 +16,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
-use crate::plan;
-use crate::state::{
-    Actual, Address, Backend, Certificate, Desired, Frontend, Protocol, Tags, OWNER_TAG, ROUTE_TAG,
+use crate::sozu_state::{
+    owned_certificate, Actual, Address, Backend, Certificate, Desired, Frontend, Protocol, Tags,
+    OWNER_TAG, ROUTE_TAG,
 };
 use crate::workspace::{Listeners, Route, Upstream, Workspace};
 
@@ -122,7 +122,7 @@ pub fn host(
             .certificates
             .get(&https)?
             .named(name)
-            .find(|(_, names)| plan::owned_certificate(names, &desired.zone))
+            .find(|(_, names)| owned_certificate(names, &desired.zone))
             .map(|(fingerprint, _)| fingerprint.to_owned())
     };
     // sozu's certificate is looked up only for a host without a validated pair of its own.

@@ -1,19 +1,27 @@
 //! private-ingress: keeps a sozu reverse proxy equal to a Nickel routes workspace.
 //!
-//! From the outside in:
-//! - [`contract`] evaluates a workspace file with the bundled Nickel contract (isolated in a
-//!   child process by [`sandbox`], its imports confined by [`imports`]) into a
-//!   [`workspace::Workspace`]; [`text`] makes what it says safe to print;
-//! - [`desired`] maps it to sozu's vocabulary ([`state`]), the one mapping both outputs share;
-//!   [`plan`] turns the difference between that and what sozu holds into requests. Both pure;
-//! - [`render`] and [`deploy`] write files from the model (a sozu configuration, Kubernetes
-//!   manifests, DNS records); [`alerts`] holds the alert rules on the agent's metrics;
-//! - the live agent: [`sources`] fetch the slow inputs (the workspace, DNS answers, certificate
-//!   pairs through [`certs`], sozu's socket and event stream) in tasks of their own;
-//!   [`reconcile`] decides and applies through [`sozu`], the only code that changes sozu; [`api`]
-//!   serves what it knows, and [`status`] prints it; with `tls_rotation = 'sozu_managed`,
-//!   [`acme`] obtains the certificates itself and writes them where the certificate source reads
-//!   them. [`run`] wires them, and [`supervisor`] ends the agent when one of them dies.
+//! The map, from the outside in (each module's own header says more):
+//!
+//! | module | owns | I/O |
+//! |---|---|---|
+//! | [`cli`] | the command line; [`cli::status`] prints a running agent's `/v1/state` | `status` reads HTTP |
+//! | [`run`], [`supervisor`] | wiring the live agent; ending it when one of its tasks dies | signals |
+//! | [`contract`], [`sandbox`], [`imports`] | evaluating a workspace with the bundled contract, in a confined child process, its imports kept in its tree | reads the workspace |
+//! | [`workspace`] | the validated model an operator declared | none |
+//! | [`desired`], [`plan`] | the workspace in sozu's terms ([`sozu_state`]: sozu's vocabulary), and the requests from what sozu holds to that | none |
+//! | [`render`], [`deploy`], [`alerts`] | files made from the model: sozu's configuration, Kubernetes manifests, DNS records, alert rules | writes files |
+//! | [`sources`] | the slow inputs, each a task publishing facts: the workspace, DNS answers, certificate pairs (through [`certs`]), sozu's socket and events | files, DNS, sozu's events |
+//! | [`reconcile`] | the loop: facts → desired state → plan → sozu | through traits |
+//! | [`sozu`] | talking to sozu: requests, state reads, bulk loads, who sozu is | sozu's socket |
+//! | [`document`] | the `/v1/state` document: every type of it (a leaf) | none |
+//! | [`api`] | serving it: the admin HTTP server, the snapshots, `/metrics` | HTTP |
+//! | [`acme`] | `tls_rotation = 'sozu_managed`: ordering certificates into the tls dir | ACME, DNS, files |
+//! | [`clock`], [`text`], [`memory`] | time, printable text, the allocator | none |
+//!
+//! To add a field to `/v1/state`: [`document`], then where its fact is known ([`reconcile`]'s
+//! `publish` for a route's, a source, or the issuer), then [`cli::status`] or [`api::metrics`] to
+//! show it. To add a DNS provider for ACME: [`acme::provider`], beside [`acme::rfc2136`] and
+//! [`acme::cloudflare`], and its settings in [`workspace`] and the contract.
 #![deny(unsafe_code)]
 
 pub mod acme;
@@ -25,6 +33,7 @@ pub mod clock;
 pub mod contract;
 pub mod deploy;
 pub mod desired;
+pub mod document;
 pub mod imports;
 pub mod memory;
 pub mod plan;
@@ -34,8 +43,7 @@ pub mod run;
 pub mod sandbox;
 pub mod sources;
 pub mod sozu;
-pub mod state;
-pub mod status;
+pub mod sozu_state;
 pub mod supervisor;
 pub mod text;
 pub mod workspace;

@@ -124,11 +124,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             timeout,
         } => {
             let timeout = std::time::Duration::from_secs_f64(timeout);
-            let (body, status) = private_ingress::status::fetch(&admin_address, timeout)?;
+            let (body, status) = private_ingress::cli::status::fetch(&admin_address, timeout)?;
             if json {
                 println!("{body}");
             } else {
-                print!("{}", private_ingress::status::table(&status));
+                print!("{}", private_ingress::cli::status::table(&status));
             }
             // A script or a check can tell a ready agent from one that is not.
             Ok(if status.ready {

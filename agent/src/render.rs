@@ -8,9 +8,11 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+use sozu_command_lib::config::FileHealthCheckConfig;
+use sozu_command_lib::proto::command::HealthCheckMode;
 
 use crate::desired::{self, Names};
-use crate::state::{Address, HealthCheck, Hsts, Probe, Protocol, UNIX_BACKEND_IDENTITY};
+use crate::sozu_state::{Address, HealthCheck, Hsts, Protocol, UNIX_BACKEND_IDENTITY};
 use crate::workspace::Workspace;
 
 #[derive(Debug, thiserror::Error)]
@@ -128,57 +130,37 @@ struct SozuCluster {
     protocol: &'static str,
     https_redirect: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    health_check: Option<SozuHealthCheck>,
+    health_check: Option<FileHealthCheckConfig>,
     frontends: Vec<SozuFrontend>,
     backends: Vec<SozuBackend>,
 }
 
-#[derive(Serialize)]
-struct SozuHealthCheck {
-    mode: &'static str,
-    uri: String,
-    interval: u32,
-    timeout: u32,
-    healthy_threshold: u32,
-    unhealthy_threshold: u32,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    accepted_statuses: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    port: Option<u16>,
-}
-
-impl SozuHealthCheck {
-    fn of(check: &HealthCheck) -> SozuHealthCheck {
-        let (mode, uri, accepted_statuses) = match &check.probe {
-            Probe::Http {
-                path,
-                accepted_statuses,
-            } => (
-                "HTTP",
-                path.clone(),
-                accepted_statuses
-                    .iter()
-                    .map(|(start, end)| {
-                        if start == end {
-                            start.to_string()
-                        } else {
-                            format!("{start}-{end}")
-                        }
-                    })
-                    .collect(),
-            ),
-            Probe::Tcp => ("TCP", "/".to_owned(), Vec::new()),
-        };
-        SozuHealthCheck {
-            mode,
-            uri,
-            interval: check.interval,
-            timeout: check.timeout,
-            healthy_threshold: check.healthy_threshold,
-            unhealthy_threshold: check.unhealthy_threshold,
-            accepted_statuses,
-            port: check.port,
-        }
+/// A health check as sozu's configuration file writes it: sozu's own file type, made from the
+/// one mapping of a health check to sozu's terms ([`crate::sozu::request::health_check_config`]),
+/// which the live requests use too, so that the file and the socket cannot differ.
+fn file_health_check(check: &HealthCheck) -> FileHealthCheckConfig {
+    let config = crate::sozu::request::health_check_config(check);
+    FileHealthCheckConfig {
+        uri: config.uri,
+        interval: config.interval,
+        timeout: config.timeout,
+        healthy_threshold: config.healthy_threshold,
+        unhealthy_threshold: config.unhealthy_threshold,
+        expected_status: config.expected_status,
+        mode: HealthCheckMode::try_from(config.mode).ok(),
+        accepted_statuses: config
+            .accepted_statuses
+            .iter()
+            .map(|range| {
+                if range.start == range.end {
+                    range.start.to_string()
+                } else {
+                    format!("{}-{}", range.start, range.end)
+                }
+            })
+            .collect(),
+        port: config.port,
+        headers: Vec::new(),
     }
 }
 
@@ -238,7 +220,7 @@ impl SozuConfig {
                 let cluster = SozuCluster {
                     protocol: "http",
                     https_redirect: true,
-                    health_check: desired.health_checks.get(id).map(SozuHealthCheck::of),
+                    health_check: desired.health_checks.get(id).map(file_health_check),
                     frontends: Vec::new(),
                     backends,
                 };
@@ -352,6 +334,50 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), RenderError> {
 
 #[cfg(test)]
 mod tests {
+    use crate::sozu_state::Probe;
+
+    /// One mapping of a health check, read back: the file's block, as sozu parses it from the
+    /// TOML text, is the request the agent sends, field for field.
+    #[test]
+    fn a_health_check_in_the_file_is_the_one_the_agent_sends() {
+        let checks = [
+            HealthCheck {
+                probe: Probe::Http {
+                    path: "/healthz".into(),
+                    accepted_statuses: vec![(200, 299), (304, 304)],
+                },
+                interval: 5,
+                timeout: 2,
+                healthy_threshold: 3,
+                unhealthy_threshold: 4,
+                port: Some(9000),
+            },
+            HealthCheck {
+                probe: Probe::Tcp,
+                interval: 1,
+                timeout: 1,
+                healthy_threshold: 1,
+                unhealthy_threshold: 2,
+                port: None,
+            },
+        ];
+        #[derive(serde::Deserialize, Serialize)]
+        struct Block {
+            health_check: FileHealthCheckConfig,
+        }
+        for check in checks {
+            let text = toml::to_string(&Block {
+                health_check: file_health_check(&check),
+            })
+            .unwrap();
+            let read: Block = toml::from_str(&text).unwrap();
+            assert_eq!(
+                read.health_check.to_proto(),
+                Ok(crate::sozu::request::health_check_config(&check)),
+                "{text}"
+            );
+        }
+    }
     use super::*;
     use crate::workspace::{Route, Upstream};
 

@@ -319,27 +319,6 @@ fn confine_reads(tree: &Path) -> Result<bool, landlock::RulesetError> {
     Ok(status.ruleset != RulesetStatus::NotEnforced)
 }
 
-/// [`LoadWorkspace`] through this sandbox, off the async runtime.
-///
-/// [`LoadWorkspace`]: crate::sources::workspace::LoadWorkspace
-pub struct SandboxLoader {
-    pub exe: PathBuf,
-    pub path: PathBuf,
-    pub limits: Limits,
-}
-
-impl crate::sources::workspace::LoadWorkspace for SandboxLoader {
-    async fn load(&self) -> Result<Workspace, SandboxError> {
-        let (exe, path, limits) = (self.exe.clone(), self.path.clone(), self.limits.clone());
-        tokio::task::spawn_blocking(move || evaluate(&exe, &path, &limits))
-            .await
-            .map_err(|e| SandboxError::Crashed {
-                path: self.path.clone(),
-                cause: format!("could not be waited for: {e}"),
-            })?
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

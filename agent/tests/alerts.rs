@@ -9,12 +9,11 @@
 //! `promtool` (Debian's prometheus) and `kubernetes-validate` are installed by `scripts/test`; a
 //! test that cannot find one fails and says so.
 
-mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{assert_golden, bin, run};
+use crate::common::{assert_golden, bin, run};
 
 use serde::Deserialize;
 use serde_json::Value;

@@ -1,8 +1,7 @@
 //! The `private-ingress` binary as a user runs it: exit codes, messages, limits and output files.
 
-mod common;
 
-use common::{assert_golden, bin, run};
+use crate::common::{assert_golden, bin, run};
 use std::path::{Path, PathBuf};
 
 fn examples() -> PathBuf {

@@ -5,13 +5,12 @@
 //! The external checkers (`kubernetes-validate`, dnspython, `just`) are installed by
 //! `scripts/test`; a test that cannot find one fails and says how to install it.
 
-mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{assert_golden, bin, run};
+use crate::common::{assert_golden, bin, run};
 
 use serde::Deserialize;
 use serde_json::Value;

@@ -667,10 +667,8 @@ impl Stack {
         std::fs::write(self.dir.path().join("sozu.previous.log"), previous).ok();
         self.sozu = Some(Process::spawn(&mut cmd, &log));
         let socket = self.socket();
-        eventually(Duration::from_secs(10), "sozu's command socket", || {
-            std::os::unix::net::UnixStream::connect(&socket)
-                .ok()
-                .map(|_| ())
+        eventually(Duration::from_secs(60), "sozu's answer to Status", || {
+            sozu_status(&socket).ok()
         });
     }
 
@@ -1027,28 +1025,28 @@ impl KeepAlive {
 /// Adds (or replaces: sozu upserts) backend `backend_id` of `cluster_id` at `address` with
 /// `weight`, straight on sozu's command socket, as an operator's tool would: for requests the
 /// agent never sends.
-pub fn sozu_add_backend(
+/// Asks sozu at `socket` for its `Status` (its workers' states): `Ok` once it answers that,
+/// which is when it can take requests, and not merely when its socket file exists.
+pub fn sozu_status(socket: &Path) -> Result<(), String> {
+    sozu_request(
+        socket,
+        sozu_command_lib::proto::command::request::RequestType::Status(
+            sozu_command_lib::proto::command::Status {},
+        ),
+    )
+}
+
+/// One request to sozu at `socket`, and its final answer.
+fn sozu_request(
     socket: &Path,
-    cluster_id: &str,
-    backend_id: &str,
-    address: SocketAddr,
-    weight: i32,
+    request: sozu_command_lib::proto::command::request::RequestType,
 ) -> Result<(), String> {
     use sozu_command_lib::channel::Channel;
-    use sozu_command_lib::proto::command::{
-        request::RequestType, AddBackend, LoadBalancingParams, Request, Response, ResponseStatus,
-    };
+    use sozu_command_lib::proto::command::{Request, Response, ResponseStatus};
     let mut channel =
         Channel::<Request, Response>::from_path(&socket.to_string_lossy(), 1_000_000, 2_000_000)
             .map_err(|e| format!("connect to {}: {e}", socket.display()))?;
     channel.blocking().map_err(|e| e.to_string())?;
-    let request = RequestType::AddBackend(AddBackend {
-        cluster_id: cluster_id.to_owned(),
-        backend_id: backend_id.to_owned(),
-        address: address.into(),
-        load_balancing_parameters: Some(LoadBalancingParams { weight }),
-        ..Default::default()
-    });
     channel
         .write_message(&Request::from(request))
         .map_err(|e| e.to_string())?;
@@ -1062,4 +1060,22 @@ pub fn sozu_add_backend(
             ResponseStatus::Failure => return Err(response.message),
         }
     }
+}
+
+pub fn sozu_add_backend(
+    socket: &Path,
+    cluster_id: &str,
+    backend_id: &str,
+    address: SocketAddr,
+    weight: i32,
+) -> Result<(), String> {
+    use sozu_command_lib::proto::command::{request::RequestType, AddBackend, LoadBalancingParams};
+    let request = RequestType::AddBackend(AddBackend {
+        cluster_id: cluster_id.to_owned(),
+        backend_id: backend_id.to_owned(),
+        address: address.into(),
+        load_balancing_parameters: Some(LoadBalancingParams { weight }),
+        ..Default::default()
+    });
+    sozu_request(socket, request)
 }

@@ -14,7 +14,8 @@ use std::time::Duration;
 use instant_acme::{Account, CertificateIdentifier};
 
 use super::client::AccountSource;
-use super::dns01::{Lookup, Provider};
+use super::dns01::Lookup;
+use super::provider::Provider;
 use super::order::{self, Failed, Obtained, Progress};
 use super::store::{PendingOrder, Store};
 use super::AcmeError;

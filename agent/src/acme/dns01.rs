@@ -1,5 +1,5 @@
-//! DNS-01: where a challenge's TXT record goes, publishing and removing it, and waiting until the
-//! servers that matter answer it.
+//! DNS-01: where a challenge's TXT record goes, and waiting until the servers that matter answer
+//! it. Publishing and removing it is [`super::provider`]'s.
 //!
 //! - **Where.** `_acme-challenge.<name>`, or where its CNAME chain ends: a delegation to a zone
 //!   the agent may update (lego's behaviour, and the least-privilege setup: the update key only
@@ -23,8 +23,6 @@ use hickory_net::{DnsError, NetError};
 use hickory_proto::op::Message;
 use hickory_proto::rr::{DNSClass, Name, RData, RecordType};
 
-use super::cloudflare::Cloudflare;
-use super::rfc2136::Rfc2136;
 use super::secret::SecretError;
 
 /// One DNS query's deadline.
@@ -70,28 +68,6 @@ impl Dns01Error {
             Dns01Error::Cloudflare { .. } => "dns_update",
             Dns01Error::Lookup { .. } => "dns_lookup",
             Dns01Error::NotPropagated { .. } => "propagation",
-        }
-    }
-}
-
-/// Where TXT records are published.
-pub enum Provider {
-    Rfc2136(Box<Rfc2136>),
-    Cloudflare(Box<Cloudflare>),
-}
-
-impl Provider {
-    pub async fn present(&self, name: &Name, value: &str) -> Result<(), Dns01Error> {
-        match self {
-            Provider::Rfc2136(p) => p.present(name, value).await,
-            Provider::Cloudflare(p) => p.present(name, value).await,
-        }
-    }
-
-    pub async fn cleanup(&self, name: &Name, value: &str) -> Result<(), Dns01Error> {
-        match self {
-            Provider::Rfc2136(p) => p.cleanup(name, value).await,
-            Provider::Cloudflare(p) => p.cleanup(name, value).await,
         }
     }
 }

@@ -9,31 +9,33 @@
 //! | [`issuer`] | the loop: which host to order when, ARI polls, status | through the others |
 //! | [`ca`] | the CA as the loop sees it: the account, renewal information, one order | through the others |
 //! | [`order`] | one order: place or resume, DNS-01, finalise, validate | ACME, DNS |
-//! | [`dns01`] | challenge names, CNAME delegation, propagation checks, the providers | DNS |
+//! | [`dns01`] | challenge names, CNAME delegation, propagation checks, the shared error | DNS |
+//! | [`provider`] | which DNS provider publishes a TXT record | through the next |
 //! | [`rfc2136`], [`cloudflare`] | publishing and removing a TXT record | DNS, HTTPS |
 //! | [`client`] | the account, on the HTTP client under instant-acme | HTTPS |
 //! | [`http`] | the one HTTPS client (roots, deadlines, body limits) of the CA and the DNS API | HTTPS |
 //! | [`store`] | the state directory: lock, account, per-host records, atomic 0600 writes | files |
 //! | [`tlsdir`] | writing a pair the AtomicWriter way | files |
 //! | [`secret`] | reading secrets from files, never showing them | files |
-//! | [`status`] | what `/v1/state`, `status` and `/metrics` show of the issuer | none |
+//! | [`handle`] | where the issuer publishes its status ([`crate::document::IssuerStatus`]) | none |
 
 pub mod ca;
 pub mod client;
 pub mod cloudflare;
 pub mod dns01;
+pub mod handle;
 pub mod http;
 pub mod issuer;
 pub mod order;
 pub mod policy;
+pub mod provider;
 pub mod rfc2136;
 pub mod secret;
-pub mod status;
 pub mod store;
 pub mod tlsdir;
 
 pub use issuer::{run, Knobs, Options};
-pub use status::{IssuerHandle, IssuerStatus};
+pub use handle::IssuerHandle;
 
 use std::path::PathBuf;
 

@@ -14,7 +14,8 @@ use instant_acme::{
 };
 
 use super::client::RetryAfter;
-use super::dns01::{challenge_name, Dns01Error, Lookup, Provider};
+use super::dns01::{challenge_name, Dns01Error, Lookup};
+use super::provider::Provider;
 use super::store::PendingOrder;
 use super::AcmeError;
 
@@ -41,7 +42,7 @@ pub struct Context<'a> {
 pub struct Obtained {
     pub chain_pem: String,
     pub key_pem: zeroize::Zeroizing<String>,
-    pub certificate: crate::state::Certificate,
+    pub certificate: crate::sozu_state::Certificate,
     /// Whether this run placed the order (false: one placed earlier was resumed).
     pub placed: bool,
 }

@@ -7,7 +7,11 @@
 
 use std::fmt::Write as _;
 
-use super::{BackendHealth, Counters, DnsNameStatus, RouteState, RouteStatus, Snapshot};
+use super::Snapshot;
+use crate::document::{
+    BackendHealth, Counters, DnsNameStatus, HostStatus, IssuerStatus, RenewalBasis, RouteState,
+    RouteStatus,
+};
 
 /// The families whose lines come from each route: (name, type, help). Host-wide ones are
 /// rendered by a host's first route only.
@@ -323,6 +327,89 @@ pub fn render(snapshot: &Snapshot, counters: &Counters, dns: &[DnsNameStatus]) -
     out
 }
 
+/// The issuer's families, one series per host, appended to the `/metrics` text.
+pub fn write_issuer(out: &mut String, status: &IssuerStatus) {
+    let hosts = &status.hosts;
+    if hosts.is_empty() {
+        return;
+    }
+    type Value = fn(&HostStatus) -> Option<i64>;
+    let gauges: [(&str, &str, Value); 4] = [
+        (
+            "private_ingress_acme_certificate_not_after_seconds",
+            "notAfter of the certificate the issuer holds for the host, Unix seconds",
+            |h| h.valid_until,
+        ),
+        (
+            "private_ingress_acme_renewal_due_seconds",
+            "When the host's certificate is to be renewed, Unix seconds",
+            |h| h.renewal_due,
+        ),
+        (
+            "private_ingress_acme_renewal_from_ari",
+            "1 when the renewal time comes from the CA's renewal information (ARI), 0 when from the lifetime",
+            |h| h.renewal_due.map(|_| i64::from(h.renewal_basis == Some(RenewalBasis::Ari))),
+        ),
+        (
+            "private_ingress_acme_backoff_until_seconds",
+            "End of the back-off (or rate-limit hold) in force for the host, Unix seconds; 0 when none",
+            |h| Some(h.backoff.as_ref().map_or(0, |b| b.until)),
+        ),
+    ];
+    for (name, help, value) in gauges {
+        let values: Vec<(&str, i64)> = hosts
+            .iter()
+            .filter_map(|(host, h)| value(h).map(|v| (host.as_str(), v)))
+            .collect();
+        if !values.is_empty() {
+            header(out, name, "gauge", help);
+            for (host, v) in values {
+                sample(out, name, &[("host", host)], v);
+            }
+        }
+    }
+    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    type Count = fn(&HostStatus) -> u64;
+    let counters: [(&str, &str, Count); 2] = [
+        (
+            "private_ingress_acme_orders_total",
+            "ACME orders placed for the host since the agent started",
+            |h| h.orders_placed,
+        ),
+        (
+            "private_ingress_acme_certificates_issued_total",
+            "Certificates issued for the host since the agent started",
+            |h| h.certificates_issued,
+        ),
+    ];
+    for (name, help, value) in counters {
+        header(out, name, "counter", help);
+        for (host, h) in hosts {
+            sample(out, name, &[("host", host)], count(value(h)));
+        }
+    }
+    let failures: Vec<(&str, &str, u64)> = hosts
+        .iter()
+        .flat_map(|(host, h)| {
+            h.orders_failed
+                .iter()
+                .map(move |(reason, n)| (host.as_str(), reason.as_str(), *n))
+        })
+        .collect();
+    if !failures.is_empty() {
+        let name = "private_ingress_acme_order_failures_total";
+        header(
+            out,
+            name,
+            "counter",
+            "Failed ACME orders since the agent started, by host and reason",
+        );
+        for (host, reason, n) in failures {
+            sample(out, name, &[("host", host), ("reason", reason)], count(n));
+        }
+    }
+}
+
 /// A family with a line per upstream name: (name, type, help, the value of a name).
 type DnsFamily = (
     &'static str,
@@ -337,13 +424,13 @@ fn gauge(out: &mut String, name: &str, help: &str, value: i64) {
 }
 
 /// A family's `# HELP` and `# TYPE` lines.
-pub(crate) fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let help = help.replace('\\', "\\\\").replace('\n', "\\n");
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
 /// One sample; labels in the order given (sorted by name, as exposition readers expect).
-pub(crate) fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: i64) {
+fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: i64) {
     out.push_str(name);
     if !labels.is_empty() {
         out.push('{');
@@ -391,7 +478,7 @@ mod tests {
         let route = RouteStatus {
             id: "pi-a".into(),
             host: "a.in.example.org".into(),
-            certificate: super::super::CertificateStatus {
+            certificate: crate::document::CertificateStatus {
                 disk_fingerprint: Some("aa".into()),
                 disk_not_before: Some(2_000),
                 disk_not_after: Some(3_000),
@@ -414,5 +501,55 @@ mod tests {
         }
         let other = RouteMetrics::of(&route, false).0.concat();
         assert!(!other.contains("disk_info"), "{other}");
+    }
+    fn issuer_sample() -> IssuerStatus {
+        use crate::document::Backoff;
+        let mut hosts = std::collections::BTreeMap::new();
+        hosts.insert(
+            "a.in.example.org".to_owned(),
+            HostStatus {
+                state: "valid".into(),
+                valid_until: Some(1_900_000_000),
+                renewal_due: Some(1_890_000_000),
+                renewal_basis: Some(RenewalBasis::Lifetime),
+                ..HostStatus::default()
+            },
+        );
+        hosts.insert(
+            "b.in.example.org".to_owned(),
+            HostStatus {
+                state: "backing_off".into(),
+                orders_failed: std::collections::BTreeMap::from([("dns_update".to_owned(), 2)]),
+                backoff: Some(Backoff {
+                    reason: "dns_update".into(),
+                    until: 1_800_000_600,
+                    failures: 2,
+                }),
+                ..HostStatus::default()
+            },
+        );
+        IssuerStatus {
+            hosts,
+            ..IssuerStatus::default()
+        }
+    }
+
+    #[test]
+    fn metrics_carry_one_series_per_host() {
+        let mut text = String::new();
+        write_issuer(&mut text, &issuer_sample());
+        assert!(
+            text.contains(
+                "private_ingress_acme_renewal_due_seconds{host=\"a.in.example.org\"} 1890000000"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("private_ingress_acme_order_failures_total{host=\"b.in.example.org\",reason=\"dns_update\"} 2"), "{text}");
+        assert!(
+            text.contains(
+                "private_ingress_acme_backoff_until_seconds{host=\"b.in.example.org\"} 1800000600"
+            ),
+            "{text}"
+        );
     }
 }

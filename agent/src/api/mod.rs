@@ -1,7 +1,6 @@
-//! The agent's view, as `/v1/state` serves it and `private-ingress status` reads it: the wire
-//! types, the admin HTTP server ([`admin`]) and the Prometheus rendering ([`metrics`]).
-//!
-//! The field names are public interface: extend, never rename.
+//! What the admin endpoints serve: the snapshots the loop publishes and the bodies rendered from
+//! them (here), the HTTP server ([`admin`]) and the Prometheus rendering ([`metrics`]). The
+//! `/v1/state` document's types are [`crate::document`]'s.
 
 pub mod admin;
 pub mod metrics;
@@ -9,220 +8,11 @@ pub mod metrics;
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-/// The agent's own view, served on `/v1/state` and read by `private-ingress status`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct Status {
-    pub ready: bool,
-    pub workspace: WorkspaceStatus,
-    pub sozu: SozuStatus,
-    pub routes: Vec<RouteStatus>,
-    /// Each upstream DNS name the workspace uses.
-    #[serde(default)]
-    pub dns: Vec<DnsNameStatus>,
-    pub counters: Counters,
-    /// With `tls_rotation = 'sozu_managed`: the ACME issuer, per host.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub issuer: Option<crate::acme::IssuerStatus>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct WorkspaceStatus {
-    pub loaded: bool,
-    pub zone: Option<String>,
-    /// Why the latest edit was not applied (the last good workspace keeps serving).
-    pub last_error: Option<String>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct SozuStatus {
-    pub connected: bool,
-    /// Which sozu the agent talks to: its connection and worker processes.
-    pub generation: Option<String>,
-    pub last_error: Option<String>,
-    /// Unix seconds of the last reconcile that left sozu equal to the desired state.
-    pub last_converged: Option<u64>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct RouteStatus {
-    pub id: String,
-    pub host: String,
-    pub path_prefix: String,
-    pub upstream: String,
-    /// Backend addresses the route should have.
-    pub backends_desired: Vec<String>,
-    /// Backend addresses sozu has for the route.
-    pub backends_actual: Vec<String>,
-    pub certificate: CertificateStatus,
-    pub state: RouteState,
-    /// What a `pending` route waits for.
-    #[serde(default)]
-    pub waiting_for: Vec<Waiting>,
-    pub last_error: Option<String>,
-    /// Each upstream with its weight, whether it is drained, and its backends' health.
-    #[serde(default)]
-    pub upstreams: Vec<UpstreamStatus>,
-    /// No backend can take a request: every upstream is drained (sozu answers 503), or every
-    /// backend is reported down (sozu 2.3.3 then fails open: it still tries the backends, and
-    /// answers 503 only when none of them connects).
-    #[serde(default)]
-    pub no_available_backend: bool,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct UpstreamStatus {
-    /// As the workspace writes it.
-    pub upstream: String,
-    pub weight: u32,
-    /// The workspace drains it (its own `drain`, or its route's).
-    pub drain: bool,
-    /// `in rotation`; or, drained: `draining (N sessions)` until sozu says its last
-    /// connection ended, then `drained`.
-    pub state: String,
-    pub backends: Vec<BackendStatus>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct BackendStatus {
-    /// sozu's backend id.
-    pub id: String,
-    pub address: String,
-    /// As sozu last reported it: by its health check, or by failed connections.
-    pub health: BackendHealth,
-    /// Times sozu reported it going down or coming back up since the agent started.
-    pub transitions: u64,
-}
-
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum BackendHealth {
-    /// sozu has said nothing of it yet.
-    #[default]
-    Unknown,
-    Up,
-    Down,
-}
-
-impl std::fmt::Display for BackendHealth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            BackendHealth::Unknown => "unknown",
-            BackendHealth::Up => "up",
-            BackendHealth::Down => "down",
-        })
-    }
-}
-
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum RouteState {
-    /// Fully served.
-    Ok,
-    /// Not fully served yet: waiting for a certificate or for its upstream's first addresses.
-    #[default]
-    Pending,
-    /// Served as far as it can be, with a problem: see `last_error`.
-    Error,
-}
-
-impl std::fmt::Display for RouteState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            RouteState::Ok => "ok",
-            RouteState::Pending => "pending",
-            RouteState::Error => "error",
-        })
-    }
-}
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
-#[serde(rename_all = "snake_case")]
-pub enum Waiting {
-    /// No valid pair has been found for the host yet: its frontends wait.
-    Certificate,
-    /// The upstream's name has never resolved: the cluster has no backend yet.
-    Dns,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct CertificateStatus {
-    pub disk_fingerprint: Option<String>,
-    pub disk_not_before: Option<i64>,
-    pub disk_not_after: Option<i64>,
-    /// The pair served expires within the expiry warning (`--expiry-warning-days`): its renewal
-    /// is overdue.
-    pub expiring_soon: bool,
-    pub served_fingerprints: Vec<String>,
-    /// Validity of the certificate sozu serves (the one expiring first, when sozu serves
-    /// several), Unix seconds; absent when the agent never read it (sozu held it before the
-    /// agent started and the agent has not replaced it).
-    pub served_not_before: Option<i64>,
-    pub served_not_after: Option<i64>,
-    pub error: Option<String>,
-    /// Why the pair on disk was refused, as a stable name (see `CertError::reason`).
-    pub error_reason: Option<String>,
-    /// Names of the pair on disk besides the host's own (another route host, a wildcard): sozu
-    /// is told the host's name alone, so the pair is served for this host only.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub other_names: Vec<String>,
-    /// Certificates replaced in sozu for this host since the agent started.
-    pub rotations: u64,
-    /// Unix seconds of the last replacement.
-    pub last_rotation: Option<u64>,
-}
-
-/// One upstream DNS name, as the DNS source last saw it.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct DnsNameStatus {
-    pub name: String,
-    /// The addresses in use: the last good answer, kept while lookups fail.
-    pub addresses: Vec<String>,
-    /// The name has resolved at least once.
-    pub resolved: bool,
-    /// Why the latest lookup failed; none when it succeeded.
-    pub last_error: Option<String>,
-    pub consecutive_failures: u32,
-    /// Failed lookups since the agent started.
-    pub failures: u64,
-    /// Unix seconds of the last successful lookup.
-    pub last_success: Option<i64>,
-    /// The TTL of the last answer, when the resolver gave one.
-    pub ttl_seconds: Option<u64>,
-    /// Addresses of the last answer not used as backends, each with why (`loopback`,
-    /// `link-local`, `unspecified`, `multicast`, `broadcast`, `over the cap`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub dropped_addresses: Vec<String>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct Counters {
-    pub reconciles: u64,
-    pub reconcile_errors: u64,
-    pub sozu_requests: u64,
-    pub sozu_reconnects: u64,
-    pub workspace_errors: u64,
-    pub dns_failures: u64,
-    /// Distinct refused pairs (a pair failing again the same way is not counted again).
-    pub certificate_errors: u64,
-    /// The same, by reason.
-    pub certificate_errors_by_reason: BTreeMap<String, u64>,
-    /// Full resyncs: every pair and sozu's state read again (periodic).
-    pub resyncs: u64,
-    /// Times a file watcher's queue overflowed and events were lost.
-    pub watch_overflows: u64,
-    /// Changes to the agent's objects in sozu that the agent did not make, each repaired by a
-    /// targeted resync.
-    #[serde(default)]
-    pub drift_repairs: u64,
-    /// Times sozu's event stream broke (counted as a possible sozu restart).
-    #[serde(default)]
-    pub event_stream_breaks: u64,
-    /// Addresses dropped from upstream names' answers (special addresses, over the cap).
-    #[serde(default)]
-    pub dns_dropped_addresses: u64,
-}
+use crate::document::{
+    Counters, DnsNameStatus, Document, IssuerStatus, RouteStatus, SozuStatus, WorkspaceStatus,
+};
 
 /// A route's status, with its metric lines rendered when it changed.
 #[derive(Debug, Clone, PartialEq)]
@@ -266,15 +56,15 @@ impl Published {
     }
 
     /// The loop's status alone, as an owned document (no DNS names).
-    pub fn status(&self) -> Status {
+    pub fn status(&self) -> Document {
         self.load().status(&[])
     }
 }
 
 impl Snapshot {
     /// The whole document, owned; `/v1/state` serializes [`StatusRef`] instead, without copies.
-    pub fn status(&self, dns: &[DnsNameStatus]) -> Status {
-        Status {
+    pub fn status(&self, dns: &[DnsNameStatus]) -> Document {
+        Document {
             ready: self.head.ready,
             workspace: self.head.workspace.clone(),
             sozu: self.head.sozu.clone(),
@@ -286,7 +76,7 @@ impl Snapshot {
     }
 }
 
-/// [`Status`] as serialized from a snapshot, borrowing everything: the same document.
+/// [`Document`] as serialized from a snapshot, borrowing everything: the same document.
 #[derive(Serialize)]
 pub struct StatusRef<'a> {
     ready: bool,
@@ -296,7 +86,7 @@ pub struct StatusRef<'a> {
     dns: &'a [DnsNameStatus],
     counters: &'a Counters,
     #[serde(skip_serializing_if = "Option::is_none")]
-    issuer: Option<&'a crate::acme::IssuerStatus>,
+    issuer: Option<&'a IssuerStatus>,
 }
 
 struct RoutesRef<'a>(&'a imbl::OrdMap<RouteKey, Arc<RouteView>>);
@@ -304,6 +94,21 @@ struct RoutesRef<'a>(&'a imbl::OrdMap<RouteKey, Arc<RouteView>>);
 impl Serialize for RoutesRef<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_seq(self.0.values().map(|r| &r.status))
+    }
+}
+
+/// A name as the document shows it.
+fn name_status(name: &crate::sources::dns::NameState) -> DnsNameStatus {
+    DnsNameStatus {
+        name: name.name.clone(),
+        addresses: name.addresses.clone(),
+        resolved: name.resolved,
+        last_error: name.last_error.clone(),
+        consecutive_failures: name.consecutive_failures,
+        failures: name.failures,
+        last_success: name.last_success,
+        ttl_seconds: name.ttl_seconds,
+        dropped_addresses: name.dropped_addresses.clone(),
     }
 }
 
@@ -317,7 +122,7 @@ pub struct Views {
     pub status: SharedStatus,
     pub heartbeat: Heartbeat,
     pub dns: crate::sources::dns::DnsTable,
-    pub issuer: crate::acme::IssuerHandle,
+    pub issuer: crate::acme::handle::IssuerHandle,
     pub bodies: Arc<Bodies>,
 }
 
@@ -341,7 +146,7 @@ impl PartialEq for Version {
 }
 
 /// When the reconcile loop last turned: `/healthz` answers from it. A loop that waits for
-/// facts still turns every [`crate::reconcile::driver::TICK`]; one that has not turned for
+/// facts still turns at least every ten seconds; one that has not turned for
 /// [`Heartbeat::stale_after`] is wedged (a pass is bounded by sozu's request deadlines), and
 /// only a restart repairs that.
 #[derive(Debug, Clone)]
@@ -416,11 +221,11 @@ impl Views {
         let mut counters = counters.clone();
         counters.dns_failures = dns.failures_total;
         counters.dns_dropped_addresses = dns.dropped_total;
-        (dns.names.values().cloned().collect(), counters)
+        (dns.names.values().map(name_status).collect(), counters)
     }
 
     /// One consistent document: the loop's status with each DNS name's state.
-    pub fn snapshot(&self) -> Status {
+    pub fn snapshot(&self) -> Document {
         let snapshot = self.status.load();
         let (dns, counters) = self.dns(&snapshot.head.counters);
         let mut status = snapshot.status(&dns);
@@ -492,7 +297,7 @@ impl Views {
         let (dns, counters) = self.dns(&snapshot.head.counters);
         let mut text = metrics::render(&snapshot, &counters, &dns);
         if let Some(issuer) = self.issuer.snapshot() {
-            crate::acme::status::write_metrics(&mut text, &issuer);
+            metrics::write_issuer(&mut text, &issuer);
         }
         text
     }
@@ -501,6 +306,7 @@ impl Views {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::document::{RouteState, Waiting};
 
     /// `/v1/state` from a snapshot is the document `status` reads back, field for field.
     #[test]
@@ -533,16 +339,16 @@ mod tests {
             let mut dns = views.dns.lock().unwrap();
             dns.names.insert(
                 "a.svc".into(),
-                DnsNameStatus {
+                crate::sources::dns::NameState {
                     name: "a.svc".into(),
                     failures: 2,
-                    ..DnsNameStatus::default()
+                    ..Default::default()
                 },
             );
             dns.failures_total = 2;
         }
         let json = views.state_json().unwrap();
-        let read: Status = serde_json::from_slice(&json).unwrap();
+        let read: Document = serde_json::from_slice(&json).unwrap();
         assert_eq!(read, views.snapshot());
         assert_eq!(read.counters.dns_failures, 2);
         assert_eq!(read.routes.len(), 1);

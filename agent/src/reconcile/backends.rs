@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::api::BackendHealth;
+use crate::document::BackendHealth;
 use crate::plan::{Op, Outcome};
 use crate::sources::sozu_events::{Change, ChangeKind};
 use crate::workspace::ID_PREFIX;
@@ -273,9 +273,9 @@ mod tests {
 
     #[test]
     fn a_drain_ends_when_sozu_says_so_whichever_comes_first() {
-        let backend = crate::state::Backend {
+        let backend = crate::sozu_state::Backend {
             id: "pi-a-10.0.0.1:80".into(),
-            address: crate::state::Address::Ip("10.0.0.1:80".parse().unwrap()),
+            address: crate::sozu_state::Address::Ip("10.0.0.1:80".parse().unwrap()),
             weight: 1,
         };
         let remove = Op::RemoveBackend {

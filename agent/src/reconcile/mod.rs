@@ -13,6 +13,8 @@
 //! The loop is generic over [`Proxy`] and [`CertSource`], so its timing and recovery are tested
 //! against in-memory fakes with paused time, facts fed straight in; `run` wires the real ones.
 //!
+//! [`Proxy`]: crate::sozu::Proxy
+//!
 //! [`Fact`]: crate::sources::Fact
 //! [`CertSource`]: crate::sources::CertSource
 
@@ -28,26 +30,4 @@ pub mod trackers;
 #[cfg(test)]
 mod tests;
 
-use std::future::Future;
-
 pub use driver::{Agent, Settings};
-pub use policy::{should_resync, Generation};
-
-use crate::plan::Op;
-use crate::sozu::{Delivered, SozuError};
-use crate::state::{Actual, ClusterState};
-
-/// What sozu is to the loop.
-pub trait Proxy: Send + 'static {
-    /// Which sozu answers: see [`should_resync`].
-    fn generation(&mut self) -> impl Future<Output = Result<Generation, SozuError>> + Send;
-    fn read_state(&mut self) -> impl Future<Output = Result<Actual, SozuError>> + Send;
-    /// One cluster as sozu holds it: a targeted resync after someone else changed it.
-    fn read_cluster(
-        &mut self,
-        id: String,
-    ) -> impl Future<Output = Result<ClusterState, SozuError>> + Send;
-    /// Sends `ops` (see [`crate::sozu::phases::send_in_phases`]) and says what became of each,
-    /// and how each went (see [`Delivered`]).
-    fn apply(&mut self, ops: Vec<Op>) -> impl Future<Output = Delivered> + Send;
-}

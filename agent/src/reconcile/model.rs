@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::desired::{self, Held};
 use crate::plan::Scope;
-use crate::state::{Actual, Desired};
+use crate::sozu_state::{Actual, Desired};
 use crate::workspace::{Route, Workspace};
 
 use super::trackers::{CertTracker, DnsTracker};

@@ -13,7 +13,7 @@ use tokio::time::Instant as TokioInstant;
 
 use super::driver::{Agent, Work};
 use super::model::{self, Model};
-use super::Proxy;
+use crate::sozu::Proxy;
 use crate::plan::{self, Op, Outcome, Scope};
 use crate::sources::CertSource;
 

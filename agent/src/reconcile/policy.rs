@@ -1,6 +1,7 @@
 //! The loop's error policy, in one place and pure: when to try sozu again after it could not be
-//! reached ([`Backoff`]), when to send a request sozu refused again ([`Refusals`]), and when sozu
-//! must be read again because it is not the one the agent knew ([`should_resync`]).
+//! reached ([`Backoff`]) and when to send a request sozu refused again ([`Refusals`]). When sozu
+//! must be read again because it is not the one the agent knew is
+//! [`crate::sozu::generation::should_resync`].
 //!
 //! The two failures are told apart on purpose. An unreachable sozu stops every change, so the
 //! whole loop backs off, jittered so that a fleet of agents does not hammer a restarting sozu in
@@ -11,38 +12,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::plan::{self, Op, Scope};
-
-/// Which sozu the agent talks to: the connection it was read through and its worker processes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Generation {
-    /// Counts the connections the agent opened: a new one may reach a new sozu.
-    pub connection: u64,
-    /// The PIDs of sozu's workers.
-    pub workers: BTreeSet<i32>,
-}
-
-impl std::fmt::Display for Generation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let workers: Vec<String> = self.workers.iter().map(i32::to_string).collect();
-        write!(
-            f,
-            "connection {} workers {}",
-            self.connection,
-            workers.join(",")
-        )
-    }
-}
-
-/// Whether sozu's state must be read again before anything is planned against the shadow: the
-/// first time, after a new connection (it may lead to another sozu, or a request may have been
-/// cut off mid-way), and when the workers changed (a restarted sozu, or a worker restarted).
-pub fn should_resync(previous: Option<&Generation>, now: &Generation) -> bool {
-    previous != Some(now)
-}
 
 /// Exponential back-off with jitter, reset only after a stretch of health.
 #[derive(Debug, Clone)]
@@ -199,25 +171,6 @@ fn covers(planned: &Scope, request: &Scope) -> bool {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_new_connection_or_new_workers_mean_reading_sozu_again() {
-        let g = |connection, workers: &[i32]| Generation {
-            connection,
-            workers: workers.iter().copied().collect(),
-        };
-        assert!(should_resync(None, &g(1, &[10])));
-        assert!(!should_resync(Some(&g(1, &[10])), &g(1, &[10])));
-        assert!(
-            should_resync(Some(&g(1, &[10])), &g(2, &[10])),
-            "reconnected"
-        );
-        assert!(
-            should_resync(Some(&g(1, &[10])), &g(1, &[11])),
-            "a worker restarted"
-        );
-        assert_eq!(g(3, &[10, 11]).to_string(), "connection 3 workers 10,11");
-    }
-
     #[tokio::test(start_paused = true)]
     async fn backoff_grows_with_jitter_and_resets_only_after_a_stretch_of_health() {
         let mut backoff = Backoff::new(
@@ -252,7 +205,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_refused_request_and_its_dependents_wait_while_others_go() {
-        use crate::state::{Certificate, Frontend, KeyPem, Protocol};
+        use crate::sozu_state::{Certificate, Frontend, KeyPem, Protocol};
         let https: std::net::SocketAddr = "127.0.0.1:8443".parse().unwrap();
         let cert = |host: &str, serial: u8| Certificate {
             fingerprint: format!("{serial:02x}{}", "cd".repeat(31)),

@@ -7,11 +7,12 @@ use std::sync::Arc;
 
 use super::backends::Drain;
 use super::driver::Agent;
-use super::Proxy;
+use crate::sozu::Proxy;
 use crate::api::metrics::RouteMetrics;
-use crate::api::{
-    BackendHealth, BackendStatus, CertificateStatus, Head, RouteKey, RouteState, RouteStatus,
-    RouteView, Snapshot, UpstreamStatus, Waiting,
+use crate::api::{Head, RouteKey, RouteView, Snapshot};
+use crate::document::{
+    BackendHealth, BackendStatus, CertificateStatus, RouteState, RouteStatus, UpstreamStatus,
+    Waiting,
 };
 use crate::desired::{self, Names};
 use crate::plan::Scope;

@@ -3,11 +3,11 @@
 //! change and on every resync; in between it advances with each request sozu accepted, so a
 //! rotation costs one request, not a read of sozu's whole state.
 
-use super::policy::{should_resync, Generation};
-use super::Proxy;
+use crate::sozu::generation::{should_resync, Generation};
+use crate::sozu::Proxy;
 use crate::plan::{self, Op, Outcome};
 use crate::sozu::SozuError;
-use crate::state::Actual;
+use crate::sozu_state::Actual;
 
 pub struct SozuSync<P> {
     proxy: P,

@@ -8,15 +8,17 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::{Agent, Generation, Proxy, Settings};
-use crate::api::{RouteState, SharedStatus, Status, Waiting};
+use super::{Agent, Settings};
+use crate::sozu::{Generation, Proxy};
+use crate::api::SharedStatus;
+use crate::document::{Document, RouteState, Waiting};
 use crate::clock::{Clock, TokioClock};
 use crate::plan::{self, Op, Outcome};
 use crate::sources::sozu_events::{Change, ChangeKind, SozuEvent};
 use crate::sources::{CertSource, Fact, NameFact};
 use crate::sozu::phases::{send_in_phases, SendError};
 use crate::sozu::{Delivered, SozuError};
-use crate::state::{Actual, Certificate};
+use crate::sozu_state::{Actual, Certificate};
 use crate::workspace::{test_route as route, Route, Upstream};
 
 /// An in-memory sozu: applies operations as sozu would, can refuse, be down, and "restart".
@@ -116,9 +118,9 @@ impl Proxy for Fake {
             Ok(matches!(op, Op::CloseSessions { .. }).then_some(0))
         }))
     }
-    async fn read_cluster(&mut self, id: String) -> Result<crate::state::ClusterState, SozuError> {
+    async fn read_cluster(&mut self, id: String) -> Result<crate::sozu_state::ClusterState, SozuError> {
         let s = self.0.lock().unwrap();
-        Ok(crate::state::ClusterState {
+        Ok(crate::sozu_state::ClusterState {
             exists: s.actual.clusters.contains(&id),
             backends: s.actual.backends.get(&id).cloned().unwrap_or_default(),
             health_check: s.actual.health_checks.get(&id).cloned(),
@@ -298,12 +300,12 @@ impl Harness {
         c
     }
 
-    fn status(&self) -> Status {
+    fn status(&self) -> Document {
         self.status.status()
     }
 
     /// Waits (in paused time, so at no cost) until the status satisfies `test`.
-    async fn until(&self, what: &str, test: impl Fn(&Status) -> bool) -> Status {
+    async fn until(&self, what: &str, test: impl Fn(&Document) -> bool) -> Document {
         for _ in 0..10_000 {
             let status = self.status();
             if test(&status) {
@@ -334,7 +336,7 @@ impl Harness {
         s.actual
             .frontends
             .iter()
-            .filter(|f| f.protocol == crate::state::Protocol::Https)
+            .filter(|f| f.protocol == crate::sozu_state::Protocol::Https)
             .map(|f| f.hostname.clone())
             .collect()
     }
@@ -349,7 +351,7 @@ impl Harness {
     }
 }
 
-fn route_state(status: &Status, host: &str) -> Option<(RouteState, Vec<Waiting>)> {
+fn route_state(status: &Document, host: &str) -> Option<(RouteState, Vec<Waiting>)> {
     let r = status.routes.iter().find(|r| r.host == host)?;
     Some((r.state, r.waiting_for.clone()))
 }
@@ -873,7 +875,7 @@ fn two_upstreams(drain_first: bool) -> Route {
     r
 }
 
-fn upstream_state(status: &Status, address: &str) -> Option<String> {
+fn upstream_state(status: &Document, address: &str) -> Option<String> {
     status
         .routes
         .iter()
@@ -930,7 +932,7 @@ async fn a_drained_upstream_is_draining_until_sozu_says_its_last_connection_ende
 
 #[tokio::test(start_paused = true)]
 async fn a_route_whose_backends_are_all_down_or_drained_shows_it() {
-    use crate::api::BackendHealth;
+    use crate::document::BackendHealth;
     use crate::sources::sozu_events::SozuEvent;
     let h = start(Settings::default());
     h.send(workspace(vec![two_upstreams(false)]));
@@ -1014,7 +1016,7 @@ async fn a_frontend_removed_behind_the_agents_back_is_restored_from_the_event_al
             .actual
             .frontends
             .iter()
-            .find(|f| f.protocol == crate::state::Protocol::Https)
+            .find(|f| f.protocol == crate::sozu_state::Protocol::Https)
             .cloned()
             .unwrap();
         s.actual.frontends.remove(&https);

@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::api::Counters;
+use crate::document::Counters;
 use crate::certs::CertError;
 use crate::sources::NameFact;
-use crate::state::Certificate;
+use crate::sozu_state::Certificate;
 use crate::workspace::Workspace;
 
 /// The workspace the loop applies, and why the latest edit was refused.

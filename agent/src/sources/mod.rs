@@ -24,7 +24,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::certs::CertError;
-use crate::state::Certificate;
+use crate::sozu_state::Certificate;
 use crate::workspace::Workspace;
 
 /// The latest good workspace, for the sources that follow it (DNS names, certificate hosts). An

@@ -23,7 +23,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::{watcher, CertSource, Fact, WatchError, WorkspaceWatch};
 use crate::certs::{self, CertError};
 use crate::clock::Clock;
-use crate::state::Certificate;
+use crate::sozu_state::Certificate;
 use crate::workspace::Workspace;
 
 /// The handle of a running tls dir source.

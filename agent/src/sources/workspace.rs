@@ -10,12 +10,32 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 use tokio::sync::watch;
 
 use super::{watcher, Fact, WatchError};
-use crate::sandbox::SandboxError;
+use crate::sandbox::{self, Limits, SandboxError};
 use crate::workspace::Workspace;
 
 /// Evaluating the workspace with the contract, isolated.
 pub trait LoadWorkspace: Send + Sync + 'static {
     fn load(&self) -> impl Future<Output = Result<Workspace, SandboxError>> + Send;
+}
+
+/// [`LoadWorkspace`] through the sandbox ([`crate::sandbox::evaluate`], a blocking call that
+/// waits for a child process), on tokio's blocking pool.
+pub struct SandboxLoader {
+    pub exe: PathBuf,
+    pub path: PathBuf,
+    pub limits: Limits,
+}
+
+impl LoadWorkspace for SandboxLoader {
+    async fn load(&self) -> Result<Workspace, SandboxError> {
+        let (exe, path, limits) = (self.exe.clone(), self.path.clone(), self.limits.clone());
+        tokio::task::spawn_blocking(move || sandbox::evaluate(&exe, &path, &limits))
+            .await
+            .map_err(|e| SandboxError::Crashed {
+                path: self.path.clone(),
+                cause: format!("could not be waited for: {e}"),
+            })?
+    }
 }
 
 /// What an event in the workspace's directory asks for.

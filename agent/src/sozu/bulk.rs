@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use super::proxy::{send_over, Lane};
+use super::lanes::{lock, send_over, Lane};
 use super::{Delivered, SozuError};
 use crate::plan::{Op, Outcome};
 
@@ -86,7 +86,7 @@ pub fn send_bulk(
             return Ok(());
         }
         files.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut client = client.lock().unwrap_or_else(|p| p.into_inner());
+        let mut client = lock(client);
         let started = Instant::now();
         client.load_batch(file, dir, workers)?;
         tracing::debug!(

@@ -5,10 +5,11 @@
 //!   with `PROCESSING` and then `OK` once every worker applied it, or `FAILURE`; a query answers
 //!   `OK` with content. Any channel error drops the connection, and the next request reconnects.
 //! - [`request`]: a planned operation as sozu's request.
-//! - [`phases`]: a plan sent phase after phase over several connections.
+//! - [`phases`]: a plan sent phase after phase; [`lanes`]: over several connections.
 //! - [`bulk`]: a bulk change (a cold start, a restarted sozu) as state files that sozu loads
 //!   itself (`LoadState`) instead of thousands of round trips.
-//! - [`proxy`]: [`crate::reconcile::Proxy`] over all of it, on tokio's blocking pool; it alone
+//! - [`generation`]: which sozu answers, and when its state must be read again.
+//! - [`proxy`]: [`Proxy`], what the loop asks of sozu, over all of it; it alone
 //!   decides whether a change goes in bulk, and says how each request went ([`Delivered`]).
 //!
 //! sozu's event stream is read by [`crate::sources::sozu_events`], on a connection of its own:
@@ -18,6 +19,8 @@
 
 pub mod bulk;
 pub mod client;
+pub mod generation;
+pub mod lanes;
 pub mod phases;
 pub mod proxy;
 pub mod request;
@@ -26,6 +29,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use client::SozuClient;
+pub use generation::Generation;
+pub use proxy::Proxy;
 
 use crate::plan::Outcome;
 pub use proxy::SozuProxy;

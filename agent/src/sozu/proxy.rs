@@ -1,19 +1,33 @@
-//! [`Proxy`] over a real sozu: blocking clients on tokio's blocking pool. Queries go through the
-//! first connection; a plan's independent requests are spread over all of them, and a bulk change
-//! goes as state files ([`super::bulk`]).
+//! What sozu is to the reconcile loop ([`Proxy`]), and [`SozuProxy`], the real one: blocking
+//! clients on tokio's blocking pool. Queries go through the first connection; a plan's
+//! independent requests are spread over all of them, and a bulk change goes as state files
+//! ([`super::bulk`]). The loop's tests drive an in-memory fake through the same trait.
 
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use super::bulk::{send_bulk, BATCH_MIN};
-use super::phases::{send_in_phases, SendError};
+use super::lanes::{lock, send_over, Lane};
 use super::{Delivered, SozuClient, SozuError};
 use crate::plan::{Op, Outcome};
-use crate::reconcile::{Generation, Proxy};
-use crate::state::{Actual, ClusterState};
+use super::generation::Generation;
+use crate::sozu_state::{Actual, ClusterState};
 
-/// One connection, shared by the thread that uses it.
-pub type Lane = Arc<Mutex<SozuClient>>;
+/// What sozu is to the loop.
+pub trait Proxy: Send + 'static {
+    /// Which sozu answers: see [`super::generation::should_resync`].
+    fn generation(&mut self) -> impl Future<Output = Result<Generation, SozuError>> + Send;
+    fn read_state(&mut self) -> impl Future<Output = Result<Actual, SozuError>> + Send;
+    /// One cluster as sozu holds it: a targeted resync after someone else changed it.
+    fn read_cluster(
+        &mut self,
+        id: String,
+    ) -> impl Future<Output = Result<ClusterState, SozuError>> + Send;
+    /// Sends `ops` (see [`super::phases::send_in_phases`]) and says what became of each,
+    /// and how each went (see [`Delivered`]).
+    fn apply(&mut self, ops: Vec<Op>) -> impl Future<Output = Delivered> + Send;
+}
 
 pub struct SozuProxy {
     lanes: Vec<Lane>,
@@ -58,21 +72,6 @@ impl SozuProxy {
                 reason: e.to_string(),
             })?
     }
-}
-
-fn lock(lane: &Lane) -> std::sync::MutexGuard<'_, SozuClient> {
-    lane.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Sends `ops` over every lane, phase after phase, one request each.
-pub fn send_over(lanes: &[Lane], ops: &[Op]) -> Vec<Outcome> {
-    send_in_phases(ops, lanes.len(), |lane, op| {
-        match lock(&lanes[lane]).apply(op) {
-            Ok(answer) => Ok(answer),
-            Err(SozuError::Refused { message, .. }) => Err(SendError::Refused(message)),
-            Err(e) => Err(SendError::Broken(e.to_string())),
-        }
-    })
 }
 
 impl Proxy for SozuProxy {

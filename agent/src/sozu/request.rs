@@ -11,7 +11,7 @@ use sozu_command_lib::proto::command::{
 
 use super::SozuError;
 use crate::plan::Op;
-use crate::state::{
+use crate::sozu_state::{
     Address, Backend, Certificate, Frontend, HealthCheck, Hsts, Probe, Protocol,
     UNIX_BACKEND_IDENTITY,
 };

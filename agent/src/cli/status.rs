@@ -1,9 +1,10 @@
-//! `private-ingress status`: fetches a running agent's `/v1/state` and prints one row per route.
-//! The table is built by a pure function, tested on its own.
+//! `private-ingress status`: fetches a running agent's `/v1/state` ([`crate::document`]) and
+//! prints it: one row per route, then the upstreams, the DNS names and the issuer's hosts. The
+//! tables are built by pure functions, tested on their own.
 
 use std::fmt::Write as _;
 
-use crate::api::{BackendHealth, Status, Waiting};
+use crate::document::{BackendHealth, Document, IssuerStatus, Waiting};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
@@ -18,7 +19,7 @@ pub enum StatusError {
 pub fn fetch(
     admin_address: &str,
     timeout: std::time::Duration,
-) -> Result<(String, Status), StatusError> {
+) -> Result<(String, Document), StatusError> {
     let unreachable = |reason: String| StatusError::Unreachable {
         address: admin_address.to_owned(),
         reason,
@@ -67,7 +68,7 @@ fn date(unix: i64) -> String {
 }
 
 /// The table: a header line about the agent, then one row per route.
-pub fn table(status: &Status) -> String {
+pub fn table(status: &Document) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -238,9 +239,109 @@ pub fn table(status: &Status) -> String {
     }
     if let Some(issuer) = &status.issuer {
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
-        let _ = write!(out, "\n{}", crate::acme::status::table(issuer, now));
+        let _ = write!(out, "\n{}", issuer_table(issuer, now));
     }
     out
+}
+
+/// The issuer's section of `private-ingress status`: one row per host.
+pub fn issuer_table(status: &IssuerStatus, now: i64) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "acme: {}   account: {}   renewal info (ARI): {}",
+        status.directory,
+        if status.account_ready {
+            "ready"
+        } else {
+            "not yet"
+        },
+        match status.ari_supported {
+            Some(true) => "offered",
+            Some(false) => "not offered (renewal at a fraction of the lifetime)",
+            None => "not asked yet",
+        }
+    );
+    if let Some(note) = &status.profile_note {
+        let _ = writeln!(out, "profile: {note}");
+    }
+    if let Some(e) = &status.last_error {
+        let _ = writeln!(out, "acme error: {e}");
+    }
+    let headers = [
+        "HOST",
+        "STATE",
+        "VALID UNTIL",
+        "RENEWAL DUE",
+        "ORDERS",
+        "FAILED",
+        "BACK-OFF",
+        "LAST ERROR",
+    ];
+    let rows: Vec<[String; 8]> = status
+        .hosts
+        .iter()
+        .map(|(host, h)| {
+            let failed: u64 = h.orders_failed.values().sum();
+            let failed = if failed == 0 {
+                "0".to_owned()
+            } else {
+                let reasons: Vec<String> = h
+                    .orders_failed
+                    .iter()
+                    .map(|(r, n)| format!("{r}={n}"))
+                    .collect();
+                format!("{failed} ({})", reasons.join(","))
+            };
+            [
+                host.clone(),
+                h.state.clone(),
+                h.valid_until.map_or("-".into(), datetime),
+                match (h.renewal_due, h.renewal_basis) {
+                    (Some(t), Some(basis)) => format!("{} ({basis})", datetime(t)),
+                    (Some(t), None) => datetime(t),
+                    _ => "-".into(),
+                },
+                h.orders_placed.to_string(),
+                failed,
+                match &h.backoff {
+                    Some(b) => format!(
+                        "{} until {} ({})",
+                        b.reason,
+                        datetime(b.until),
+                        in_words(b.until - now)
+                    ),
+                    None => "-".into(),
+                },
+                h.last_error.clone().unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    write_table(&mut out, &headers, &rows);
+    out
+}
+
+fn datetime(unix: i64) -> String {
+    match time::OffsetDateTime::from_unix_timestamp(unix) {
+        Ok(t) => format!(
+            "{:04}-{:02}-{:02} {:02}:{:02}Z",
+            t.year(),
+            u8::from(t.month()),
+            t.day(),
+            t.hour(),
+            t.minute()
+        ),
+        Err(_) => unix.to_string(),
+    }
+}
+
+fn in_words(seconds: i64) -> String {
+    match seconds {
+        s if s <= 0 => "now".into(),
+        s if s < 120 => format!("in {s} s"),
+        s if s < 2 * 3600 => format!("in {} min", s / 60),
+        s => format!("in {} h", s / 3600),
+    }
 }
 
 /// Columns aligned on the widest cell, two spaces apart; the last column is not padded. Every
@@ -299,11 +400,15 @@ impl IfEmpty for String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{CertificateStatus, DnsNameStatus, RouteState, RouteStatus, Waiting};
+    use crate::document::{
+        Backoff, CertificateStatus, DnsNameStatus, HostStatus, RenewalBasis, RouteState, RouteStatus,
+        Waiting,
+    };
+    use std::collections::BTreeMap;
 
     #[test]
     fn drained_and_down_upstreams_get_a_table_of_their_own() {
-        use crate::api::{BackendStatus, UpstreamStatus};
+        use crate::document::{BackendStatus, UpstreamStatus};
         let upstream = |name: &str, weight, drain, state: &str, health| UpstreamStatus {
             upstream: name.into(),
             weight,
@@ -316,7 +421,7 @@ mod tests {
                 transitions: 1,
             }],
         };
-        let status = Status {
+        let status = Document {
             routes: vec![RouteStatus {
                 id: "pi-a".into(),
                 host: "a.in.example.org".into(),
@@ -333,7 +438,7 @@ mod tests {
                 ],
                 ..RouteStatus::default()
             }],
-            ..Status::default()
+            ..Document::default()
         };
         let text = table(&status);
         assert!(
@@ -350,8 +455,8 @@ mod tests {
     /// is acted on. A pair that names another host says it is served for its own.
     #[test]
     fn control_characters_are_escaped_and_foreign_names_noted() {
-        let status = Status {
-            workspace: crate::api::WorkspaceStatus {
+        let status = Document {
+            workspace: crate::document::WorkspaceStatus {
                 loaded: true,
                 zone: Some("in.example.org".into()),
                 last_error: Some("bad \u{1b}]0;owned\u{7} title".into()),
@@ -366,7 +471,7 @@ mod tests {
                 last_error: Some("resolving x: \u{1b}[2J".into()),
                 ..RouteStatus::default()
             }],
-            ..Status::default()
+            ..Document::default()
         };
         let text = table(&status);
         assert!(
@@ -384,7 +489,7 @@ mod tests {
 
     #[test]
     fn one_row_per_route_with_both_fingerprints() {
-        let status = Status {
+        let status = Document {
             ready: false,
             routes: vec![RouteStatus {
                 id: "pi-a".into(),
@@ -405,7 +510,7 @@ mod tests {
                 last_error: Some("boom".into()),
                 ..RouteStatus::default()
             }],
-            ..Status::default()
+            ..Document::default()
         };
         let text = table(&status);
         let lines: Vec<_> = text.lines().collect();
@@ -422,7 +527,7 @@ mod tests {
 
     #[test]
     fn a_route_waiting_for_dns_says_so_and_each_name_has_a_row() {
-        let status = Status {
+        let status = Document {
             routes: vec![RouteStatus {
                 host: "b.in.example.org".into(),
                 path_prefix: "/".into(),
@@ -447,7 +552,7 @@ mod tests {
                     ..DnsNameStatus::default()
                 },
             ],
-            ..Status::default()
+            ..Document::default()
         };
         let text = table(&status);
         let lines: Vec<_> = text.lines().collect();
@@ -461,5 +566,62 @@ mod tests {
             lines[6].contains("10.0.0.1,fd00::1") && lines[6].contains("ok"),
             "{text}"
         );
+    }
+    fn issuer_sample() -> IssuerStatus {
+        let mut hosts = BTreeMap::new();
+        hosts.insert(
+            "a.in.example.org".to_owned(),
+            HostStatus {
+                state: "valid".into(),
+                valid_until: Some(1_900_000_000),
+                renewal_due: Some(1_890_000_000),
+                renewal_basis: Some(RenewalBasis::Lifetime),
+                orders_placed: 1,
+                certificates_issued: 1,
+                ..HostStatus::default()
+            },
+        );
+        hosts.insert(
+            "b.in.example.org".to_owned(),
+            HostStatus {
+                state: "backing_off".into(),
+                orders_placed: 2,
+                orders_failed: BTreeMap::from([("dns_update".to_owned(), 2)]),
+                backoff: Some(Backoff {
+                    reason: "dns_update".into(),
+                    until: 1_800_000_600,
+                    failures: 2,
+                }),
+                last_error: Some("NOTAUTH".into()),
+                ..HostStatus::default()
+            },
+        );
+        IssuerStatus {
+            directory: "https://ca/dir".into(),
+            account_ready: true,
+            ari_supported: Some(false),
+            hosts,
+            ..IssuerStatus::default()
+        }
+    }
+
+    #[test]
+    fn the_table_shows_renewal_time_and_reason_and_the_back_off() {
+        let text = issuer_table(&issuer_sample(), 1_800_000_000);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("not offered"), "{text}");
+        let a = lines.iter().find(|l| l.starts_with("a.in")).unwrap();
+        assert!(
+            a.contains("2029-11-22 ") && a.contains("(lifetime)"),
+            "{text}"
+        );
+        let b = lines.iter().find(|l| l.starts_with("b.in")).unwrap();
+        assert!(
+            b.contains("2 (dns_update=2)")
+                && b.contains("dns_update until")
+                && b.contains("in 10 min"),
+            "{text}"
+        );
+        assert!(b.ends_with("NOTAUTH"), "{text}");
     }
 }

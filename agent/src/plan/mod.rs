@@ -12,167 +12,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
-use crate::state::{
-    frontends_of, in_zone, Actual, Backend, Certificate, Desired, Frontend, HealthCheck, Hsts,
+use crate::sozu_state::{
+    frontends_of, owned_certificate, Actual, Backend, Certificate, Desired, Frontend, HealthCheck, Hsts,
     ListenerCertificates, Protocol,
 };
 use crate::workspace::ID_PREFIX;
+mod ops;
+mod order;
+mod shadow;
 
-/// One request to sozu.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Op {
-    AddListener {
-        protocol: Protocol,
-        address: SocketAddr,
-    },
-    ActivateListener {
-        protocol: Protocol,
-        address: SocketAddr,
-    },
-    /// The HSTS policy of an HTTPS listener, which its frontends without their own follow.
-    SetListenerHsts {
-        address: SocketAddr,
-        hsts: Option<Hsts>,
-    },
-    AddCluster {
-        id: String,
-    },
-    SetHealthCheck {
-        cluster_id: String,
-        check: HealthCheck,
-    },
-    RemoveHealthCheck {
-        cluster_id: String,
-    },
-    AddBackend {
-        cluster_id: String,
-        backend: Backend,
-    },
-    AddCertificate {
-        address: SocketAddr,
-        certificate: Certificate,
-    },
-    ReplaceCertificate {
-        address: SocketAddr,
-        old_fingerprint: String,
-        certificate: Certificate,
-    },
-    RemoveCertificate {
-        address: SocketAddr,
-        fingerprint: String,
-    },
-    RemoveFrontend(Frontend),
-    AddFrontend(Frontend),
-    RemoveBackend {
-        cluster_id: String,
-        backend: Backend,
-    },
-    /// After a backend left its cluster: its idle keep-alive sessions close now, the busy ones
-    /// once their request is answered, so that clients move on to the backends in rotation.
-    CloseSessions {
-        cluster_id: String,
-        backend: Backend,
-    },
-    RemoveCluster {
-        id: String,
-    },
-}
-
-impl Op {
-    /// A short description for logs and errors; never includes key material.
-    pub fn describe(&self) -> String {
-        match self {
-            Op::AddListener { protocol, address } => format!("add {protocol} listener {address}"),
-            Op::ActivateListener { protocol, address } => {
-                format!("activate {protocol} listener {address}")
-            }
-            Op::SetListenerHsts { address, hsts } => match hsts.and_then(|h| h.header()) {
-                Some(header) => format!("set hsts `{header}` on listener {address}"),
-                None => format!("turn hsts off on listener {address}"),
-            },
-            Op::AddCluster { id } => format!("add cluster {id}"),
-            Op::SetHealthCheck { cluster_id, .. } => format!("set health check of {cluster_id}"),
-            Op::RemoveHealthCheck { cluster_id } => {
-                format!("remove health check of {cluster_id}")
-            }
-            Op::CloseSessions {
-                cluster_id,
-                backend,
-            } => format!("close sessions to backend {} of {cluster_id}", backend.id),
-            Op::AddBackend {
-                cluster_id,
-                backend,
-            } => format!("add backend {} to {cluster_id}", backend.id),
-            Op::AddCertificate {
-                address,
-                certificate,
-            } => format!(
-                "add certificate {} on {address}",
-                short(&certificate.fingerprint)
-            ),
-            Op::ReplaceCertificate {
-                address,
-                old_fingerprint,
-                certificate,
-            } => format!(
-                "replace certificate {} with {} on {address}",
-                short(old_fingerprint),
-                short(&certificate.fingerprint)
-            ),
-            Op::RemoveCertificate {
-                address,
-                fingerprint,
-            } => format!("remove certificate {} on {address}", short(fingerprint)),
-            Op::RemoveFrontend(f) => format!(
-                "remove {} frontend {}{} on {}",
-                f.protocol, f.hostname, f.path_prefix, f.address
-            ),
-            Op::AddFrontend(f) => format!(
-                "add {} frontend {}{} on {}",
-                f.protocol, f.hostname, f.path_prefix, f.address
-            ),
-            Op::RemoveBackend {
-                cluster_id,
-                backend,
-            } => format!("remove backend {} from {cluster_id}", backend.id),
-            Op::RemoveCluster { id } => format!("remove cluster {id}"),
-        }
-    }
-}
-
-fn short(fingerprint: &str) -> &str {
-    fingerprint.get(..16).unwrap_or(fingerprint)
-}
-
-/// What a plan covers: everything, or only some hosts (their certificates and frontends) and
-/// some clusters (whether they exist, and their backends). A pass about one host's certificate
-/// plans that host alone, in time independent of the number of routes; planning each host and
-/// each cluster of the workspace is planning everything, with the same code.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Scope {
-    pub everything: bool,
-    pub hosts: BTreeSet<String>,
-    pub clusters: BTreeSet<String>,
-}
-
-impl Scope {
-    pub fn everything() -> Scope {
-        Scope {
-            everything: true,
-            ..Scope::default()
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        !self.everything && self.hosts.is_empty() && self.clusters.is_empty()
-    }
-
-    pub fn extend(&mut self, other: Scope) {
-        self.everything |= other.everything;
-        self.hosts.extend(other.hosts);
-        self.clusters.extend(other.clusters);
-    }
-}
+pub use ops::{scope_of, summary, Op, Outcome, Scope};
+pub use order::{depends_on, phase};
+pub use shadow::apply;
 
 /// Every request that turns `actual` into `desired`.
 pub fn plan(actual: &Actual, desired: &Desired) -> Vec<Op> {
@@ -390,236 +241,10 @@ impl CertificatePlan<'_> {
     }
 }
 
-/// Whether a certificate naming `names` is the agent's: every name in the workspace zone.
-pub fn owned_certificate(names: &[String], zone: &str) -> bool {
-    !names.is_empty()
-        && names
-            .iter()
-            .all(|n| in_zone(n.trim_start_matches("*."), zone))
-}
-
-/// What became of one planned request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    Applied,
-    /// Applied, and sozu says this many sessions are still finishing their requests (the
-    /// answer to [`Op::CloseSessions`]).
-    Closing(u64),
-    /// sozu said no; the connection is fine.
-    Refused(String),
-    /// Not sent: it depends on a request that was refused.
-    Skipped,
-    /// Not sent: the connection broke on this or an earlier request.
-    NotSent(String),
-}
-
-impl Outcome {
-    /// Whether sozu applied the request.
-    pub fn is_applied(&self) -> bool {
-        matches!(self, Outcome::Applied | Outcome::Closing(_))
-    }
-}
-
-/// Which step of the plan's order an operation belongs to. Operations of one phase are
-/// independent of each other and may be sent concurrently; phases go strictly in order.
-pub fn phase(op: &Op) -> u8 {
-    match op {
-        Op::AddListener { .. } => 0,
-        Op::ActivateListener { .. } => 1,
-        Op::SetListenerHsts { .. } => 2,
-        Op::AddCluster { .. } => 3,
-        Op::AddBackend { .. } | Op::SetHealthCheck { .. } | Op::RemoveHealthCheck { .. } => 4,
-        Op::AddCertificate { .. } | Op::ReplaceCertificate { .. } => 5,
-        Op::RemoveCertificate { .. } => 6,
-        Op::RemoveFrontend(_) => 7,
-        Op::AddFrontend(_) => 8,
-        Op::RemoveBackend { .. } => 9,
-        Op::CloseSessions { .. } => 10,
-        Op::RemoveCluster { .. } => 11,
-    }
-}
-
-/// True when `later` must not be sent once `failed` was refused: a frontend needs its cluster,
-/// and an HTTPS frontend needs its host's certificate.
-pub fn depends_on(later: &Op, failed: &Op) -> bool {
-    if let (
-        Op::SetHealthCheck { cluster_id, .. } | Op::AddBackend { cluster_id, .. },
-        Op::AddCluster { id },
-    ) = (later, failed)
-    {
-        return cluster_id == id;
-    }
-    let Op::AddFrontend(frontend) = later else {
-        return false;
-    };
-    match failed {
-        Op::AddCluster { id } => frontend.cluster_id.as_ref() == Some(id),
-        Op::AddCertificate { certificate, .. } | Op::ReplaceCertificate { certificate, .. } => {
-            frontend.protocol == Protocol::Https && certificate.names.contains(&frontend.hostname)
-        }
-        Op::AddListener { address, .. } | Op::ActivateListener { address, .. } => {
-            frontend.address == *address
-        }
-        _ => false,
-    }
-}
-
-/// The hosts and clusters a request concerns: where its failure shows, and what a plan must
-/// cover to send it again.
-pub fn scope_of(op: &Op) -> Scope {
-    let mut scope = Scope::default();
-    match op {
-        Op::AddCluster { id } | Op::RemoveCluster { id } => {
-            scope.clusters.insert(id.clone());
-        }
-        Op::AddBackend { cluster_id, .. }
-        | Op::RemoveBackend { cluster_id, .. }
-        | Op::CloseSessions { cluster_id, .. }
-        | Op::SetHealthCheck { cluster_id, .. }
-        | Op::RemoveHealthCheck { cluster_id } => {
-            scope.clusters.insert(cluster_id.clone());
-        }
-        Op::AddCertificate { certificate, .. } | Op::ReplaceCertificate { certificate, .. } => {
-            scope.hosts.extend(certificate.names.iter().cloned());
-        }
-        Op::AddFrontend(f) | Op::RemoveFrontend(f) => {
-            scope.hosts.insert(f.hostname.clone());
-        }
-        Op::AddListener { .. }
-        | Op::ActivateListener { .. }
-        | Op::SetListenerHsts { .. }
-        | Op::RemoveCertificate { .. } => {
-            scope.everything = true;
-        }
-    }
-    scope
-}
-
-/// Applies `ops` to `actual` as sozu would, for the in-memory proxy used in tests and for keeping
-/// a shadow of what was applied.
-pub fn apply(actual: &mut Actual, op: &Op) {
-    match op {
-        Op::AddListener { protocol, address } => {
-            actual
-                .listeners
-                .entry(*address)
-                .or_insert((*protocol, false));
-        }
-        Op::ActivateListener { address, .. } => {
-            if let Some(l) = actual.listeners.get_mut(address) {
-                l.1 = true;
-            }
-        }
-        Op::AddCluster { id } => {
-            actual.clusters.insert(id.clone());
-            actual.backends.entry(id.clone()).or_default();
-        }
-        Op::AddBackend {
-            cluster_id,
-            backend,
-        } => {
-            actual
-                .backends
-                .entry(cluster_id.clone())
-                .or_default()
-                .insert(backend.id.clone(), backend.clone());
-        }
-        Op::RemoveBackend {
-            cluster_id,
-            backend,
-        } => {
-            if let Some(b) = actual.backends.get_mut(cluster_id) {
-                b.remove(&backend.id);
-            }
-        }
-        Op::RemoveCluster { id } => {
-            actual.clusters.remove(id);
-            actual.backends.remove(id);
-            actual.health_checks.remove(id);
-        }
-        Op::SetListenerHsts { address, hsts } => match hsts {
-            Some(hsts) => {
-                actual.hsts.insert(*address, *hsts);
-            }
-            None => {
-                actual.hsts.remove(address);
-            }
-        },
-        Op::SetHealthCheck { cluster_id, check } => {
-            actual
-                .health_checks
-                .insert(cluster_id.clone(), check.clone());
-        }
-        Op::RemoveHealthCheck { cluster_id } => {
-            actual.health_checks.remove(cluster_id);
-        }
-        Op::CloseSessions { .. } => {}
-        Op::AddFrontend(f) => {
-            actual.frontends.insert(f.clone());
-        }
-        Op::RemoveFrontend(f) => {
-            actual.frontends.remove(f);
-        }
-        Op::AddCertificate {
-            address,
-            certificate,
-        } => add_summary(actual, *address, certificate),
-        Op::ReplaceCertificate {
-            address,
-            old_fingerprint,
-            certificate,
-        } => {
-            // Removed first: a certificate replaced by itself under new names stays.
-            remove_summary(actual, *address, old_fingerprint);
-            add_summary(actual, *address, certificate);
-        }
-        Op::RemoveCertificate {
-            address,
-            fingerprint,
-        } => remove_summary(actual, *address, fingerprint),
-    }
-}
-
-fn add_summary(actual: &mut Actual, address: SocketAddr, certificate: &Certificate) {
-    actual
-        .certificates
-        .entry(address)
-        .or_default()
-        .insert(&certificate.fingerprint, &certificate.names);
-}
-
-fn remove_summary(actual: &mut Actual, address: SocketAddr, fingerprint: &str) {
-    if let Some(held) = actual.certificates.get_mut(&address) {
-        held.remove(fingerprint);
-    }
-}
-
-/// Counts of what a plan does, for logs.
-pub fn summary(ops: &[Op]) -> BTreeMap<&'static str, usize> {
-    let mut counts = BTreeMap::new();
-    for op in ops {
-        let kind = match op {
-            Op::AddListener { .. } | Op::ActivateListener { .. } | Op::SetListenerHsts { .. } => {
-                "listeners"
-            }
-            Op::AddCluster { .. } | Op::RemoveCluster { .. } => "clusters",
-            Op::SetHealthCheck { .. } | Op::RemoveHealthCheck { .. } => "health checks",
-            Op::AddBackend { .. } | Op::RemoveBackend { .. } => "backends",
-            Op::CloseSessions { .. } => "sessions",
-            Op::AddFrontend(_) | Op::RemoveFrontend(_) => "frontends",
-            Op::AddCertificate { .. }
-            | Op::ReplaceCertificate { .. }
-            | Op::RemoveCertificate { .. } => "certificates",
-        };
-        *counts.entry(kind).or_default() += 1;
-    }
-    counts
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::state::{KeyPem, OWNER_TAG};
+    use crate::sozu_state::{KeyPem, OWNER_TAG};
     use crate::workspace::{Route, Upstream, Workspace};
 
     pub(crate) fn workspace(routes: &[(&str, &str, &str)]) -> Workspace {
@@ -940,8 +565,8 @@ pub(crate) mod tests {
         );
         assert!(!first.iter().any(|o| matches!(o, Op::SetHealthCheck { .. })));
 
-        let check = crate::state::HealthCheck {
-            probe: crate::state::Probe::Http {
+        let check = crate::sozu_state::HealthCheck {
+            probe: crate::sozu_state::Probe::Http {
                 path: "/health".into(),
                 accepted_statuses: vec![(200, 299)],
             },
@@ -952,7 +577,7 @@ pub(crate) mod tests {
             port: None,
         };
         ws.routes[0].health = Some(check.clone());
-        ws.routes[0].hsts = Some(crate::state::Hsts::OFF);
+        ws.routes[0].hsts = Some(crate::sozu_state::Hsts::OFF);
         let ops = converge(&mut actual, &desired(&ws, std::slice::from_ref(&c)));
         assert!(ops.contains(&Op::SetHealthCheck {
             cluster_id: "pi-a.in.example.org".into(),
@@ -963,7 +588,7 @@ pub(crate) mod tests {
             Op::AddFrontend(f) if f.protocol == Protocol::Https => Some(f),
             _ => None,
         });
-        assert_eq!(added.and_then(|f| f.hsts), Some(crate::state::Hsts::OFF));
+        assert_eq!(added.and_then(|f| f.hsts), Some(crate::sozu_state::Hsts::OFF));
         assert!(
             plan(&actual, &desired(&ws, std::slice::from_ref(&c))).is_empty(),
             "converged"
@@ -1026,3 +651,4 @@ pub(crate) mod tests {
         assert!(want.clusters.contains_key("pi-a.in.example.org"));
     }
 }
+

@@ -117,6 +117,15 @@ impl Frontend {
     }
 }
 
+/// Whether a certificate naming `names` is the agent's: every name in the workspace zone (a
+/// certificate carries no tag; its names are what tell).
+pub fn owned_certificate(names: &[String], zone: &str) -> bool {
+    !names.is_empty()
+        && names
+            .iter()
+            .all(|n| in_zone(n.trim_start_matches("*."), zone))
+}
+
 /// The frontends of `host` in `set`: one range, thanks to the order of [`Frontend`].
 pub fn frontends_of<'a>(
     set: &'a BTreeSet<Frontend>,

@@ -22,12 +22,16 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::{Id, JoinError, JoinSet};
 
-use super::ca::{AcmeCa, Ca, RenewalInfo, Session};
-use super::order::{Failed, Obtained, Progress};
-use super::policy::{self, Current, Next, Why};
-use super::status::{Backoff, HostStatus, IssuerHandle, IssuerStatus};
-use super::store::{HostRecord, Issued, PendingOrder, Store, StoreError};
-use super::{tlsdir, AcmeError};
+mod ari;
+mod publish;
+
+use crate::acme::ca::{AcmeCa, Ca, Session};
+use crate::acme::order::{Failed, Obtained, Progress};
+use crate::acme::policy::{self, Current, Next, Why};
+use crate::acme::handle::IssuerHandle;
+use crate::document::{Backoff, HostStatus, IssuerStatus, RenewalBasis};
+use crate::acme::store::{HostRecord, Issued, PendingOrder, Store, StoreError};
+use crate::acme::{tlsdir, AcmeError};
 use crate::clock::Clock;
 use crate::workspace::{Acme, TlsRotation, Workspace};
 
@@ -490,108 +494,6 @@ impl<C: Ca> Issuer<C> {
         }
     }
 
-    /// Asks the CA for renewal information on every host's certificate whose poll is due.
-    /// Returns when the next poll is due. A CA that does not answer one poll is not asked the
-    /// others this round: one hung connection costs one request's deadline, not one per host.
-    async fn poll_renewal_info(&mut self, acme: &Acme, now: i64) -> i64 {
-        let mut wake = now + 86_400;
-        let Some(session) = self.session.clone() else {
-            return wake;
-        };
-        if self.ari.get(&acme.directory) == Some(&false) {
-            return wake;
-        }
-        let hosts: Vec<String> = self.hosts.iter().cloned().collect();
-        let mut unavailable = false;
-        for host in hosts {
-            if self.in_flight.contains(&host) {
-                continue;
-            }
-            let Some(issued) = self
-                .records
-                .get(&host)
-                .and_then(|r| r.issued.as_ref())
-                .filter(|i| i.directory == acme.directory)
-            else {
-                continue;
-            };
-            if let Some(at) = issued.ari_next_poll.filter(|&at| at > now) {
-                wake = wake.min(at);
-                continue;
-            }
-            let answer = if unavailable {
-                RenewalInfo::Unavailable("the CA did not answer another poll".into())
-            } else {
-                // Bounded here too, whatever the session does: the loop waits on this.
-                tokio::time::timeout(
-                    RENEWAL_INFO_TIMEOUT,
-                    session.renewal_info(&issued.chain_pem),
-                )
-                .await
-                .unwrap_or_else(|_| {
-                    RenewalInfo::Unavailable(format!(
-                        "no answer within {} s",
-                        RENEWAL_INFO_TIMEOUT.as_secs()
-                    ))
-                })
-            };
-            let jitter = self.rng.f64();
-            let Some(record) = self.records.get_mut(&host) else {
-                continue;
-            };
-            let Some(issued) = record.issued.as_mut() else {
-                continue;
-            };
-            match answer {
-                RenewalInfo::Window {
-                    start,
-                    end,
-                    retry_after,
-                } => {
-                    self.ari.insert(acme.directory.clone(), true);
-                    let window = (start, end);
-                    if issued.ari_window != Some(window) {
-                        let (at, basis) = policy::renewal_time(
-                            issued.not_before,
-                            issued.not_after,
-                            Some(window),
-                            jitter,
-                        );
-                        tracing::info!(host, renew_at = at, "renewal window from the CA (ARI)");
-                        issued.ari_window = Some(window);
-                        issued.renew_at = at;
-                        issued.basis = basis;
-                    }
-                    let next = now
-                        + i64::try_from(retry_after.as_secs())
-                            .unwrap_or(ARI_RETRY)
-                            .clamp(MIN_ARI_POLL, 86_400);
-                    issued.ari_next_poll = Some(next);
-                    wake = wake.min(next);
-                }
-                RenewalInfo::Unsupported => {
-                    tracing::info!(directory = %acme.directory,
-                        "the CA offers no renewal information (ARI): renewals follow the certificates' lifetimes");
-                    self.ari.insert(acme.directory.clone(), false);
-                    return wake;
-                }
-                RenewalInfo::Unavailable(e) => {
-                    if !unavailable {
-                        tracing::debug!(host, error = %e, "renewal information unavailable for now");
-                    }
-                    unavailable = true;
-                    issued.ari_next_poll = Some(now + ARI_RETRY);
-                    wake = wake.min(now + ARI_RETRY);
-                }
-            }
-            let record = record.clone();
-            if let Err(e) = self.save(&host, &record).await {
-                tracing::error!(host, error = %e, "cannot store the renewal window");
-            }
-        }
-        wake
-    }
-
     fn next(&self, host: &str, acme: &Acme, now: i64) -> Next {
         let default = HostRecord::default();
         let record = self.records.get(host).unwrap_or(&default);
@@ -791,81 +693,6 @@ impl<C: Ca> Issuer<C> {
         }
     }
 
-    fn publish(&self) {
-        let now = self.now();
-        let directory = self
-            .acme
-            .as_ref()
-            .map(|a| a.directory.clone())
-            .unwrap_or_default();
-        let hosts = self
-            .hosts
-            .iter()
-            .map(|host| {
-                let default = HostRecord::default();
-                let record = self.records.get(host).unwrap_or(&default);
-                let counts = self.counts.get(host).cloned().unwrap_or_default();
-                let issued = record.issued.as_ref().filter(|i| i.directory == directory);
-                let valid = issued.filter(|i| i.not_after > now);
-                let mut backoff = record
-                    .backoff_until
-                    .filter(|&until| until > now)
-                    .map(|until| Backoff {
-                        reason: record.backoff_reason.clone().unwrap_or_default(),
-                        until,
-                        failures: record.failures,
-                    });
-                if let (None, Some(acme)) = (&backoff, &self.acme) {
-                    if let Next::Wait {
-                        at,
-                        why: Why::Limit(limit),
-                    } = self.next(host, acme, now)
-                    {
-                        backoff = Some(Backoff {
-                            reason: format!("rate_limit: {limit}"),
-                            until: at,
-                            failures: record.failures,
-                        });
-                    }
-                }
-                let state = if self.in_flight.contains(host) {
-                    "ordering"
-                } else if backoff.is_some() {
-                    "backing_off"
-                } else if valid.is_some() {
-                    "valid"
-                } else {
-                    "waiting"
-                };
-                let status = HostStatus {
-                    state: state.into(),
-                    fingerprint: valid.map(|i| i.fingerprint.clone()),
-                    valid_until: valid.map(|i| i.not_after),
-                    renewal_due: valid.map(|i| i.renew_at),
-                    renewal_basis: valid.map(|i| i.basis),
-                    orders_placed: counts.placed,
-                    certificates_issued: counts.issued,
-                    orders_failed: counts.failed,
-                    backoff,
-                    last_error: counts.last_error,
-                    last_order_seconds: counts.last_order_seconds,
-                };
-                (host.clone(), status)
-            })
-            .collect();
-        let status = IssuerStatus {
-            directory,
-            account_ready: self.session.is_some(),
-            ari_supported: self
-                .acme
-                .as_ref()
-                .and_then(|a| self.ari.get(&a.directory).copied()),
-            profile_note: self.session.as_ref().and_then(|s| s.profile_note()),
-            last_error: self.ca_error.clone(),
-            hosts,
-        };
-        self.options.status.publish(status);
-    }
 }
 
 #[cfg(test)]
@@ -874,7 +701,7 @@ mod tests {
     use std::sync::Mutex;
     use std::time::SystemTime;
 
-    use super::*;
+    use crate::acme::*;
     use crate::clock::TokioClock;
     use crate::workspace::{Dns01, Propagation, Upstream};
 

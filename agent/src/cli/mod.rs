@@ -1,4 +1,7 @@
-//! Command-line interface. Every flag documented here is public interface: keep names stable.
+//! Command-line interface: the arguments of every subcommand ([`status`] is `status`'s own
+//! code). Every flag documented here is public interface: keep names stable.
+
+pub mod status;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,0 +1,85 @@
+//! Certificates per host: cert-manager Certificates (`'reloader`), or with `'sozu_managed` the ACME state's PersistentVolumeClaim and the files its Secret is mounted as.
+
+use super::*;
+
+/// `'reloader`: cert-manager keeps the host's certificate in a Secret of the same name, which the
+/// pod mounts; the agent picks renewals up from the mount, so no rollout is needed.
+pub(super) fn certificate(workspace: &Workspace, host: &str) -> Value {
+    let name = tls_name(host);
+    json!({
+        "apiVersion": "cert-manager.io/v1",
+        "kind": "Certificate",
+        "metadata": metadata(workspace, &name),
+        "spec": {
+            "secretName": name,
+            "dnsNames": [host],
+            "issuerRef": {
+                "group": "cert-manager.io",
+                "kind": "ClusterIssuer",
+                "name": workspace.cluster_issuer,
+            },
+        },
+    })
+}
+/// `'sozu_managed`: the account, the certificates and the order state outlive the pod here, so
+/// a restarted pod neither creates a second account nor orders again.
+pub(super) fn acme_state_claim(workspace: &Workspace) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": metadata(workspace, ACME_STATE_CLAIM),
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": { "requests": { "storage": ACME_STATE_SIZE } },
+        },
+    })
+}
+/// The files `'sozu_managed` reads, each a key of the Secret [`ACME_SECRET`] mounted at the path
+/// the workspace names: the DNS provider's secret, the EAB key, the CA bundle.
+pub(super) struct AcmeFiles {
+    state_dir: PathBuf,
+    /// Directory → (Secret key, file name) of the files in it.
+    dirs: BTreeMap<PathBuf, Vec<(&'static str, String)>>,
+}
+pub(super) fn acme_files(acme: &crate::workspace::Acme) -> Result<AcmeFiles, DeployError> {
+    use crate::workspace::Dns01;
+    let mut files: Vec<(&'static str, &Path)> = match &acme.dns01 {
+        Dns01::Rfc2136 {
+            tsig_secret_file, ..
+        } => vec![("tsig-secret", tsig_secret_file)],
+        Dns01::Cloudflare { api_token_file } => vec![("cloudflare-api-token", api_token_file)],
+    };
+    if let Some(eab) = &acme.eab {
+        files.push(("eab-hmac-key", &eab.hmac_key_file));
+    }
+    if let Some(bundle) = &acme.ca_bundle {
+        files.push(("ca-bundle", bundle));
+    }
+    let mut dirs: BTreeMap<PathBuf, Vec<(&'static str, String)>> = BTreeMap::new();
+    let mut seen: BTreeMap<&Path, &'static str> = BTreeMap::new();
+    for (key, path) in files {
+        if let Some(first) = seen.insert(path, key) {
+            return Err(DeployError::AcmeFileClash {
+                first,
+                second: key,
+                name: path.display().to_string(),
+            });
+        }
+        let dir = path.parent().unwrap_or(Path::new("/")).to_owned();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        dirs.entry(dir).or_default().push((key, name));
+    }
+    Ok(AcmeFiles {
+        state_dir: acme.state_dir.clone(),
+        dirs,
+    })
+}
+/// A volume name for a directory of ACME files: `acme-files-<8 hex digits of SHA-256(dir)>`.
+pub(super) fn acme_files_volume(dir: &Path) -> String {
+    let digest = sha2::Sha256::digest(dir.to_string_lossy().as_bytes());
+    let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    format!("acme-files-{short}")
+}

@@ -1,0 +1,79 @@
+//! The files a workspace is made of, as the ConfigMap ships them: the workspace and what it imports, inside its tree ([`crate::imports`]), laid out at their relative paths.
+
+use super::*;
+
+/// The workspace file and every file it imports, transitively, as they will sit in the pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkspaceFiles {
+    /// The workspace's path relative to the files' common directory, `/`-separated.
+    pub entry: String,
+    /// Contents by relative path, `/`-separated.
+    pub files: BTreeMap<String, String>,
+}
+
+impl WorkspaceFiles {
+    /// Reads `workspace` and follows its `import "…"`s ([`crate::imports::walk`]: confined to
+    /// `root`, the workspace's directory unless wider, as the evaluation is). Imports are found
+    /// with Nickel's own lexer rather than by evaluating: this runs in the parent process, after
+    /// the sandboxed evaluation has already accepted the workspace, and lexing cannot loop or
+    /// recurse. Paths keep their layout relative to the files' deepest common directory, so
+    /// relative imports still resolve in the pod.
+    pub fn read(workspace: &Path, root: Option<&Path>) -> Result<WorkspaceFiles, DeployError> {
+        let read_error = |path: &Path, reason: String| DeployError::Read {
+            path: path.to_owned(),
+            reason,
+        };
+        let entry = std::path::absolute(workspace)
+            .map(|path| normalize(&path))
+            .map_err(|err| read_error(workspace, err.to_string()))?;
+        let tree = Root::of(&entry, root)
+            .map_err(|err| read_error(root.unwrap_or(&entry), err.to_string()))?;
+        let walked = imports::walk(&entry, &tree).map_err(|err| match err {
+            WalkError::Read { path, reason } => DeployError::Read { path, reason },
+            WalkError::Outside { ref path, .. } => DeployError::Scan {
+                path: path.clone(),
+                reason: err.to_string(),
+            },
+            WalkError::Import(error) => DeployError::Scan {
+                path: error.file.clone(),
+                reason: error.message,
+            },
+        })?;
+        if let Some((path, reason)) = walked.unreadable.into_iter().next() {
+            return Err(DeployError::Read { path, reason });
+        }
+        let contents = walked.files;
+        let root = common_dir(contents.keys());
+        let relative = |path: &Path| {
+            let parts: Vec<_> = path
+                .strip_prefix(&root)
+                .unwrap_or(path)
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            parts.join("/")
+        };
+        Ok(WorkspaceFiles {
+            entry: relative(&entry),
+            files: contents
+                .into_iter()
+                .map(|(path, text)| (relative(&path), text))
+                .collect(),
+        })
+    }
+}
+/// The deepest directory holding every path.
+pub(super) fn common_dir<'a>(mut paths: impl Iterator<Item = &'a PathBuf>) -> PathBuf {
+    let Some(first) = paths.next() else {
+        return PathBuf::from("/");
+    };
+    let mut root = first.parent().map(Path::to_owned).unwrap_or_default();
+    for path in paths {
+        while !path.starts_with(&root) {
+            if !root.pop() {
+                break;
+            }
+        }
+    }
+    root
+}

@@ -1,0 +1,386 @@
+//! Deployment outputs of a [`Workspace`]: the Kubernetes manifests that run sozu with the agent
+//! beside it (`render --format k8s`), and the split-horizon DNS records of the route hosts
+//! (`render --format dns`).
+//!
+//! One route entry drives everything a new private service needs: its certificate volume (a
+//! cert-manager CSI volume, or a Certificate and its Secret), the mount of that volume at
+//! `<tls_dir>/<host>`, and its DNS record. With `tls_rotation = 'sozu_managed` there is no
+//! per-host volume: the agent orders the certificates itself into a memory-backed tls dir, keeps
+//! its ACME state on a PersistentVolumeClaim, and reads its DNS credentials from a Secret. Every per-host name is derived from the host alone,
+//! never from a position in a list, and nothing is aligned across lines, so appending one route
+//! adds exactly those lines to the rendered output and changes no other.
+//!
+//! The pod: sozu is the main container; the agent is a native sidecar (an init container with
+//! `restartPolicy: Always`, Kubernetes 1.29+), so it starts first and stops last. They share an
+//! emptyDir holding sozu's control socket and run as one non-root user, because sozu creates the
+//! socket with mode 0600. Deleted, sozu keeps serving through a preStop wait (the load balancer
+//! still sends it connections until the pod's endpoint is removed), then stops softly on SIGTERM.
+//! The Service and a NetworkPolicy admit clients from `allowed_sources` only, and the admin port
+//! from the monitoring namespace only. sozu starts from a bootstrap configuration that holds only its
+//! listeners: the agent pushes every cluster, frontend, backend and certificate over the socket,
+//! so there is a single writer of sozu's routing state and a DNS failure can never keep sozu from
+//! starting (a configuration file's backend names are resolved once, at load).
+//!
+//! Pure, except [`WorkspaceFiles::read`], which reads the workspace and the files it imports to
+//! ship them in the ConfigMap.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Serialize, Serializer};
+use serde_json::{json, Value};
+use sha2::Digest;
+
+use crate::alerts::AlertSettings;
+use crate::imports::{self, normalize, Root, WalkError};
+use crate::render::{self, RenderError, SozuSettings};
+use crate::workspace::{ContainerResources, Dns01, TlsRotation, Upstream, Workspace};
+
+/// Name of every object, and the `app.kubernetes.io/name` label that selects the pods.
+const APP: &str = "private-ingress";
+/// The Grafana dashboard over the agent's `/metrics`, as Grafana imports it.
+pub const DASHBOARD: &str = include_str!("../../../deploy/grafana-dashboard.json");
+/// The user and group both containers run as: the `nonroot` user of distroless images. sozu
+/// creates its control socket with mode 0600, so the agent must be the same user to open it.
+const RUN_AS: u32 = 65532;
+/// Where the shared emptyDir holding sozu's control socket is mounted in both containers.
+const RUN_DIR: &str = "/run/sozu";
+const SOZU_SOCKET: &str = "/run/sozu/sozu.sock";
+const SOZU_CONFIG_DIR: &str = "/etc/sozu/bootstrap";
+const SOZU_CONFIG_FILE: &str = "config.toml";
+/// The ConfigMap key of sozu's bootstrap configuration.
+const SOZU_CONFIG_KEY: &str = "sozu.toml";
+/// Where the workspace and its imports are mounted in the agent, at their relative paths.
+const WORKSPACE_DIR: &str = "/etc/private-ingress/workspace";
+/// The generated file at the root of the workspace volume when the workspace sits deeper.
+const ROOT_ENTRY: &str = "private-ingress-workspace.ncl";
+/// The agent's admin server: /healthz, /readyz, /metrics, /v1/state.
+const ADMIN_PORT: u16 = 9180;
+/// TTL of the rendered DNS records: a changed `lb_ip` is picked up within five minutes.
+const DNS_TTL: u32 = 300;
+/// Kubernetes refuses a ConfigMap whose keys and values exceed 1 MiB together.
+const CONFIGMAP_MAX_BYTES: usize = 1 << 20;
+const CSI_DRIVER: &str = "csi.cert-manager.io";
+/// Room for sozu's state file, which holds every certificate chain and key: about 5 KB per route
+/// with an RSA key, so ten thousand routes take some 50 MB. Memory is used only while a worker
+/// starts, and counts against sozu's limit.
+const SOZU_TMP_SIZE: &str = "128Mi";
+/// `'sozu_managed`: the PersistentVolumeClaim of `acme.state_dir`, and the Secret (created by the
+/// operator, never rendered: it holds the credentials) whose keys are mounted as the files the
+/// workspace names.
+const ACME_STATE_CLAIM: &str = "private-ingress-acme-state";
+const ACME_SECRET: &str = "private-ingress-acme";
+/// The claim's size: an account and a few KiB per host.
+const ACME_STATE_SIZE: &str = "1Gi";
+/// The memory-backed tls dir: a pair is about 5 KiB, so room for ten thousand hosts.
+const TLS_DIR_SIZE: &str = "64Mi";
+
+#[derive(Debug, thiserror::Error)]
+pub enum DeployError {
+    #[error(
+        "--format dns needs `lb_ip` in the workspace: the load-balancer address every route host \
+         resolves to (e.g. lb_ip = \"10.200.3.6\")"
+    )]
+    NoLbIp,
+    #[error(
+        "the {name} listener {address} is a loopback address: the Service cannot reach it \
+         (listen on 0.0.0.0 or [::] in a pod)"
+    )]
+    LoopbackListener {
+        name: &'static str,
+        address: SocketAddr,
+    },
+    #[error(
+        "acme: {first} and {second} are both mounted from the Secret {ACME_SECRET} as {name}: give \
+         them different file names or directories"
+    )]
+    AcmeFileClash {
+        first: &'static str,
+        second: &'static str,
+        name: String,
+    },
+    #[error("cannot read {}: {reason}", path.display())]
+    Read { path: PathBuf, reason: String },
+    #[error("{}: cannot find the imports: {reason}", path.display())]
+    Scan { path: PathBuf, reason: String },
+    #[error("cannot ship {} in the ConfigMap: {reason}", path.display())]
+    ConfigMapFile { path: PathBuf, reason: String },
+    #[error(
+        "the ConfigMap would hold {size} bytes, over Kubernetes' limit of {CONFIGMAP_MAX_BYTES} \
+         bytes for keys and values together"
+    )]
+    ConfigMapTooLarge { size: usize },
+    #[error(transparent)]
+    Render(#[from] RenderError),
+}
+
+impl DeployError {
+    /// True when the workspace itself must change (as opposed to a file that cannot be read).
+    pub fn is_invalid_workspace(&self) -> bool {
+        !matches!(self, DeployError::Read { .. } | DeployError::Render(_))
+    }
+}
+
+mod certificates;
+mod config;
+mod dns;
+mod files;
+mod monitoring;
+mod network;
+mod pod;
+
+pub use dns::dns;
+pub use files::WorkspaceFiles;
+
+use certificates::*;
+use config::*;
+use files::common_dir;
+use monitoring::*;
+use network::*;
+use pod::*;
+
+/// The Kubernetes manifests of the workspace, as one multi-document YAML stream in apply order:
+/// Namespace, ServiceAccount, ConfigMap, Certificates (`'reloader`), the ACME state's
+/// PersistentVolumeClaim (`'sozu_managed`), Services, ServiceMonitor, PrometheusRule and the
+/// Grafana dashboard's ConfigMap (each when asked for), NetworkPolicy, Deployment,
+/// PodDisruptionBudget. Object keys are sorted, like `kubectl get -o yaml` prints them. `alerts`
+/// renders the PrometheusRule's rules.
+pub fn k8s(
+    workspace: &Workspace,
+    files: &WorkspaceFiles,
+    alerts: &AlertSettings,
+) -> Result<String, DeployError> {
+    for (name, address) in [
+        ("https", workspace.listeners.https),
+        ("http", workspace.listeners.http),
+    ] {
+        if address.ip().is_loopback() {
+            return Err(DeployError::LoopbackListener { name, address });
+        }
+    }
+    let pod = Pod::new(workspace, files)?;
+    let mut docs = vec![
+        namespace(workspace),
+        service_account(workspace),
+        config_map(workspace, &pod)?,
+    ];
+    if workspace.tls_rotation == TlsRotation::Reloader {
+        docs.extend(pod.hosts.iter().map(|host| certificate(workspace, host)));
+    }
+    let acme = match workspace.acme.as_deref() {
+        Some(acme) if workspace.tls_rotation == TlsRotation::SozuManaged => {
+            docs.push(acme_state_claim(workspace));
+            Some(acme_files(acme)?)
+        }
+        _ => None,
+    };
+    docs.push(load_balancer(workspace));
+    if workspace.deploy.service_monitor {
+        docs.push(metrics_service(workspace));
+        docs.push(service_monitor(workspace));
+    }
+    if workspace.deploy.prometheus_rule {
+        docs.push(prometheus_rule(workspace, alerts));
+    }
+    if workspace.deploy.grafana_dashboard {
+        docs.push(grafana_dashboard(workspace));
+    }
+    docs.push(network_policy(workspace));
+    docs.push(deployment(workspace, &pod, acme.as_ref()));
+    docs.push(pod_disruption_budget(workspace));
+
+    let mut out = format!(
+        "# Generated by private-ingress from the workspace (zone {}); do not edit.\n",
+        workspace.zone
+    );
+    for doc in &docs {
+        let yaml = serde_norway::to_string(&Sorted(doc)).map_err(|err| {
+            DeployError::Render(RenderError::Serialise {
+                format: "k8s",
+                reason: err.to_string(),
+            })
+        })?;
+        out.push_str("---\n");
+        out.push_str(&yaml);
+    }
+    Ok(out)
+}
+/// What the pod needs beyond the workspace model: the ConfigMap's contents and the hosts.
+struct Pod<'a> {
+    /// ConfigMap key → (path under the mount, contents) for each workspace file.
+    workspace_items: BTreeMap<String, (String, Cow<'a, str>)>,
+    /// The file the agent is given, relative to the mount.
+    workspace_entry: String,
+    sozu_config: String,
+    hosts: Vec<&'a str>,
+}
+
+impl<'a> Pod<'a> {
+    fn new(workspace: &'a Workspace, files: &'a WorkspaceFiles) -> Result<Pod<'a>, DeployError> {
+        let mut workspace_items = BTreeMap::new();
+        for (path, text) in &files.files {
+            let key = configmap_key(path)?;
+            if key == SOZU_CONFIG_KEY || workspace_items.contains_key(&key) {
+                return Err(DeployError::ConfigMapFile {
+                    path: path.into(),
+                    reason: format!("its ConfigMap key `{key}` is already taken; rename the file"),
+                });
+            }
+            workspace_items.insert(key, (path.clone(), Cow::Borrowed(text.as_str())));
+        }
+        // The agent watches its workspace's directory for the kubelet's `..data` swap, which
+        // happens at the root of the volume; a subdirectory is reached through a link into the
+        // swapped-out tree, whose watch dies with it. So the agent is given a file at the root
+        // that imports the real workspace.
+        let mut workspace_entry = files.entry.clone();
+        if workspace_entry.contains('/') {
+            if workspace_items.contains_key(ROOT_ENTRY) {
+                return Err(DeployError::ConfigMapFile {
+                    path: ROOT_ENTRY.into(),
+                    reason: "the name is reserved for the generated entry point; rename the file"
+                        .into(),
+                });
+            }
+            let text = format!(
+                "# Generated by private-ingress: the workspace is {0}. The agent is given this\n\
+                 # file because ConfigMap updates are swapped in at the volume's root.\n\
+                 import \"{0}\"\n",
+                files.entry
+            );
+            workspace_items.insert(ROOT_ENTRY.into(), (ROOT_ENTRY.into(), Cow::Owned(text)));
+            workspace_entry = ROOT_ENTRY.into();
+        }
+        // Listeners and the control socket only: the agent pushes the routes (see the module doc).
+        let bootstrap = Workspace {
+            routes: Vec::new(),
+            ..workspace.clone()
+        };
+        let settings = SozuSettings {
+            command_socket: PathBuf::from(SOZU_SOCKET),
+            ..SozuSettings::default()
+        };
+        Ok(Pod {
+            workspace_items,
+            workspace_entry,
+            sozu_config: render::sozu_toml(&bootstrap, &settings)?,
+            hosts: hosts(workspace),
+        })
+    }
+}
+/// The distinct route hosts, sorted: routes that share a host share its certificate and record.
+fn hosts(workspace: &Workspace) -> Vec<&str> {
+    let set: BTreeSet<&str> = workspace.routes.iter().map(|r| r.host.as_str()).collect();
+    set.into_iter().collect()
+}
+/// The name of a host's certificate volume (and, in `'reloader` mode, of its Certificate and
+/// Secret): `tls-<first label>-<8 hex digits of SHA-256(host)>`. A DNS-1123 label of at most 53
+/// characters whatever the host's length, readable, and unique per host.
+fn tls_name(host: &str) -> String {
+    let label = host.split('.').next().unwrap_or(host);
+    let label = label[..label.len().min(40)].trim_end_matches('-');
+    let digest = sha2::Sha256::digest(host.as_bytes());
+    let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    format!("tls-{label}-{short}")
+}
+/// What selects the pods. Never changes: a Deployment's selector is immutable.
+fn selector() -> Value {
+    json!({ "app.kubernetes.io/name": APP })
+}
+/// The labels of every object: the selector's, plus what made it and which version did.
+fn labels() -> Value {
+    let mut labels = selector();
+    labels["app.kubernetes.io/managed-by"] = json!(APP);
+    labels["app.kubernetes.io/version"] = json!(env!("CARGO_PKG_VERSION"));
+    labels
+}
+fn metadata(workspace: &Workspace, name: &str) -> Value {
+    json!({ "name": name, "namespace": workspace.deploy.namespace, "labels": labels() })
+}
+/// Serialises a JSON value with every object's keys in sorted order, whatever order the map
+/// keeps (serde_json's `preserve_order` feature may be switched on by another crate).
+struct Sorted<'a>(&'a Value);
+
+impl Serialize for Sorted<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Value::Object(map) => {
+                let mut entries: Vec<_> = map.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                let mut out = serializer.serialize_map(Some(entries.len()))?;
+                for (key, value) in entries {
+                    out.serialize_entry(key, &Sorted(value))?;
+                }
+                out.end()
+            }
+            Value::Array(items) => {
+                let mut out = serializer.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    out.serialize_element(&Sorted(item))?;
+                }
+                out.end()
+            }
+            other => other.serialize(serializer),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_acme_directory_port_is_read_from_its_url() {
+        for (url, port) in [
+            ("https://acme-v02.api.letsencrypt.org/directory", 443),
+            ("https://ca.internal:9000/acme/acme/directory", 9000),
+            ("https://[fd00::1]:8443/dir", 8443),
+            ("https://[fd00::1]/dir", 443),
+        ] {
+            assert_eq!(acme_directory_port(url), port, "{url}");
+        }
+    }
+
+    #[test]
+    fn tls_names_are_dns_labels_and_distinct() {
+        let long = format!("{}.in.example.org", "a".repeat(63));
+        for host in ["grafana.in.example.org", "in.example.org", long.as_str()] {
+            let name = tls_name(host);
+            assert!(name.len() <= 63, "{name}");
+            assert!(
+                name.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+                "{name}"
+            );
+        }
+        assert_ne!(tls_name("a-b.c.org"), tls_name("a-b.d.org"));
+        assert!(tls_name("grafana.in.example.org").starts_with("tls-grafana-"));
+    }
+
+    #[test]
+    fn configmap_keys_flatten_paths_and_refuse_what_kubernetes_refuses() {
+        assert_eq!(
+            configmap_key("examples/modular/routes.ncl").unwrap(),
+            "examples--modular--routes.ncl"
+        );
+        assert!(configmap_key("my routes.ncl").is_err());
+        assert!(configmap_key("..hidden/x.ncl").is_err());
+    }
+
+    #[test]
+    fn common_dir_is_the_deepest_shared_directory() {
+        let paths = [
+            PathBuf::from("/r/schema/examples/modular/workspace.ncl"),
+            PathBuf::from("/r/schema/examples/modular/routes.ncl"),
+            PathBuf::from("/r/schema/private_ingress.ncl"),
+        ];
+        assert_eq!(common_dir(paths.iter()), Path::new("/r/schema"));
+        assert_eq!(
+            normalize(Path::new("/r/a/../b/./c.ncl")),
+            Path::new("/r/b/c.ncl")
+        );
+    }
+}

@@ -1,0 +1,293 @@
+//! The `/v1/state` document: every type of it, and nothing else. The agent's loop, its sources and
+//! its issuer fill it in; the admin server serves it as JSON; `private-ingress status` reads it
+//! back and prints it; `/metrics` renders the same figures for Prometheus. A leaf: it imports
+//! none of them.
+//!
+//! The field names are public interface: extend, never rename. To add a field, add it here
+//! (with `#[serde(default)]`, so that a `status` of this version reads an older agent), fill it
+//! where its fact is known, and show it in `cli::status` or `api::metrics` if it should be seen
+//! there.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The agent's own view, served on `/v1/state` and read by `private-ingress status`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Document {
+    pub ready: bool,
+    pub workspace: WorkspaceStatus,
+    pub sozu: SozuStatus,
+    pub routes: Vec<RouteStatus>,
+    /// Each upstream DNS name the workspace uses.
+    #[serde(default)]
+    pub dns: Vec<DnsNameStatus>,
+    pub counters: Counters,
+    /// With `tls_rotation = 'sozu_managed`: the ACME issuer, per host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<IssuerStatus>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct WorkspaceStatus {
+    pub loaded: bool,
+    pub zone: Option<String>,
+    /// Why the latest edit was not applied (the last good workspace keeps serving).
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SozuStatus {
+    pub connected: bool,
+    /// Which sozu the agent talks to: its connection and worker processes.
+    pub generation: Option<String>,
+    pub last_error: Option<String>,
+    /// Unix seconds of the last reconcile that left sozu equal to the desired state.
+    pub last_converged: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct RouteStatus {
+    pub id: String,
+    pub host: String,
+    pub path_prefix: String,
+    pub upstream: String,
+    /// Backend addresses the route should have.
+    pub backends_desired: Vec<String>,
+    /// Backend addresses sozu has for the route.
+    pub backends_actual: Vec<String>,
+    pub certificate: CertificateStatus,
+    pub state: RouteState,
+    /// What a `pending` route waits for.
+    #[serde(default)]
+    pub waiting_for: Vec<Waiting>,
+    pub last_error: Option<String>,
+    /// Each upstream with its weight, whether it is drained, and its backends' health.
+    #[serde(default)]
+    pub upstreams: Vec<UpstreamStatus>,
+    /// No backend can take a request: every upstream is drained (sozu answers 503), or every
+    /// backend is reported down (sozu 2.3.3 then fails open: it still tries the backends, and
+    /// answers 503 only when none of them connects).
+    #[serde(default)]
+    pub no_available_backend: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct UpstreamStatus {
+    /// As the workspace writes it.
+    pub upstream: String,
+    pub weight: u32,
+    /// The workspace drains it (its own `drain`, or its route's).
+    pub drain: bool,
+    /// `in rotation`; or, drained: `draining (N sessions)` until sozu says its last
+    /// connection ended, then `drained`.
+    pub state: String,
+    pub backends: Vec<BackendStatus>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct BackendStatus {
+    /// sozu's backend id.
+    pub id: String,
+    pub address: String,
+    /// As sozu last reported it: by its health check, or by failed connections.
+    pub health: BackendHealth,
+    /// Times sozu reported it going down or coming back up since the agent started.
+    pub transitions: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendHealth {
+    /// sozu has said nothing of it yet.
+    #[default]
+    Unknown,
+    Up,
+    Down,
+}
+
+impl std::fmt::Display for BackendHealth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BackendHealth::Unknown => "unknown",
+            BackendHealth::Up => "up",
+            BackendHealth::Down => "down",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RouteState {
+    /// Fully served.
+    Ok,
+    /// Not fully served yet: waiting for a certificate or for its upstream's first addresses.
+    #[default]
+    Pending,
+    /// Served as far as it can be, with a problem: see `last_error`.
+    Error,
+}
+
+impl std::fmt::Display for RouteState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RouteState::Ok => "ok",
+            RouteState::Pending => "pending",
+            RouteState::Error => "error",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Waiting {
+    /// No valid pair has been found for the host yet: its frontends wait.
+    Certificate,
+    /// The upstream's name has never resolved: the cluster has no backend yet.
+    Dns,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct CertificateStatus {
+    pub disk_fingerprint: Option<String>,
+    pub disk_not_before: Option<i64>,
+    pub disk_not_after: Option<i64>,
+    /// The pair served expires within the expiry warning (`--expiry-warning-days`): its renewal
+    /// is overdue.
+    pub expiring_soon: bool,
+    pub served_fingerprints: Vec<String>,
+    /// Validity of the certificate sozu serves (the one expiring first, when sozu serves
+    /// several), Unix seconds; absent when the agent never read it (sozu held it before the
+    /// agent started and the agent has not replaced it).
+    pub served_not_before: Option<i64>,
+    pub served_not_after: Option<i64>,
+    pub error: Option<String>,
+    /// Why the pair on disk was refused, as a stable name (see `CertError::reason`).
+    pub error_reason: Option<String>,
+    /// Names of the pair on disk besides the host's own (another route host, a wildcard): sozu
+    /// is told the host's name alone, so the pair is served for this host only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_names: Vec<String>,
+    /// Certificates replaced in sozu for this host since the agent started.
+    pub rotations: u64,
+    /// Unix seconds of the last replacement.
+    pub last_rotation: Option<u64>,
+}
+
+/// One upstream DNS name, as the DNS source last saw it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct DnsNameStatus {
+    pub name: String,
+    /// The addresses in use: the last good answer, kept while lookups fail.
+    pub addresses: Vec<String>,
+    /// The name has resolved at least once.
+    pub resolved: bool,
+    /// Why the latest lookup failed; none when it succeeded.
+    pub last_error: Option<String>,
+    pub consecutive_failures: u32,
+    /// Failed lookups since the agent started.
+    pub failures: u64,
+    /// Unix seconds of the last successful lookup.
+    pub last_success: Option<i64>,
+    /// The TTL of the last answer, when the resolver gave one.
+    pub ttl_seconds: Option<u64>,
+    /// Addresses of the last answer not used as backends, each with why (`loopback`,
+    /// `link-local`, `unspecified`, `multicast`, `broadcast`, `over the cap`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped_addresses: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Counters {
+    pub reconciles: u64,
+    pub reconcile_errors: u64,
+    pub sozu_requests: u64,
+    pub sozu_reconnects: u64,
+    pub workspace_errors: u64,
+    pub dns_failures: u64,
+    /// Distinct refused pairs (a pair failing again the same way is not counted again).
+    pub certificate_errors: u64,
+    /// The same, by reason.
+    pub certificate_errors_by_reason: BTreeMap<String, u64>,
+    /// Full resyncs: every pair and sozu's state read again (periodic).
+    pub resyncs: u64,
+    /// Times a file watcher's queue overflowed and events were lost.
+    pub watch_overflows: u64,
+    /// Changes to the agent's objects in sozu that the agent did not make, each repaired by a
+    /// targeted resync.
+    #[serde(default)]
+    pub drift_repairs: u64,
+    /// Times sozu's event stream broke (counted as a possible sozu restart).
+    #[serde(default)]
+    pub event_stream_breaks: u64,
+    /// Addresses dropped from upstream names' answers (special addresses, over the cap).
+    #[serde(default)]
+    pub dns_dropped_addresses: u64,
+}
+
+/// With `tls_rotation = 'sozu_managed`: the ACME issuer, per host.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct IssuerStatus {
+    /// The ACME directory orders go to.
+    pub directory: String,
+    /// The account is known to the CA and stored.
+    pub account_ready: bool,
+    /// Whether the CA offers ACME Renewal Information; unknown until asked.
+    pub ari_supported: Option<bool>,
+    /// How the configured profile was handled when the CA does not offer it.
+    pub profile_note: Option<String>,
+    /// A failure that holds back every host (the account, the state directory).
+    pub last_error: Option<String>,
+    pub hosts: BTreeMap<String, HostStatus>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostStatus {
+    /// `valid` (served, renewal scheduled), `ordering`, `waiting` (no certificate yet, an order
+    /// held back) or `backing_off`.
+    pub state: String,
+    pub fingerprint: Option<String>,
+    /// notAfter of the certificate in hand, Unix seconds.
+    pub valid_until: Option<i64>,
+    /// When it is to be renewed, Unix seconds, and why then.
+    pub renewal_due: Option<i64>,
+    pub renewal_basis: Option<RenewalBasis>,
+    /// Orders placed since the agent started.
+    pub orders_placed: u64,
+    pub certificates_issued: u64,
+    /// Failed orders since the agent started, by reason.
+    pub orders_failed: BTreeMap<String, u64>,
+    pub backoff: Option<Backoff>,
+    pub last_error: Option<String>,
+    /// How long the last successful order took, from placing it to the validated chain.
+    pub last_order_seconds: Option<f64>,
+}
+
+/// No order for a host before `until`, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Backoff {
+    pub reason: String,
+    /// Unix seconds.
+    pub until: i64,
+    /// Consecutive failures so far (0 for a rate limit reached without a failure).
+    pub failures: u32,
+}
+
+/// Why a renewal is due when it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RenewalBasis {
+    /// Inside the CA's renewal window (ARI).
+    Ari,
+    /// At a fraction of the certificate's lifetime.
+    Lifetime,
+}
+
+impl std::fmt::Display for RenewalBasis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RenewalBasis::Ari => "ari",
+            RenewalBasis::Lifetime => "lifetime",
+        })
+    }
+}

@@ -1,0 +1,239 @@
+//! The requests a plan is made of ([`Op`]), what became of each ([`Outcome`]), and what each
+//! concerns ([`Scope`]). Pure.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+
+use crate::sozu_state::{Backend, Certificate, Frontend, HealthCheck, Hsts, Protocol};
+
+/// One request to sozu.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    AddListener {
+        protocol: Protocol,
+        address: SocketAddr,
+    },
+    ActivateListener {
+        protocol: Protocol,
+        address: SocketAddr,
+    },
+    /// The HSTS policy of an HTTPS listener, which its frontends without their own follow.
+    SetListenerHsts {
+        address: SocketAddr,
+        hsts: Option<Hsts>,
+    },
+    AddCluster {
+        id: String,
+    },
+    SetHealthCheck {
+        cluster_id: String,
+        check: HealthCheck,
+    },
+    RemoveHealthCheck {
+        cluster_id: String,
+    },
+    AddBackend {
+        cluster_id: String,
+        backend: Backend,
+    },
+    AddCertificate {
+        address: SocketAddr,
+        certificate: Certificate,
+    },
+    ReplaceCertificate {
+        address: SocketAddr,
+        old_fingerprint: String,
+        certificate: Certificate,
+    },
+    RemoveCertificate {
+        address: SocketAddr,
+        fingerprint: String,
+    },
+    RemoveFrontend(Frontend),
+    AddFrontend(Frontend),
+    RemoveBackend {
+        cluster_id: String,
+        backend: Backend,
+    },
+    /// After a backend left its cluster: its idle keep-alive sessions close now, the busy ones
+    /// once their request is answered, so that clients move on to the backends in rotation.
+    CloseSessions {
+        cluster_id: String,
+        backend: Backend,
+    },
+    RemoveCluster {
+        id: String,
+    },
+}
+
+impl Op {
+    /// A short description for logs and errors; never includes key material.
+    pub fn describe(&self) -> String {
+        match self {
+            Op::AddListener { protocol, address } => format!("add {protocol} listener {address}"),
+            Op::ActivateListener { protocol, address } => {
+                format!("activate {protocol} listener {address}")
+            }
+            Op::SetListenerHsts { address, hsts } => match hsts.and_then(|h| h.header()) {
+                Some(header) => format!("set hsts `{header}` on listener {address}"),
+                None => format!("turn hsts off on listener {address}"),
+            },
+            Op::AddCluster { id } => format!("add cluster {id}"),
+            Op::SetHealthCheck { cluster_id, .. } => format!("set health check of {cluster_id}"),
+            Op::RemoveHealthCheck { cluster_id } => {
+                format!("remove health check of {cluster_id}")
+            }
+            Op::CloseSessions {
+                cluster_id,
+                backend,
+            } => format!("close sessions to backend {} of {cluster_id}", backend.id),
+            Op::AddBackend {
+                cluster_id,
+                backend,
+            } => format!("add backend {} to {cluster_id}", backend.id),
+            Op::AddCertificate {
+                address,
+                certificate,
+            } => format!(
+                "add certificate {} on {address}",
+                short(&certificate.fingerprint)
+            ),
+            Op::ReplaceCertificate {
+                address,
+                old_fingerprint,
+                certificate,
+            } => format!(
+                "replace certificate {} with {} on {address}",
+                short(old_fingerprint),
+                short(&certificate.fingerprint)
+            ),
+            Op::RemoveCertificate {
+                address,
+                fingerprint,
+            } => format!("remove certificate {} on {address}", short(fingerprint)),
+            Op::RemoveFrontend(f) => format!(
+                "remove {} frontend {}{} on {}",
+                f.protocol, f.hostname, f.path_prefix, f.address
+            ),
+            Op::AddFrontend(f) => format!(
+                "add {} frontend {}{} on {}",
+                f.protocol, f.hostname, f.path_prefix, f.address
+            ),
+            Op::RemoveBackend {
+                cluster_id,
+                backend,
+            } => format!("remove backend {} from {cluster_id}", backend.id),
+            Op::RemoveCluster { id } => format!("remove cluster {id}"),
+        }
+    }
+}
+
+fn short(fingerprint: &str) -> &str {
+    fingerprint.get(..16).unwrap_or(fingerprint)
+}
+
+/// What became of one planned request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Applied,
+    /// Applied, and sozu says this many sessions are still finishing their requests (the
+    /// answer to [`Op::CloseSessions`]).
+    Closing(u64),
+    /// sozu said no; the connection is fine.
+    Refused(String),
+    /// Not sent: it depends on a request that was refused.
+    Skipped,
+    /// Not sent: the connection broke on this or an earlier request.
+    NotSent(String),
+}
+
+impl Outcome {
+    /// Whether sozu applied the request.
+    pub fn is_applied(&self) -> bool {
+        matches!(self, Outcome::Applied | Outcome::Closing(_))
+    }
+}
+
+/// What a plan covers: everything, or only some hosts (their certificates and frontends) and
+/// some clusters (whether they exist, and their backends). A pass about one host's certificate
+/// plans that host alone, in time independent of the number of routes; planning each host and
+/// each cluster of the workspace is planning everything, with the same code.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scope {
+    pub everything: bool,
+    pub hosts: BTreeSet<String>,
+    pub clusters: BTreeSet<String>,
+}
+
+impl Scope {
+    pub fn everything() -> Scope {
+        Scope {
+            everything: true,
+            ..Scope::default()
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        !self.everything && self.hosts.is_empty() && self.clusters.is_empty()
+    }
+
+    pub fn extend(&mut self, other: Scope) {
+        self.everything |= other.everything;
+        self.hosts.extend(other.hosts);
+        self.clusters.extend(other.clusters);
+    }
+}
+
+/// The hosts and clusters a request concerns: where its failure shows, and what a plan must
+/// cover to send it again.
+pub fn scope_of(op: &Op) -> Scope {
+    let mut scope = Scope::default();
+    match op {
+        Op::AddCluster { id } | Op::RemoveCluster { id } => {
+            scope.clusters.insert(id.clone());
+        }
+        Op::AddBackend { cluster_id, .. }
+        | Op::RemoveBackend { cluster_id, .. }
+        | Op::CloseSessions { cluster_id, .. }
+        | Op::SetHealthCheck { cluster_id, .. }
+        | Op::RemoveHealthCheck { cluster_id } => {
+            scope.clusters.insert(cluster_id.clone());
+        }
+        Op::AddCertificate { certificate, .. } | Op::ReplaceCertificate { certificate, .. } => {
+            scope.hosts.extend(certificate.names.iter().cloned());
+        }
+        Op::AddFrontend(f) | Op::RemoveFrontend(f) => {
+            scope.hosts.insert(f.hostname.clone());
+        }
+        Op::AddListener { .. }
+        | Op::ActivateListener { .. }
+        | Op::SetListenerHsts { .. }
+        | Op::RemoveCertificate { .. } => {
+            scope.everything = true;
+        }
+    }
+    scope
+}
+
+/// Counts of what a plan does, for logs.
+pub fn summary(ops: &[Op]) -> BTreeMap<&'static str, usize> {
+    let mut counts = BTreeMap::new();
+    for op in ops {
+        let kind = match op {
+            Op::AddListener { .. } | Op::ActivateListener { .. } | Op::SetListenerHsts { .. } => {
+                "listeners"
+            }
+            Op::AddCluster { .. } | Op::RemoveCluster { .. } => "clusters",
+            Op::SetHealthCheck { .. } | Op::RemoveHealthCheck { .. } => "health checks",
+            Op::AddBackend { .. } | Op::RemoveBackend { .. } => "backends",
+            Op::CloseSessions { .. } => "sessions",
+            Op::AddFrontend(_) | Op::RemoveFrontend(_) => "frontends",
+            Op::AddCertificate { .. }
+            | Op::ReplaceCertificate { .. }
+            | Op::RemoveCertificate { .. } => "certificates",
+        };
+        *counts.entry(kind).or_default() += 1;
+    }
+    counts
+}
+

@@ -1,0 +1,107 @@
+//! What sozu holds once a request is applied: how the agent's shadow of sozu's state advances
+//! with each request sozu accepted (and how the tests' in-memory sozu applies them). Pure.
+
+use std::net::SocketAddr;
+
+use super::Op;
+use crate::sozu_state::{Actual, Certificate};
+
+/// Applies `ops` to `actual` as sozu would, for the in-memory proxy used in tests and for keeping
+/// a shadow of what was applied.
+pub fn apply(actual: &mut Actual, op: &Op) {
+    match op {
+        Op::AddListener { protocol, address } => {
+            actual
+                .listeners
+                .entry(*address)
+                .or_insert((*protocol, false));
+        }
+        Op::ActivateListener { address, .. } => {
+            if let Some(l) = actual.listeners.get_mut(address) {
+                l.1 = true;
+            }
+        }
+        Op::AddCluster { id } => {
+            actual.clusters.insert(id.clone());
+            actual.backends.entry(id.clone()).or_default();
+        }
+        Op::AddBackend {
+            cluster_id,
+            backend,
+        } => {
+            actual
+                .backends
+                .entry(cluster_id.clone())
+                .or_default()
+                .insert(backend.id.clone(), backend.clone());
+        }
+        Op::RemoveBackend {
+            cluster_id,
+            backend,
+        } => {
+            if let Some(b) = actual.backends.get_mut(cluster_id) {
+                b.remove(&backend.id);
+            }
+        }
+        Op::RemoveCluster { id } => {
+            actual.clusters.remove(id);
+            actual.backends.remove(id);
+            actual.health_checks.remove(id);
+        }
+        Op::SetListenerHsts { address, hsts } => match hsts {
+            Some(hsts) => {
+                actual.hsts.insert(*address, *hsts);
+            }
+            None => {
+                actual.hsts.remove(address);
+            }
+        },
+        Op::SetHealthCheck { cluster_id, check } => {
+            actual
+                .health_checks
+                .insert(cluster_id.clone(), check.clone());
+        }
+        Op::RemoveHealthCheck { cluster_id } => {
+            actual.health_checks.remove(cluster_id);
+        }
+        Op::CloseSessions { .. } => {}
+        Op::AddFrontend(f) => {
+            actual.frontends.insert(f.clone());
+        }
+        Op::RemoveFrontend(f) => {
+            actual.frontends.remove(f);
+        }
+        Op::AddCertificate {
+            address,
+            certificate,
+        } => add_summary(actual, *address, certificate),
+        Op::ReplaceCertificate {
+            address,
+            old_fingerprint,
+            certificate,
+        } => {
+            // Removed first: a certificate replaced by itself under new names stays.
+            remove_summary(actual, *address, old_fingerprint);
+            add_summary(actual, *address, certificate);
+        }
+        Op::RemoveCertificate {
+            address,
+            fingerprint,
+        } => remove_summary(actual, *address, fingerprint),
+    }
+}
+
+fn add_summary(actual: &mut Actual, address: SocketAddr, certificate: &Certificate) {
+    actual
+        .certificates
+        .entry(address)
+        .or_default()
+        .insert(&certificate.fingerprint, &certificate.names);
+}
+
+fn remove_summary(actual: &mut Actual, address: SocketAddr, fingerprint: &str) {
+    if let Some(held) = actual.certificates.get_mut(&address) {
+        held.remove(fingerprint);
+    }
+}
+

@@ -1,0 +1,436 @@
+//! From what Nickel evaluated ([`super::RawWorkspace`]) to the validated model. The contract has
+//! already checked every field; the conversion still refuses anything it cannot represent
+//! instead of trusting that, because the contract file and this code can drift apart.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use ipnet::IpNet;
+
+use super::*;
+use crate::sozu_state::{HealthCheck, Hsts, Probe};
+
+/// A value the contract let through but the model cannot represent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModelError {
+    #[error("listener `{field}`: `{value}` is not a socket address")]
+    Listener { field: &'static str, value: String },
+    #[error("route `{host}`: {reason}")]
+    Route { host: String, reason: String },
+    #[error("tls_dir `{0}` is not an absolute path")]
+    TlsDir(String),
+    #[error("lb_ip `{0}` is not an IP address")]
+    LbIp(String),
+    #[error("deploy.replicas {0} is not a whole number from 1 to 1000")]
+    Replicas(String),
+    #[error("deploy.{field} {value} is not a whole number of seconds from 0 to 3600")]
+    Seconds { field: &'static str, value: String },
+    #[error("deploy.extra_egress_ports: {0} is not a whole number from 1 to 65535")]
+    EgressPort(String),
+    #[error("allowed_sources: `{0}` is not a network in canonical CIDR form")]
+    Cidr(String),
+    #[error(
+        "deploy.termination_grace_period_seconds {grace} must be longer than \
+         deploy.pre_stop_seconds {pre_stop}"
+    )]
+    GracePeriod { grace: u32, pre_stop: u32 },
+    #[error("acme.{field}: {reason}")]
+    Acme { field: &'static str, reason: String },
+    #[error("hsts: {0}")]
+    Hsts(String),
+}
+
+impl Workspace {
+    pub fn from_raw(raw: RawWorkspace) -> Result<Workspace, ModelError> {
+        let listener = |field: &'static str, value: &str| {
+            value
+                .parse::<SocketAddr>()
+                .map_err(|_| ModelError::Listener {
+                    field,
+                    value: value.to_owned(),
+                })
+        };
+        let listeners = Listeners {
+            https: listener("https", &raw.listeners.https)?,
+            http: listener("http", &raw.listeners.http)?,
+        };
+        let tls_dir = PathBuf::from(&raw.tls_dir);
+        if !tls_dir.is_absolute() {
+            return Err(ModelError::TlsDir(raw.tls_dir));
+        }
+        let mut routes = raw
+            .routes
+            .into_iter()
+            .map(Route::from_raw)
+            .collect::<Result<Vec<_>, _>>()?;
+        routes.sort_by(|a, b| (&a.host, &a.path_prefix).cmp(&(&b.host, &b.path_prefix)));
+        let lb_ip = raw
+            .lb_ip
+            .map(|ip| ip.parse::<IpAddr>().map_err(|_| ModelError::LbIp(ip)))
+            .transpose()?;
+        let replicas = match raw.deploy.replicas {
+            n if n.fract() == 0.0 && (1.0..=1000.0).contains(&n) => n as u16,
+            n => return Err(ModelError::Replicas(n.to_string())),
+        };
+        let seconds = |field: &'static str, n: f64| match n {
+            n if n.fract() == 0.0 && (0.0..=3600.0).contains(&n) => Ok(n as u32),
+            n => Err(ModelError::Seconds {
+                field,
+                value: n.to_string(),
+            }),
+        };
+        let allowed_sources = raw
+            .allowed_sources
+            .map(|sources| {
+                sources
+                    .into_iter()
+                    .map(|cidr| match cidr.parse::<IpNet>() {
+                        Ok(net) if net.trunc() == net => Ok(net),
+                        _ => Err(ModelError::Cidr(cidr)),
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?;
+        let deploy = Box::new(Deploy {
+            namespace: raw.deploy.namespace,
+            sozu_image: raw.deploy.sozu_image,
+            agent_image: raw.deploy.agent_image.unwrap_or_else(default_agent_image),
+            replicas,
+            resources: raw.deploy.resources,
+            service_monitor: raw.deploy.service_monitor,
+            prometheus_rule: raw.deploy.prometheus_rule,
+            grafana_dashboard: raw.deploy.grafana_dashboard,
+            pre_stop_seconds: seconds("pre_stop_seconds", raw.deploy.pre_stop_seconds)?,
+            termination_grace_period_seconds: seconds(
+                "termination_grace_period_seconds",
+                raw.deploy.termination_grace_period_seconds,
+            )?,
+            extra_egress_ports: raw
+                .deploy
+                .extra_egress_ports
+                .into_iter()
+                .map(|p| match p {
+                    p if p.fract() == 0.0 && (1.0..=65535.0).contains(&p) => Ok(p as u16),
+                    p => Err(ModelError::EgressPort(p.to_string())),
+                })
+                .collect::<Result<_, _>>()?,
+            monitoring: raw.deploy.monitoring,
+            cluster_dns: raw.deploy.cluster_dns,
+        });
+        if deploy.termination_grace_period_seconds <= deploy.pre_stop_seconds {
+            return Err(ModelError::GracePeriod {
+                grace: deploy.termination_grace_period_seconds,
+                pre_stop: deploy.pre_stop_seconds,
+            });
+        }
+        let acme = raw.acme.map(Acme::from_raw).transpose()?.map(Box::new);
+        let hsts = match raw.hsts {
+            None => None,
+            Some(hsts) => hsts_from_raw(hsts).map_err(ModelError::Hsts)?,
+        };
+        Ok(Workspace {
+            zone: raw.zone,
+            listeners,
+            tls_rotation: raw.tls_rotation,
+            cluster_issuer: raw.cluster_issuer,
+            tls_dir,
+            routes,
+            lb_ip,
+            allowed_sources,
+            deploy,
+            acme,
+            hsts,
+            allow_special_upstream_addresses: raw.allow_special_upstream_addresses,
+        })
+    }
+}
+
+/// A DNS server as the contract admits it: an IP address, with a port unless it is 53.
+pub fn dns_server(s: &str) -> Option<SocketAddr> {
+    s.parse::<SocketAddr>()
+        .ok()
+        .or_else(|| s.parse::<IpAddr>().ok().map(|ip| SocketAddr::new(ip, 53)))
+}
+
+impl Acme {
+    fn from_raw(raw: RawAcme) -> Result<Acme, ModelError> {
+        let fail = |field: &'static str, reason: &str| ModelError::Acme {
+            field,
+            reason: reason.to_owned(),
+        };
+        let absolute = |field: &'static str, path: String| {
+            let path = PathBuf::from(path);
+            if path.is_absolute() {
+                Ok(path)
+            } else {
+                Err(fail(field, "not an absolute path"))
+            }
+        };
+        let d = raw.dns01;
+        let dns01 = match d.provider {
+            Dns01Provider::Rfc2136 => {
+                let server = d.server.as_deref().unwrap_or_default();
+                Dns01::Rfc2136 {
+                    server: dns_server(server)
+                        .ok_or_else(|| fail("dns01.server", "not a DNS server address"))?,
+                    zone: d.zone.ok_or_else(|| fail("dns01.zone", "missing"))?,
+                    tsig_key_name: d
+                        .tsig_key_name
+                        .ok_or_else(|| fail("dns01.tsig_key_name", "missing"))?,
+                    tsig_algorithm: match d.tsig_algorithm.as_deref() {
+                        None | Some("hmac-sha256") => TsigAlgorithm::HmacSha256,
+                        Some("hmac-sha384") => TsigAlgorithm::HmacSha384,
+                        Some("hmac-sha512") => TsigAlgorithm::HmacSha512,
+                        Some(_) => return Err(fail("dns01.tsig_algorithm", "unsupported")),
+                    },
+                    tsig_secret_file: absolute(
+                        "dns01.tsig_secret_file",
+                        d.tsig_secret_file.unwrap_or_default(),
+                    )?,
+                }
+            }
+            Dns01Provider::Cloudflare => Dns01::Cloudflare {
+                api_token_file: absolute(
+                    "dns01.api_token_file",
+                    d.api_token_file.unwrap_or_default(),
+                )?,
+            },
+        };
+        let nameservers = raw
+            .propagation
+            .nameservers
+            .map(|servers| {
+                servers
+                    .iter()
+                    .map(|s| {
+                        dns_server(s).ok_or_else(|| {
+                            fail("propagation.nameservers", "not a DNS server address")
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?;
+        let timeout = raw.propagation.timeout;
+        if timeout.fract() != 0.0 || !(1.0..=3600.0).contains(&timeout) {
+            return Err(fail(
+                "propagation.timeout",
+                "not a whole number of seconds from 1 to 3600",
+            ));
+        }
+        Ok(Acme {
+            directory: raw.directory,
+            email: raw.email,
+            profile: raw.profile,
+            ca_bundle: raw
+                .ca_bundle
+                .map(|p| absolute("ca_bundle", p))
+                .transpose()?,
+            eab: raw.eab,
+            dns01,
+            propagation: Propagation {
+                nameservers,
+                timeout_secs: timeout as u64,
+            },
+            state_dir: absolute("state_dir", raw.state_dir)?,
+        })
+    }
+}
+
+impl Route {
+    fn from_raw(raw: RawRoute) -> Result<Route, ModelError> {
+        let fail = |reason: String| ModelError::Route {
+            host: raw.host.clone(),
+            reason,
+        };
+        let upstreams = match (&raw.upstream, &raw.upstreams) {
+            (Some(upstream), None) => vec![RouteUpstream {
+                upstream: upstream_from_raw(upstream, raw.port).map_err(fail)?,
+                weight: 1,
+                drain: raw.drain,
+            }],
+            (None, Some(list)) if !list.is_empty() => {
+                if raw.port.is_some() {
+                    return Err(fail("`port` goes inside each of `upstreams`".into()));
+                }
+                list.iter()
+                    .map(|u| {
+                        let weight = match u.weight {
+                            None => 1,
+                            // sozu's configuration file holds a weight in a byte.
+                            Some(w) if w.fract() == 0.0 && (1.0..=255.0).contains(&w) => w as u32,
+                            Some(w) => {
+                                return Err(fail(format!(
+                                    "weight {w} of upstream `{}` is not a whole number from 1 to \
+                                     255 (drain an upstream with `drain = true`)",
+                                    u.upstream
+                                )))
+                            }
+                        };
+                        Ok(RouteUpstream {
+                            upstream: upstream_from_raw(&u.upstream, u.port).map_err(fail)?,
+                            weight,
+                            drain: u.drain || raw.drain,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?
+            }
+            (None, Some(_)) => return Err(fail("`upstreams` is empty".into())),
+            (Some(_), Some(_)) => {
+                return Err(fail("give `upstream` or `upstreams`, not both".into()))
+            }
+            (None, None) => return Err(fail("missing `upstream` (or `upstreams`)".into())),
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for u in &upstreams {
+            if !seen.insert(u.upstream.to_string()) {
+                return Err(fail(format!("upstream `{}` is given twice", u.upstream)));
+            }
+        }
+        if upstreams
+            .iter()
+            .filter(|u| matches!(u.upstream, Upstream::Unix { .. }))
+            .count()
+            > 1
+        {
+            return Err(fail("at most one `unix://` upstream per route".into()));
+        }
+        let health = raw
+            .health
+            .map(health_from_raw)
+            .transpose()
+            .map_err(|e| fail(format!("health: {e}")))?;
+        let hsts = match raw.hsts {
+            None => None,
+            Some(hsts) => Some(
+                hsts_from_raw(hsts)
+                    .map_err(|e| fail(format!("hsts: {e}")))?
+                    .unwrap_or(Hsts::OFF),
+            ),
+        };
+        Ok(Route {
+            id: route_id(&raw.host, &raw.path_prefix),
+            host: raw.host,
+            path_prefix: raw.path_prefix,
+            upstreams,
+            health,
+            hsts,
+        })
+    }
+}
+
+/// One upstream as written: a DNS name or an IP literal with a port, or a `unix://` path.
+fn upstream_from_raw(upstream: &str, port: Option<f64>) -> Result<Upstream, String> {
+    let port = match port {
+        None => None,
+        Some(p) if p.fract() == 0.0 && (1.0..=65535.0).contains(&p) => Some(p as u16),
+        Some(p) => return Err(format!("port {p} is not a whole number from 1 to 65535")),
+    };
+    Ok(match (upstream.strip_prefix("unix://"), port) {
+        (Some(path), None) if path.starts_with('/') => Upstream::Unix {
+            path: PathBuf::from(path),
+        },
+        (Some(_), None) => return Err("a unix upstream needs an absolute path".into()),
+        (Some(_), Some(_)) => return Err("a unix upstream takes no port".into()),
+        (None, None) => return Err(format!("upstream `{upstream}` needs a port")),
+        (None, Some(port)) => match upstream.parse::<IpAddr>() {
+            Ok(ip) => Upstream::Ip {
+                address: SocketAddr::new(ip, port),
+            },
+            Err(_) => Upstream::Dns {
+                name: upstream.to_owned(),
+                port,
+            },
+        },
+    })
+}
+
+/// A whole number within `range`, or why not.
+fn whole(field: &str, n: f64, range: std::ops::RangeInclusive<f64>) -> Result<u32, String> {
+    if n.fract() == 0.0 && range.contains(&n) {
+        Ok(n as u32)
+    } else {
+        Err(format!(
+            "{field} {n} is not a whole number from {} to {}",
+            range.start(),
+            range.end()
+        ))
+    }
+}
+
+fn health_from_raw(raw: RawHealth) -> Result<HealthCheck, String> {
+    let probe = match raw.mode {
+        HealthMode::Http => {
+            let path = raw.path.unwrap_or_else(|| "/".to_owned());
+            if !path.starts_with('/') {
+                return Err(format!("path `{path}` does not start with `/`"));
+            }
+            let accepted_statuses = raw
+                .accepted_statuses
+                .iter()
+                .map(|s| {
+                    let (start, end) = match s {
+                        RawStatus::Code(code) => (*code, *code),
+                        RawStatus::Range(range) => {
+                            let parsed = range.split_once('-').and_then(|(a, b)| {
+                                Some((a.trim().parse::<f64>().ok()?, b.trim().parse::<f64>().ok()?))
+                            });
+                            parsed.ok_or_else(|| {
+                                format!("accepted status `{range}` is not a range like `200-399`")
+                            })?
+                        }
+                    };
+                    let start = whole("accepted status", start, 100.0..=599.0)?;
+                    let end = whole("accepted status", end, 100.0..=599.0)?;
+                    if start > end {
+                        return Err(format!("accepted statuses {start}-{end} are backwards"));
+                    }
+                    Ok((start as u16, end as u16))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Probe::Http {
+                path,
+                accepted_statuses,
+            }
+        }
+        HealthMode::Tcp => {
+            if raw.path.is_some() || !raw.accepted_statuses.is_empty() {
+                return Err("a tcp health check takes no `path` or `accepted_statuses`".into());
+            }
+            Probe::Tcp
+        }
+    };
+    let interval = whole("interval", raw.interval, 1.0..=3600.0)?;
+    let timeout = whole("timeout", raw.timeout, 1.0..=3600.0)?;
+    if timeout > interval {
+        return Err(format!(
+            "timeout {timeout} is longer than interval {interval}"
+        ));
+    }
+    Ok(HealthCheck {
+        probe,
+        interval,
+        timeout,
+        healthy_threshold: whole("healthy_threshold", raw.healthy_threshold, 1.0..=100.0)?,
+        unhealthy_threshold: whole("unhealthy_threshold", raw.unhealthy_threshold, 1.0..=100.0)?,
+        port: raw
+            .port
+            .map(|p| whole("port", p, 1.0..=65535.0).map(|p| p as u16))
+            .transpose()?,
+    })
+}
+
+/// A policy, or `None` for `false`. `true` is the default policy.
+fn hsts_from_raw(raw: RawHsts) -> Result<Option<Hsts>, String> {
+    match raw {
+        RawHsts::Switch(false) => Ok(None),
+        RawHsts::Switch(true) => Ok(recommended_hsts()),
+        RawHsts::Policy(p) => Ok(Some(Hsts {
+            enabled: true,
+            max_age: whole("max_age", p.max_age, 0.0..=4_294_967_295.0)?,
+            include_subdomains: p.include_subdomains,
+            preload: p.preload,
+        })),
+    }
+}
+

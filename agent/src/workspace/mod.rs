@@ -1,0 +1,446 @@
+//! The validated workspace: what an operator declared, normalised and sorted.
+//!
+//! Pure: no I/O. The Nickel contract has already checked every field when a [`RawWorkspace`]
+//! reaches [`Workspace::from_raw`]; the conversion still refuses anything it cannot represent
+//! instead of trusting that, because the contract file and this code can drift apart.
+
+mod convert;
+mod raw;
+
+pub use convert::{dns_server, ModelError};
+pub use raw::*;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+
+use crate::sozu_state::{HealthCheck, Hsts, Probe};
+
+/// How certificates reach `<tls_dir>/<host>/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TlsRotation {
+    /// cert-manager's CSI driver mounts one volume per route.
+    CsiDriver,
+    /// cert-manager writes a Secret per route, mounted as a volume.
+    Reloader,
+    /// The agent obtains certificates itself, from an ACME CA over DNS-01 (the `acme` record).
+    SozuManaged,
+}
+
+impl fmt::Display for TlsRotation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TlsRotation::CsiDriver => "csi_driver",
+            TlsRotation::Reloader => "reloader",
+            TlsRotation::SozuManaged => "sozu_managed",
+        })
+    }
+}
+
+/// The normalised workspace. Routes are sorted by (host, path_prefix), so every output derived
+/// from it is deterministic whatever order the operator wrote them in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Workspace {
+    pub zone: String,
+    pub listeners: Listeners,
+    pub tls_rotation: TlsRotation,
+    pub cluster_issuer: String,
+    pub tls_dir: PathBuf,
+    pub routes: Vec<Route>,
+    /// The address the load balancer announces, which every route host resolves to.
+    pub lb_ip: Option<IpAddr>,
+    /// The networks that may connect to the listeners; `None`: any address may.
+    pub allowed_sources: Option<Vec<IpNet>>,
+    /// Boxed: a workspace travels by value (in the sandbox's report, for one), and the deploy
+    /// settings would more than double its size for code that never reads them.
+    pub deploy: Box<Deploy>,
+    /// How certificates are ordered, with `tls_rotation = 'sozu_managed` (and only then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acme: Option<Box<Acme>>,
+    /// The HSTS policy of the HTTPS listener, which every route without its own follows;
+    /// `None` (a workspace that sets none): no header. Off unless asked for, because sozu 2.3.3
+    /// breaks the responses in flight on a session it closes while it adds the header: every
+    /// soft stop (each pod deletion) and every drain that closes sessions would fail them.
+    #[serde(default)]
+    pub hsts: Option<Hsts>,
+    /// Keep loopback, link-local, unspecified and multicast addresses in DNS answers for
+    /// upstream names (dropped otherwise).
+    #[serde(default)]
+    pub allow_special_upstream_addresses: bool,
+}
+
+/// The policy `hsts = true` stands for, as the contract documents it: a year, this host only
+/// (the zone may hold names this ingress does not serve over HTTPS), never preloaded (a private
+/// zone cannot be on the public preload list).
+pub fn recommended_hsts() -> Option<Hsts> {
+    Some(Hsts {
+        enabled: true,
+        max_age: 31_536_000,
+        include_subdomains: false,
+        preload: false,
+    })
+}
+
+/// The ACME client's settings. Secrets are paths: the agent reads them when it uses them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Acme {
+    pub directory: String,
+    pub email: Option<String>,
+    pub profile: Option<String>,
+    /// Roots that sign the ACME server's TLS certificate; the system's when absent.
+    pub ca_bundle: Option<PathBuf>,
+    pub eab: Option<Eab>,
+    pub dns01: Dns01,
+    pub propagation: Propagation,
+    pub state_dir: PathBuf,
+}
+
+/// External account binding: the key id and the file holding the base64url HMAC key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Eab {
+    pub kid: String,
+    pub hmac_key_file: PathBuf,
+}
+
+/// Where DNS-01 TXT records are published.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "provider", rename_all = "snake_case")]
+pub enum Dns01 {
+    /// RFC 2136 dynamic updates signed with TSIG.
+    Rfc2136 {
+        server: SocketAddr,
+        zone: String,
+        tsig_key_name: String,
+        tsig_algorithm: TsigAlgorithm,
+        tsig_secret_file: PathBuf,
+    },
+    /// Cloudflare's v4 API, with an API token.
+    Cloudflare { api_token_file: PathBuf },
+}
+
+/// The HMACs a TSIG key may use (the older ones are refused by the contract).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TsigAlgorithm {
+    #[serde(rename = "hmac-sha256")]
+    HmacSha256,
+    #[serde(rename = "hmac-sha384")]
+    HmacSha384,
+    #[serde(rename = "hmac-sha512")]
+    HmacSha512,
+}
+
+/// How long to wait for a TXT record to be visible, and on which servers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Propagation {
+    /// Asked instead of the zone's authoritative servers, when set.
+    pub nameservers: Option<Vec<SocketAddr>>,
+    pub timeout_secs: u64,
+}
+
+/// How `render --format k8s` deploys the workspace. The defaults live in the contract, where
+/// operators read them; [`Deploy::default`] repeats them for code that builds a workspace without
+/// evaluating one, and a test keeps the two equal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deploy {
+    pub namespace: String,
+    pub sozu_image: String,
+    pub agent_image: String,
+    pub replicas: u16,
+    pub resources: PodResources,
+    /// A prometheus-operator ServiceMonitor instead of `prometheus.io/*` scrape annotations.
+    pub service_monitor: bool,
+    /// A prometheus-operator PrometheusRule with the agent's alert rules.
+    pub prometheus_rule: bool,
+    /// A ConfigMap holding the Grafana dashboard, labelled for Grafana's dashboard sidecar.
+    pub grafana_dashboard: bool,
+    /// How long sozu keeps accepting once the pod is deleted, before it is asked to stop: the
+    /// time the load balancer takes to stop sending it connections.
+    pub pre_stop_seconds: u32,
+    /// From the deletion to the kill: the preStop wait, then sozu's soft stop.
+    pub termination_grace_period_seconds: u32,
+    /// Ports the pods may connect to besides the routes' upstream ports.
+    pub extra_egress_ports: Vec<u16>,
+    /// Who may reach the admin port.
+    pub monitoring: Monitoring,
+    /// The cluster's DNS pods, which the pods may ask names of.
+    pub cluster_dns: Monitoring,
+}
+
+/// Pods by namespace and labels: those allowed to reach the admin port (`/metrics`,
+/// `/v1/state`, which name every host), and the cluster's DNS pods.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Monitoring {
+    pub namespace: String,
+    /// Empty: every pod of the namespace.
+    #[serde(default)]
+    pub pod_labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodResources {
+    pub sozu: ContainerResources,
+    pub agent: ContainerResources,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContainerResources {
+    pub requests: Quantities,
+    pub limits: Quantities,
+}
+
+/// Kubernetes quantities, as written (`250m`, `128Mi`): the contract checked their syntax.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quantities {
+    pub cpu: String,
+    pub memory: String,
+}
+
+/// The agent image when the workspace names none: the version that renders the manifests is the
+/// version that runs them.
+pub fn default_agent_image() -> String {
+    format!("private-ingress:{}", env!("CARGO_PKG_VERSION"))
+}
+
+impl Default for Deploy {
+    fn default() -> Self {
+        let quantities = |cpu: &str, memory: &str| Quantities {
+            cpu: cpu.to_owned(),
+            memory: memory.to_owned(),
+        };
+        Deploy {
+            namespace: "ingress-private".to_owned(),
+            sozu_image: "docker.io/clevercloud/sozu:2.3.3".to_owned(),
+            agent_image: default_agent_image(),
+            replicas: 2,
+            resources: PodResources {
+                sozu: ContainerResources {
+                    requests: quantities("100m", "128Mi"),
+                    limits: quantities("1", "512Mi"),
+                },
+                agent: ContainerResources {
+                    requests: quantities("50m", "128Mi"),
+                    limits: quantities("1", "512Mi"),
+                },
+            },
+            service_monitor: false,
+            prometheus_rule: false,
+            grafana_dashboard: false,
+            pre_stop_seconds: 10,
+            termination_grace_period_seconds: 40,
+            extra_egress_ports: Vec::new(),
+            monitoring: Monitoring {
+                namespace: "monitoring".to_owned(),
+                pod_labels: BTreeMap::new(),
+            },
+            cluster_dns: default_cluster_dns(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listeners {
+    pub https: SocketAddr,
+    pub http: SocketAddr,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Route {
+    /// Stable identifier of the route, used as sozu's cluster id. Derived from (host, path_prefix)
+    /// only, so editing a route's upstream updates the cluster in place.
+    pub id: String,
+    pub host: String,
+    pub path_prefix: String,
+    /// At least one; a route written with `upstream` and `port` has exactly one, of weight 1.
+    pub upstreams: Vec<RouteUpstream>,
+    /// sozu's active health check on the route's backends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthCheck>,
+    /// The route's own HSTS policy, overriding the workspace's; `None` follows the workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hsts: Option<Hsts>,
+}
+
+/// One upstream of a route, with its share of the traffic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteUpstream {
+    pub upstream: Upstream,
+    pub weight: u32,
+    /// Out of rotation: no new request goes to it, the ones in flight finish. The route's own
+    /// `drain` drains every upstream.
+    pub drain: bool,
+}
+
+impl Route {
+    /// The route's upstreams that are names to resolve.
+    pub fn upstream_names(&self) -> impl Iterator<Item = &str> {
+        self.upstreams.iter().filter_map(|u| match &u.upstream {
+            Upstream::Dns { name, .. } => Some(name.as_str()),
+            _ => None,
+        })
+    }
+
+    /// How the route's upstreams read in status: `a:80`, or `a:80 (×9), b:80 (×1, drained)`.
+    pub fn upstreams_label(&self) -> String {
+        if let [only] = &self.upstreams[..] {
+            if only.weight == 1 && !only.drain {
+                return only.upstream.to_string();
+            }
+        }
+        self.upstreams
+            .iter()
+            .map(|u| {
+                let drain = if u.drain { ", drained" } else { "" };
+                format!("{} (×{}{drain})", u.upstream, u.weight)
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Where a route's traffic goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Upstream {
+    /// A DNS name, resolved (and re-resolved) to every A and AAAA address.
+    Dns { name: String, port: u16 },
+    /// An IP literal.
+    Ip { address: SocketAddr },
+    /// A UNIX socket; the path is absolute.
+    Unix { path: PathBuf },
+}
+
+impl fmt::Display for Upstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Upstream::Dns { name, port } => write!(f, "{name}:{port}"),
+            Upstream::Ip { address } => write!(f, "{address}"),
+            Upstream::Unix { path } => write!(f, "unix://{}", path.display()),
+        }
+    }
+}
+
+/// Prefix of every cluster id the agent creates: the mark of what it owns in sozu.
+pub const ID_PREFIX: &str = "pi-";
+
+impl Workspace {
+    /// Where the certificate chain and key of `host` live.
+    pub fn certificate_paths(&self, host: &str) -> (PathBuf, PathBuf) {
+        let dir = self.tls_dir.join(host);
+        (dir.join("tls.crt"), dir.join("tls.key"))
+    }
+}
+
+/// `pi-<host>` for the root path, `pi-<host>-<8 hex digits of SHA-256(path)>` otherwise: readable
+/// in `sozu` listings, and free of the characters a path may hold.
+pub fn route_id(host: &str, path_prefix: &str) -> String {
+    if path_prefix == "/" {
+        format!("{ID_PREFIX}{host}")
+    } else {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(path_prefix.as_bytes());
+        let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+        format!("{ID_PREFIX}{host}-{short}")
+    }
+}
+
+/// A route at `/` of `host`, for unit tests elsewhere in the crate.
+#[cfg(test)]
+pub(crate) fn test_route(host: &str, upstream: Upstream) -> Route {
+    Route {
+        id: route_id(host, "/"),
+        host: host.into(),
+        path_prefix: "/".into(),
+        upstreams: vec![RouteUpstream {
+            upstream,
+            weight: 1,
+            drain: false,
+        }],
+        health: None,
+        hsts: None,
+    }
+}
+
+/// A workspace for unit tests elsewhere in the crate: zone `in.example.org`, loopback listeners
+/// 8443/8080, the given tls dir and routes.
+#[cfg(test)]
+pub(crate) fn test_workspace(tls_dir: &std::path::Path, routes: Vec<Route>) -> Workspace {
+    Workspace {
+        zone: "in.example.org".into(),
+        listeners: Listeners {
+            https: SocketAddr::from(([127, 0, 0, 1], 8443)),
+            http: SocketAddr::from(([127, 0, 0, 1], 8080)),
+        },
+        tls_rotation: TlsRotation::CsiDriver,
+        cluster_issuer: "ca".into(),
+        tls_dir: tls_dir.to_owned(),
+        routes,
+        lb_ip: None,
+        allowed_sources: None,
+        deploy: Default::default(),
+        acme: None,
+        hsts: None,
+        allow_special_upstream_addresses: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw_route(host: &str, upstream: &str, port: Option<f64>, path: &str) -> RawRoute {
+        RawRoute {
+            host: host.into(),
+            upstream: Some(upstream.into()),
+            port,
+            upstreams: None,
+            path_prefix: path.into(),
+            health: None,
+            drain: false,
+            hsts: None,
+        }
+    }
+
+    #[test]
+    fn upstream_kinds_are_told_apart() {
+        let dns = Route::from_raw(raw_route("a.z", "svc.ns.svc", Some(80.0), "/")).unwrap();
+        assert_eq!(
+            dns.upstreams[0].upstream,
+            Upstream::Dns {
+                name: "svc.ns.svc".into(),
+                port: 80
+            }
+        );
+        let v6 = Route::from_raw(raw_route("a.z", "fd00::1", Some(8080.0), "/")).unwrap();
+        assert_eq!(v6.upstreams[0].upstream.to_string(), "[fd00::1]:8080");
+        let unix = Route::from_raw(raw_route("a.z", "unix:///run/a.sock", None, "/")).unwrap();
+        assert_eq!(unix.upstreams[0].upstream.to_string(), "unix:///run/a.sock");
+    }
+
+    #[test]
+    fn out_of_range_ports_are_refused_not_clamped() {
+        for port in [0.0, 65536.0, 70000.0, -5.0, 3000.5] {
+            let err = Route::from_raw(raw_route("a.z", "svc", Some(port), "/")).unwrap_err();
+            assert!(err.to_string().contains("port"), "{port}: {err}");
+        }
+    }
+
+    #[test]
+    fn route_ids_are_stable_and_distinct_per_path() {
+        assert_eq!(route_id("a.z", "/"), "pi-a.z");
+        let api = route_id("a.z", "/api");
+        assert!(api.starts_with("pi-a.z-") && api.len() == "pi-a.z-".len() + 8);
+        assert_ne!(route_id("a.z", "/a-b"), route_id("a.z", "/a/b"));
+        assert_eq!(api, route_id("a.z", "/api"));
+    }
+}
+

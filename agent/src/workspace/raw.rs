@@ -1,0 +1,190 @@
+//! The workspace as Nickel evaluates it, before normalisation: what the contract has checked,
+//! field for field, in the shapes serde reads it into.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::{Monitoring, PodResources, TlsRotation};
+
+/// A workspace as Nickel evaluates it, before normalisation.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWorkspace {
+    pub zone: String,
+    pub listeners: RawListeners,
+    pub tls_rotation: TlsRotation,
+    pub cluster_issuer: String,
+    pub tls_dir: String,
+    pub routes: Vec<RawRoute>,
+    /// Optional in the contract: absent from workspaces that are not deployed by `render`.
+    pub lb_ip: Option<String>,
+    /// Optional in the contract: absent, any source may connect.
+    pub allowed_sources: Option<Vec<String>>,
+    pub deploy: RawDeploy,
+    /// Optional in the contract: read with `tls_rotation = 'sozu_managed` only.
+    pub acme: Option<RawAcme>,
+    /// The HSTS policy of every route that does not set its own; absent from a workspace
+    /// evaluated by an older contract, which then gets the default.
+    #[serde(default)]
+    pub hsts: Option<RawHsts>,
+    #[serde(default)]
+    pub allow_special_upstream_addresses: bool,
+}
+
+/// `false`, or a policy.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawHsts {
+    Switch(bool),
+    Policy(RawHstsPolicy),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHstsPolicy {
+    /// A float for the same reason as [`RawRoute::port`].
+    pub max_age: f64,
+    pub include_subdomains: bool,
+    pub preload: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstream {
+    pub upstream: String,
+    pub port: Option<f64>,
+    pub weight: Option<f64>,
+    #[serde(default)]
+    pub drain: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHealth {
+    pub mode: HealthMode,
+    pub path: Option<String>,
+    /// Floats for the same reason as [`RawRoute::port`].
+    pub interval: f64,
+    pub timeout: f64,
+    pub healthy_threshold: f64,
+    pub unhealthy_threshold: f64,
+    #[serde(default)]
+    pub accepted_statuses: Vec<RawStatus>,
+    pub port: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthMode {
+    Http,
+    Tcp,
+}
+
+/// An HTTP status (`200`) or an inclusive range of them (`"200-399"`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawStatus {
+    Code(f64),
+    Range(String),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAcme {
+    pub directory: String,
+    pub email: Option<String>,
+    pub profile: Option<String>,
+    pub ca_bundle: Option<String>,
+    pub eab: Option<Eab>,
+    pub dns01: RawDns01,
+    pub propagation: RawPropagation,
+    pub state_dir: String,
+}
+
+/// Both providers' fields, all optional: the contract has already checked that the ones of the
+/// chosen provider are there and no others.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDns01 {
+    pub provider: Dns01Provider,
+    pub server: Option<String>,
+    pub zone: Option<String>,
+    pub tsig_key_name: Option<String>,
+    pub tsig_algorithm: Option<String>,
+    pub tsig_secret_file: Option<String>,
+    pub api_token_file: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dns01Provider {
+    Rfc2136,
+    Cloudflare,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPropagation {
+    pub nameservers: Option<Vec<String>>,
+    /// A float for the same reason as [`RawRoute::port`].
+    pub timeout: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDeploy {
+    pub namespace: String,
+    pub sozu_image: String,
+    pub agent_image: Option<String>,
+    /// A float for the same reason as [`RawRoute::port`]: the range is checked on the exact value.
+    pub replicas: f64,
+    pub resources: PodResources,
+    pub service_monitor: bool,
+    pub prometheus_rule: bool,
+    pub grafana_dashboard: bool,
+    /// Floats for the same reason as `replicas`.
+    pub pre_stop_seconds: f64,
+    pub termination_grace_period_seconds: f64,
+    pub extra_egress_ports: Vec<f64>,
+    pub monitoring: Monitoring,
+    #[serde(default = "default_cluster_dns")]
+    pub cluster_dns: Monitoring,
+}
+
+/// CoreDNS as most distributions label it: what the contract defaults to.
+fn default_cluster_dns() -> Monitoring {
+    Monitoring {
+        namespace: "kube-system".to_owned(),
+        pod_labels: BTreeMap::from([("k8s-app".to_owned(), "kube-dns".to_owned())]),
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawListeners {
+    pub https: String,
+    pub http: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    pub host: String,
+    /// One upstream (with `port`), or several in `upstreams`: the contract admits exactly one
+    /// of the two forms.
+    pub upstream: Option<String>,
+    /// A float on purpose: nickel-lang-core's deserializer clamps out-of-range integers
+    /// (70000 becomes 65535), so the range is checked here, on the exact value.
+    pub port: Option<f64>,
+    #[serde(default)]
+    pub upstreams: Option<Vec<RawUpstream>>,
+    pub path_prefix: String,
+    #[serde(default)]
+    pub health: Option<RawHealth>,
+    #[serde(default)]
+    pub drain: bool,
+    #[serde(default)]
+    pub hsts: Option<RawHsts>,
+}
+

@@ -1,0 +1,14 @@
+//! The `private-ingress` binary as users run it, and what it renders, checked against the tools
+//! that read it: one test binary (each module one concern).
+
+/// The harness: the binary under test, running it, golden files.
+mod common;
+
+/// Exit codes, messages, limits and output files of every subcommand.
+mod cli;
+
+/// `render --format k8s` and `--format dns` against kubernetes-validate, dnspython and just.
+mod deploy;
+
+/// The alert rules against promtool, and the dashboard.
+mod alerts;
