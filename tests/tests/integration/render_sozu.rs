@@ -119,7 +119,6 @@ std.record.update "routes"
   (std.array.map (fun r => std.record.update "upstream" "127.0.0.1" r) local.routes)
   local
 "#,
-            example = example.canonicalize().unwrap().display(),
             tls = tls_dir.display(),
         ),
     )
