@@ -9,7 +9,6 @@
 //! `promtool` (Debian's prometheus) and `kubernetes-validate` are installed by `scripts/test`; a
 //! test that cannot find one fails and says so.
 
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

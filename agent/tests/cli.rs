@@ -1,6 +1,5 @@
 //! The `private-ingress` binary as a user runs it: exit codes, messages, limits and output files.
 
-
 use crate::common::{assert_golden, bin, run};
 use std::path::{Path, PathBuf};
 

@@ -5,7 +5,6 @@
 //! The external checkers (`kubernetes-validate`, dnspython, `just`) are installed by
 //! `scripts/test`; a test that cannot find one fails and says how to install it.
 
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -174,7 +174,7 @@ impl Kind {
         }
     }
 
-    /// The reason the agent should report (`CertError::reason` in agent/src/certs.rs).
+    /// The reason the agent should report (`CertError::reason` in agent/src/certs/mod.rs).
     pub fn reason(self) -> &'static str {
         match self {
             Kind::MismatchedKey => "key_mismatch",

@@ -15,8 +15,8 @@ use instant_acme::{Account, CertificateIdentifier};
 
 use super::client::AccountSource;
 use super::dns01::Lookup;
-use super::provider::Provider;
 use super::order::{self, Failed, Obtained, Progress};
+use super::provider::Provider;
 use super::store::{PendingOrder, Store};
 use super::AcmeError;
 use crate::workspace::{Acme, Dns01};

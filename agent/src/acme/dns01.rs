@@ -9,8 +9,9 @@
 //!   their addresses) and then asked directly, never the pod's resolver for the record itself.
 //!   In a split-horizon setup that resolver serves the private view, which the CA never sees.
 //!   `propagation.nameservers` replaces the discovery with a fixed list.
-//! - **Removal.** Exactly the value added, also when the order failed ([`Published`] is
-//!   removed by its owner in every path; a value left by a concurrent order is left alone).
+//! - **Removal.** Exactly the value added, also when the order failed (the order
+//!   removes every record it published, in every path; a value left by a concurrent order is
+//!   left alone).
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

@@ -34,8 +34,8 @@ pub mod secret;
 pub mod store;
 pub mod tlsdir;
 
-pub use issuer::{run, Knobs, Options};
 pub use handle::IssuerHandle;
+pub use issuer::{run, Knobs, Options};
 
 use std::path::PathBuf;
 

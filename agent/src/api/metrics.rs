@@ -88,7 +88,7 @@ const ROUTE_FAMILIES: [(&str, &str, &str); 14] = [
     ),
 ];
 
-/// One route's lines, one string per family of [`ROUTE_FAMILIES`] (empty when it has none).
+/// One route's lines, one string per family of `ROUTE_FAMILIES` (empty when it has none).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RouteMetrics([String; ROUTE_FAMILIES.len()]);
 

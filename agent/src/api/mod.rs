@@ -5,7 +5,6 @@
 pub mod admin;
 pub mod metrics;
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use serde::Serialize;

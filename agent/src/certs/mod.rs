@@ -80,13 +80,15 @@ impl CertError {
 
 #[cfg(test)]
 mod tests {
+    use super::parse::pem;
     use super::*;
     use crate::sozu_state::Certificate;
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::CertificateDer;
     use std::collections::BTreeSet;
     use std::path::Path;
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    use x509_parser::prelude::{FromDer, X509Certificate};
 
     /// 2026-06-01: inside the validity of the test certificates below.
     const NOW: i64 = 1_780_272_000;

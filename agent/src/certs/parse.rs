@@ -231,7 +231,7 @@ pub fn names_of_pem(pem: &[u8]) -> Option<BTreeSet<String>> {
     )
 }
 
-fn pem(label: &str, der: &[u8]) -> String {
+pub(super) fn pem(label: &str, der: &[u8]) -> String {
     use base64::Engine as _;
     let body = base64::engine::general_purpose::STANDARD.encode(der);
     let mut out = format!("-----BEGIN {label}-----\n");
@@ -242,4 +242,3 @@ fn pem(label: &str, der: &[u8]) -> String {
     out.push_str(&format!("-----END {label}-----\n"));
     out
 }
-

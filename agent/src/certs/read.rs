@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use super::CertError;
+use super::{parse, CertError};
 use crate::sozu_state::Certificate;
 
 /// Files larger than this are refused unread: a chain is a few KiB.
@@ -155,4 +155,3 @@ fn io_reason(err: &std::io::Error) -> String {
         _ => err.to_string(),
     }
 }
-

@@ -401,8 +401,8 @@ impl IfEmpty for String {
 mod tests {
     use super::*;
     use crate::document::{
-        Backoff, CertificateStatus, DnsNameStatus, HostStatus, RenewalBasis, RouteState, RouteStatus,
-        Waiting,
+        Backoff, CertificateStatus, DnsNameStatus, HostStatus, RenewalBasis, RouteState,
+        RouteStatus, Waiting,
     };
     use std::collections::BTreeMap;
 

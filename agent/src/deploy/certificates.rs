@@ -1,4 +1,5 @@
-//! Certificates per host: cert-manager Certificates (`'reloader`), or with `'sozu_managed` the ACME state's PersistentVolumeClaim and the files its Secret is mounted as.
+//! Certificates per host: cert-manager Certificates (`'reloader`), or with `'sozu_managed` the ACME
+//! state's PersistentVolumeClaim and the files its Secret is mounted as.
 
 use super::*;
 
@@ -37,9 +38,9 @@ pub(super) fn acme_state_claim(workspace: &Workspace) -> Value {
 /// The files `'sozu_managed` reads, each a key of the Secret [`ACME_SECRET`] mounted at the path
 /// the workspace names: the DNS provider's secret, the EAB key, the CA bundle.
 pub(super) struct AcmeFiles {
-    state_dir: PathBuf,
+    pub(super) state_dir: PathBuf,
     /// Directory → (Secret key, file name) of the files in it.
-    dirs: BTreeMap<PathBuf, Vec<(&'static str, String)>>,
+    pub(super) dirs: BTreeMap<PathBuf, Vec<(&'static str, String)>>,
 }
 pub(super) fn acme_files(acme: &crate::workspace::Acme) -> Result<AcmeFiles, DeployError> {
     use crate::workspace::Dns01;

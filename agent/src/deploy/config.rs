@@ -1,4 +1,5 @@
-//! The Namespace, the ServiceAccount and the ConfigMap (the workspace's files and sozu's bootstrap configuration).
+//! The Namespace, the ServiceAccount and the ConfigMap (the workspace's files and sozu's bootstrap
+//! configuration).
 
 use super::*;
 

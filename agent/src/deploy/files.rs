@@ -1,4 +1,5 @@
-//! The files a workspace is made of, as the ConfigMap ships them: the workspace and what it imports, inside its tree ([`crate::imports`]), laid out at their relative paths.
+//! The files a workspace is made of, as the ConfigMap ships them: the workspace and what it
+//! imports, inside its tree ([`crate::imports`]), laid out at their relative paths.
 
 use super::*;
 

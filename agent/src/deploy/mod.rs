@@ -2,13 +2,25 @@
 //! beside it (`render --format k8s`), and the split-horizon DNS records of the route hosts
 //! (`render --format dns`).
 //!
+//! | module | makes |
+//! |---|---|
+//! | here | the manifest list in its order, and what every object shares (names, labels) |
+//! | `pod` | the Deployment (sozu, the agent as a native sidecar) and its PodDisruptionBudget |
+//! | `certificates` | per host: a CSI volume or a Certificate; with ACME, its state and Secret |
+//! | `config` | the Namespace, the ServiceAccount, the ConfigMap |
+//! | `network` | the LoadBalancer Service and the NetworkPolicy |
+//! | `monitoring` | the metrics Service, ServiceMonitor, PrometheusRule, dashboard |
+//! | `files` | the workspace and its imports, as the ConfigMap ships them (the only I/O) |
+//! | `dns` | the DNS records |
+//!
 //! One route entry drives everything a new private service needs: its certificate volume (a
 //! cert-manager CSI volume, or a Certificate and its Secret), the mount of that volume at
 //! `<tls_dir>/<host>`, and its DNS record. With `tls_rotation = 'sozu_managed` there is no
 //! per-host volume: the agent orders the certificates itself into a memory-backed tls dir, keeps
-//! its ACME state on a PersistentVolumeClaim, and reads its DNS credentials from a Secret. Every per-host name is derived from the host alone,
-//! never from a position in a list, and nothing is aligned across lines, so appending one route
-//! adds exactly those lines to the rendered output and changes no other.
+//! its ACME state on a PersistentVolumeClaim, and reads its DNS credentials from a Secret. Every
+//! per-host name is derived from the host alone, never from a position in a list, and nothing is
+//! aligned across lines, so appending one route adds exactly those lines to the rendered output
+//! and changes no other.
 //!
 //! The pod: sozu is the main container; the agent is a native sidecar (an init container with
 //! `restartPolicy: Always`, Kubernetes 1.29+), so it starts first and stops last. They share an
@@ -16,13 +28,10 @@
 //! socket with mode 0600. Deleted, sozu keeps serving through a preStop wait (the load balancer
 //! still sends it connections until the pod's endpoint is removed), then stops softly on SIGTERM.
 //! The Service and a NetworkPolicy admit clients from `allowed_sources` only, and the admin port
-//! from the monitoring namespace only. sozu starts from a bootstrap configuration that holds only its
-//! listeners: the agent pushes every cluster, frontend, backend and certificate over the socket,
-//! so there is a single writer of sozu's routing state and a DNS failure can never keep sozu from
-//! starting (a configuration file's backend names are resolved once, at load).
-//!
-//! Pure, except [`WorkspaceFiles::read`], which reads the workspace and the files it imports to
-//! ship them in the ConfigMap.
+//! from the monitoring namespace only. sozu starts from a bootstrap configuration that holds only
+//! its listeners: the agent pushes every cluster, frontend, backend and certificate over the
+//! socket, so there is a single writer of sozu's routing state and a DNS failure can never keep
+//! sozu from starting (a configuration file's backend names are resolved once, at load).
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
@@ -138,7 +147,6 @@ pub use files::WorkspaceFiles;
 
 use certificates::*;
 use config::*;
-use files::common_dir;
 use monitoring::*;
 use network::*;
 use pod::*;
@@ -330,6 +338,7 @@ impl Serialize for Sorted<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::files::common_dir;
     use super::*;
 
     #[test]

@@ -1,4 +1,5 @@
-//! Monitoring objects, each when asked for: the metrics Service and ServiceMonitor, the PrometheusRule, the Grafana dashboard's ConfigMap.
+//! Monitoring objects, each when asked for: the metrics Service and ServiceMonitor, the
+//! PrometheusRule, the Grafana dashboard's ConfigMap.
 
 use super::*;
 

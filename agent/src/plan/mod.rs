@@ -7,16 +7,16 @@
 //! the new one before removing the old) rather than removed and added.
 //!
 //! Ownership: the agent changes only clusters whose id starts with [`ID_PREFIX`], frontends tagged
-//! [`OWNER_TAG`], and certificates on its HTTPS listener whose names all lie in the workspace zone.
+//! [`crate::sozu_state::OWNER_TAG`], and certificates on its HTTPS listener whose names all lie in
+//! the workspace zone ([`crate::sozu_state::owned_certificate`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 
 use crate::sozu_state::{
-    frontends_of, owned_certificate, Actual, Backend, Certificate, Desired, Frontend, HealthCheck, Hsts,
-    ListenerCertificates, Protocol,
+    frontends_of, owned_certificate, Actual, Desired, ListenerCertificates, Protocol,
 };
 use crate::workspace::ID_PREFIX;
+
 mod ops;
 mod order;
 mod shadow;
@@ -244,8 +244,10 @@ impl CertificatePlan<'_> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::sozu_state::{Certificate, Frontend};
     use crate::sozu_state::{KeyPem, OWNER_TAG};
     use crate::workspace::{Route, Upstream, Workspace};
+    use std::net::SocketAddr;
 
     pub(crate) fn workspace(routes: &[(&str, &str, &str)]) -> Workspace {
         let routes = routes
@@ -588,7 +590,10 @@ pub(crate) mod tests {
             Op::AddFrontend(f) if f.protocol == Protocol::Https => Some(f),
             _ => None,
         });
-        assert_eq!(added.and_then(|f| f.hsts), Some(crate::sozu_state::Hsts::OFF));
+        assert_eq!(
+            added.and_then(|f| f.hsts),
+            Some(crate::sozu_state::Hsts::OFF)
+        );
         assert!(
             plan(&actual, &desired(&ws, std::slice::from_ref(&c))).is_empty(),
             "converged"
@@ -651,4 +656,3 @@ pub(crate) mod tests {
         assert!(want.clusters.contains_key("pi-a.in.example.org"));
     }
 }
-

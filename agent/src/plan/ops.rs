@@ -236,4 +236,3 @@ pub fn summary(ops: &[Op]) -> BTreeMap<&'static str, usize> {
     }
     counts
 }
-

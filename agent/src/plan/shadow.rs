@@ -104,4 +104,3 @@ fn remove_summary(actual: &mut Actual, address: SocketAddr, fingerprint: &str) {
         held.remove(fingerprint);
     }
 }
-

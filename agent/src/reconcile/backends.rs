@@ -141,7 +141,7 @@ const REPORTS: usize = 2;
 /// process accepts the request and again when every worker has applied it (a request the main
 /// process refuses outright is reported once). So each request the agent sends is expected
 /// twice, and a change it did not make is taken as drift once, its second report expected.
-/// An expectation that never comes true (a refused request) lapses after [`EXPECTED_FOR`].
+/// An expectation that never comes true (a refused request) lapses after `EXPECTED_FOR`.
 #[derive(Debug, Default)]
 pub struct Ledger {
     expected: BTreeMap<(ChangeKind, Option<String>), Vec<Instant>>,

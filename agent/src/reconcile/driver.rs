@@ -25,14 +25,14 @@ use super::policy::{Backoff, Refusals};
 use super::publish::Dirty;
 use super::sync::SozuSync;
 use super::trackers::{CertTracker, DnsTracker, PairChange, WorkspaceTracker};
-use crate::sozu::Proxy;
 use crate::api::{Heartbeat, SharedStatus};
-use crate::document::Counters;
 use crate::api::{RouteKey, RouteView};
 use crate::clock::Clock;
+use crate::document::Counters;
 use crate::plan::Scope;
 use crate::sources::sozu_events::SozuEvent;
 use crate::sources::{CertSource, Fact};
+use crate::sozu::Proxy;
 
 #[derive(Debug, Clone)]
 pub struct Settings {

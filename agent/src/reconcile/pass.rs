@@ -13,9 +13,9 @@ use tokio::time::Instant as TokioInstant;
 
 use super::driver::{Agent, Work};
 use super::model::{self, Model};
-use crate::sozu::Proxy;
 use crate::plan::{self, Op, Outcome, Scope};
 use crate::sources::CertSource;
+use crate::sozu::Proxy;
 
 /// How a pass ended, for the loop's error policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,16 +7,16 @@ use std::sync::Arc;
 
 use super::backends::Drain;
 use super::driver::Agent;
-use crate::sozu::Proxy;
 use crate::api::metrics::RouteMetrics;
 use crate::api::{Head, RouteKey, RouteView, Snapshot};
+use crate::desired::{self, Names};
 use crate::document::{
     BackendHealth, BackendStatus, CertificateStatus, RouteState, RouteStatus, UpstreamStatus,
     Waiting,
 };
-use crate::desired::{self, Names};
 use crate::plan::Scope;
 use crate::sources::CertSource;
+use crate::sozu::Proxy;
 use crate::workspace::{Route, RouteUpstream, Upstream};
 
 /// Which routes' status must be built again.

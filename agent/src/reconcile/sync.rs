@@ -3,9 +3,9 @@
 //! change and on every resync; in between it advances with each request sozu accepted, so a
 //! rotation costs one request, not a read of sozu's whole state.
 
+use crate::plan::{self, Op, Outcome};
 use crate::sozu::generation::{should_resync, Generation};
 use crate::sozu::Proxy;
-use crate::plan::{self, Op, Outcome};
 use crate::sozu::SozuError;
 use crate::sozu_state::Actual;
 

@@ -9,15 +9,15 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::{Agent, Settings};
-use crate::sozu::{Generation, Proxy};
 use crate::api::SharedStatus;
-use crate::document::{Document, RouteState, Waiting};
 use crate::clock::{Clock, TokioClock};
+use crate::document::{Document, RouteState, Waiting};
 use crate::plan::{self, Op, Outcome};
 use crate::sources::sozu_events::{Change, ChangeKind, SozuEvent};
 use crate::sources::{CertSource, Fact, NameFact};
 use crate::sozu::phases::{send_in_phases, SendError};
 use crate::sozu::{Delivered, SozuError};
+use crate::sozu::{Generation, Proxy};
 use crate::sozu_state::{Actual, Certificate};
 use crate::workspace::{test_route as route, Route, Upstream};
 
@@ -118,7 +118,10 @@ impl Proxy for Fake {
             Ok(matches!(op, Op::CloseSessions { .. }).then_some(0))
         }))
     }
-    async fn read_cluster(&mut self, id: String) -> Result<crate::sozu_state::ClusterState, SozuError> {
+    async fn read_cluster(
+        &mut self,
+        id: String,
+    ) -> Result<crate::sozu_state::ClusterState, SozuError> {
         let s = self.0.lock().unwrap();
         Ok(crate::sozu_state::ClusterState {
             exists: s.actual.clusters.contains(&id),

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::document::Counters;
 use crate::certs::CertError;
+use crate::document::Counters;
 use crate::sources::NameFact;
 use crate::sozu_state::Certificate;
 use crate::workspace::Workspace;

@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use super::bulk::{send_bulk, BATCH_MIN};
+use super::generation::Generation;
 use super::lanes::{lock, send_over, Lane};
 use super::{Delivered, SozuClient, SozuError};
 use crate::plan::{Op, Outcome};
-use super::generation::Generation;
 use crate::sozu_state::{Actual, ClusterState};
 
 /// What sozu is to the loop.

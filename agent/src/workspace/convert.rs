@@ -2,7 +2,6 @@
 //! already checked every field; the conversion still refuses anything it cannot represent
 //! instead of trusting that, because the contract file and this code can drift apart.
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
@@ -238,7 +237,7 @@ impl Acme {
 }
 
 impl Route {
-    fn from_raw(raw: RawRoute) -> Result<Route, ModelError> {
+    pub(super) fn from_raw(raw: RawRoute) -> Result<Route, ModelError> {
         let fail = |reason: String| ModelError::Route {
             host: raw.host.clone(),
             reason,
@@ -433,4 +432,3 @@ fn hsts_from_raw(raw: RawHsts) -> Result<Option<Hsts>, String> {
         })),
     }
 }
-

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-use crate::sozu_state::{HealthCheck, Hsts, Probe};
+use crate::sozu_state::{HealthCheck, Hsts};
 
 /// How certificates reach `<tls_dir>/<host>/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -242,7 +242,7 @@ impl Default for Deploy {
                 namespace: "monitoring".to_owned(),
                 pod_labels: BTreeMap::new(),
             },
-            cluster_dns: default_cluster_dns(),
+            cluster_dns: raw::default_cluster_dns(),
         }
     }
 }
@@ -443,4 +443,3 @@ mod tests {
         assert_eq!(api, route_id("a.z", "/api"));
     }
 }
-

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::{Monitoring, PodResources, TlsRotation};
+use super::{Eab, Monitoring, PodResources, TlsRotation};
 
 /// A workspace as Nickel evaluates it, before normalisation.
 #[derive(Debug, Clone, Deserialize)]
@@ -153,7 +153,7 @@ pub struct RawDeploy {
 }
 
 /// CoreDNS as most distributions label it: what the contract defaults to.
-fn default_cluster_dns() -> Monitoring {
+pub(super) fn default_cluster_dns() -> Monitoring {
     Monitoring {
         namespace: "kube-system".to_owned(),
         pod_labels: BTreeMap::from([("k8s-app".to_owned(), "kube-dns".to_owned())]),
@@ -187,4 +187,3 @@ pub struct RawRoute {
     #[serde(default)]
     pub hsts: Option<RawHsts>,
 }
-

@@ -8,7 +8,7 @@ impl<C: Ca> Issuer<C> {
     /// Asks the CA for renewal information on every host's certificate whose poll is due.
     /// Returns when the next poll is due. A CA that does not answer one poll is not asked the
     /// others this round: one hung connection costs one request's deadline, not one per host.
-    async fn poll_renewal_info(&mut self, acme: &Acme, now: i64) -> i64 {
+    pub(super) async fn poll_renewal_info(&mut self, acme: &Acme, now: i64) -> i64 {
         let mut wake = now + 86_400;
         let Some(session) = self.session.clone() else {
             return wake;

@@ -26,13 +26,13 @@ mod ari;
 mod publish;
 
 use crate::acme::ca::{AcmeCa, Ca, Session};
+use crate::acme::handle::IssuerHandle;
 use crate::acme::order::{Failed, Obtained, Progress};
 use crate::acme::policy::{self, Current, Next, Why};
-use crate::acme::handle::IssuerHandle;
-use crate::document::{Backoff, HostStatus, IssuerStatus, RenewalBasis};
 use crate::acme::store::{HostRecord, Issued, PendingOrder, Store, StoreError};
 use crate::acme::{tlsdir, AcmeError};
 use crate::clock::Clock;
+use crate::document::{Backoff, HostStatus, IssuerStatus, RenewalBasis};
 use crate::workspace::{Acme, TlsRotation, Workspace};
 
 /// Orders in flight at once. Each waits mostly on DNS and on the CA; ten keep a first issuance
@@ -692,7 +692,6 @@ impl<C: Ca> Issuer<C> {
             }
         }
     }
-
 }
 
 #[cfg(test)]
@@ -701,7 +700,8 @@ mod tests {
     use std::sync::Mutex;
     use std::time::SystemTime;
 
-    use crate::acme::*;
+    use super::*;
+    use crate::acme::ca::RenewalInfo;
     use crate::clock::TokioClock;
     use crate::workspace::{Dns01, Propagation, Upstream};
 

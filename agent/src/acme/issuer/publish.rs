@@ -4,7 +4,7 @@
 use super::*;
 
 impl<C: Ca> Issuer<C> {
-    fn publish(&self) {
+    pub(super) fn publish(&self) {
         let now = self.now();
         let directory = self
             .acme
