@@ -108,13 +108,15 @@ fn special_addresses_in_an_answer_become_no_backend_unless_allowed() {
         &resolv_conf,
         &["--dns-interval", "1", "--dns-timeout-ms", "1000"],
     );
+    // The DNS source shows its names as soon as it has looked them up, which may be before the
+    // loop's first pass has published the route: wait for both.
     let dropped = eventually(
         Duration::from_secs(60),
-        "the answer's addresses dropped",
+        "the answer's addresses dropped, and the route shown",
         || {
             let state = stack.state()?;
             let dropped = state["dns"][0]["dropped_addresses"].as_array()?.clone();
-            (dropped.len() == 2).then_some((state, dropped))
+            (dropped.len() == 2 && state["routes"][0].is_object()).then_some((state, dropped))
         },
     );
     let (state, dropped) = dropped;
