@@ -150,8 +150,8 @@ pub fn rules(settings: &AlertSettings) -> Vec<Rule> {
             "private_ingress_ready == 0\n".to_owned(),
             min(15),
             "warning",
-            "private-ingress {{ $labels.instance }} is not ready: sozu does not hold the whole desired state",
-            "Some route waits for a certificate or DNS, or sozu cannot be reached or refuses requests.",
+            "private-ingress {{ $labels.instance }} is not ready",
+            "sozu cannot be reached or refuses a request that is not one route's, the latest workspace is not applied, no route can be served, or (with --readiness strict) some route is not served; /readyz and `private-ingress status` say which.",
         ),
         rule(
             "PrivateIngressWorkspaceInvalid",

@@ -15,7 +15,10 @@ use serde::{Deserialize, Serialize};
 /// The agent's own view, served on `/v1/state` and read by `private-ingress status`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Document {
+    /// What `/readyz` answers; [`Document::readiness`] says how it was decided and why not.
     pub ready: bool,
+    #[serde(default)]
+    pub readiness: Readiness,
     pub workspace: WorkspaceStatus,
     pub sozu: SozuStatus,
     pub routes: Vec<RouteStatus>,
@@ -26,6 +29,37 @@ pub struct Document {
     /// With `tls_rotation = 'sozu_managed`: the ACME issuer, per host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issuer: Option<IssuerStatus>,
+}
+
+/// How readiness is decided (`--readiness`), and what it found.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Readiness {
+    pub mode: ReadinessMode,
+    pub ready: bool,
+    /// Routes that cannot be served for a reason known for certain (a refused or missing pair,
+    /// names that failed to resolve, a request sozu refused); each route's status says which.
+    pub routes_not_served: usize,
+    /// Why the agent is not ready.
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadinessMode {
+    /// Ready once every route that can be served is served; the others are reported.
+    #[default]
+    Serving,
+    /// Ready once every route is served.
+    Strict,
+}
+
+impl std::fmt::Display for ReadinessMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ReadinessMode::Serving => "serving",
+            ReadinessMode::Strict => "strict",
+        })
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

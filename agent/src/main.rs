@@ -46,12 +46,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ws.zone,
                 ws.tls_rotation
             );
-            if ws.allowed_sources.is_none() {
-                eprintln!(
-                    "warning: allowed_sources is not set: deployed, the listeners accept \
-                     connections from any address (list the networks that may connect, e.g. \
-                     the VPN's)"
-                );
+            for warning in deploy::warnings(&ws) {
+                eprintln!("warning: {warning}");
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -82,6 +78,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
                 Format::K8s | Format::Dns => {
                     let rendered = if format == Format::K8s {
+                        for warning in deploy::warnings(&ws) {
+                            eprintln!("warning: {warning}");
+                        }
                         deploy::WorkspaceFiles::read(&workspace, eval.workspace_root.as_deref())
                             .and_then(|files| deploy::k8s(&ws, &files, &alerts))
                     } else {

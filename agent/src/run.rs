@@ -163,6 +163,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         resync: (args.resync_interval > 0).then(|| Duration::from_secs(args.resync_interval)),
         expiry_warning: Duration::from_secs(args.expiry_warning_days.saturating_mul(86_400)),
         seed: u64::from(std::process::id()),
+        readiness: args.readiness.into(),
         ..Settings::default()
     };
     let agent = Agent::new(proxy, certs.clone(), settings, views.status.clone(), clock)

@@ -157,7 +157,10 @@ fn monitored_k8s() -> Vec<Value> {
   zone = "in.librecloud.online",
   cluster_issuer = "librecloud-ca",
   listeners = { https = "[::]:8443", http = "[::]:8080" },
+  allowed_sources = ["10.8.0.0/16"],
   deploy = { namespace = "edge", service_monitor = true, prometheus_rule = true, grafana_dashboard = true },
+  deploy.sozu_image = "registry.example/sozu:2.3.3@sha256:1111111111111111111111111111111111111111111111111111111111111111",
+  deploy.agent_image = "registry.example/private-ingress:0.1.0@sha256:2222222222222222222222222222222222222222222222222222222222222222",
   routes = [
     { host = "grafana.in.librecloud.online", upstream = "grafana.observability.svc.libre-wuji.local", port = 3000 },
   ],

@@ -50,9 +50,12 @@ fn deeper_workspace(root: &Path) -> PathBuf {
     let workspace = root.join("conf/workspace.ncl");
     std::fs::write(
         &workspace,
-        "{\n  zone = \"in.example.org\",\n  cluster_issuer = \"internal-ca\",\n  \
-         listeners = { https = \"[::]:8443\", http = \"[::]:8080\" },\n  \
-         routes = import \"../shared/routes.ncl\",\n}\n",
+        format!(
+            "{{\n  zone = \"in.example.org\",\n  cluster_issuer = \"internal-ca\",\n  \
+             allowed_sources = [\"10.8.0.0/16\"],\n  \
+             listeners = {{ https = \"[::]:8443\", http = \"[::]:8080\" }},\n{IMAGES}  \
+             routes = import \"../shared/routes.ncl\",\n}}\n"
+        ),
     )
     .unwrap();
     workspace
@@ -84,12 +87,21 @@ fn container<'a>(docs: &'a [Value], list: &str, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {name} in {list}"))
 }
 
+/// The images a test workspace names unless it names its own: pinned, as `render` wants them.
+const IMAGES: &str = "  deploy.sozu_image = \"registry.example/sozu:2.3.3@sha256:1111111111111111111111111111111111111111111111111111111111111111\",\n  deploy.agent_image = \"registry.example/private-ingress:0.1.0@sha256:2222222222222222222222222222222222222222222222222222222222222222\",\n";
+
 /// A workspace in a temporary directory, one route per line so that a route is one line of the
-/// ConfigMap (indented by 8: 4 in the file, 4 in the YAML block).
+/// ConfigMap (indented by 8: 4 in the file, 4 in the YAML block). It names the [`IMAGES`]
+/// unless `fields` names images of its own (Nickel merges the two `deploy` definitions).
 fn workspace_file(dir: &Path, name: &str, fields: &str, routes: &[&str]) -> PathBuf {
     let routes: String = routes.iter().map(|r| format!("    {r},\n")).collect();
+    let images = if fields.contains("_image") {
+        ""
+    } else {
+        IMAGES
+    };
     let text = format!(
-        "{{\n  zone = \"in.librecloud.online\",\n  cluster_issuer = \"librecloud-ca\",\n{fields}  routes = [\n{routes}  ],\n}}\n"
+        "{{\n  zone = \"in.librecloud.online\",\n  cluster_issuer = \"librecloud-ca\",\n{images}{fields}  routes = [\n{routes}  ],\n}}\n"
     );
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
@@ -331,7 +343,7 @@ fn render_refuses_to_ship_a_file_from_outside_the_workspace_tree() {
         err.contains("import outside the workspace's directory"),
         "{err}"
     );
-    assert!(err.contains("workspace.ncl:5:"), "{err}");
+    assert!(err.contains("workspace.ncl:8:"), "{err}");
     // An absolute import of a secret is refused before anything reads it.
     std::fs::write(
         &deeper,
@@ -623,7 +635,10 @@ fn the_agent_is_a_native_sidecar_probed_on_healthz_and_readyz() {
     assert_eq!(agent["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(agent["readinessProbe"]["httpGet"]["path"], "/readyz");
     let sozu = container(&docs, "containers", "sozu");
-    assert_eq!(sozu["image"], "docker.io/clevercloud/sozu:2.3.3");
+    assert_eq!(
+        sozu["image"],
+        "registry.in.librecloud.online/platform/sozu:2.3.3@sha256:5d8c3bc1e36f53c2ec8a8a2d3f8ef4ad8b0b3d6a7a0c3b9d2e4f1a6c8b7e5d3f"
+    );
     let shared = |c: &Value| {
         c["volumeMounts"]
             .as_array()
@@ -709,7 +724,7 @@ fn ports(rule: &Value) -> Vec<String> {
 /// and their upstreams' ports, nothing else.
 #[test]
 fn the_network_policy_admits_the_listeners_and_the_monitoring_namespace_only() {
-    let docs = documents(&render(&reference(), "k8s"));
+    let docs = k8s_of("", &[GRAFANA, PROMETHEUS]);
     let service = find(&docs, "Service")[0];
     assert_eq!(service["spec"]["externalTrafficPolicy"], "Local");
     assert!(service["spec"].get("loadBalancerSourceRanges").is_none());
@@ -746,8 +761,8 @@ fn the_network_policy_admits_the_listeners_and_the_monitoring_namespace_only() {
         }]),
         "DNS to the cluster's DNS pods only"
     );
-    // longhorn 80, grafana 3000, prometheus 9090: to any address, on these ports only.
-    assert_eq!(ports(&egress[1]), ["80/TCP", "3000/TCP", "9090/TCP"]);
+    // grafana 3000, prometheus 9090: to any address, on these ports only.
+    assert_eq!(ports(&egress[1]), ["3000/TCP", "9090/TCP"]);
     assert!(egress[1].get("to").is_none());
     // The admin port's name resolves in the pod.
     let agent = container(&docs, "initContainers", "agent");
@@ -787,7 +802,8 @@ fn allowed_sources_restrict_the_load_balancer_and_the_network_policy() {
     let (code, _, err) = run(bin().arg("check").arg(&workspace));
     assert_eq!(code, 0, "{err}");
     assert!(err.is_empty(), "no warning once the sources are set: {err}");
-    let (code, _, err) = run(bin().arg("check").arg(reference()));
+    let open = workspace_file(dir.path(), "open.ncl", "", &[GRAFANA]);
+    let (code, _, err) = run(bin().arg("check").arg(&open));
     assert_eq!(code, 0, "{err}");
     assert!(
         err.contains("warning: allowed_sources is not set: deployed, the listeners accept connections from any address"),
@@ -933,18 +949,28 @@ fn the_manifests_carry_what_cluster_tools_expect() {
     );
 }
 
-/// The deployed reference is the example plus its `lb_ip`: a copy (a workspace imports only
-/// under its own directory) that must not drift from the example.
+/// The deployed reference is the example plus its `lb_ip` and its images: a copy (a workspace
+/// imports only under its own directory) that must not drift from the example.
 #[test]
-fn the_deployed_reference_is_the_example_with_its_lb_ip() {
+fn the_deployed_reference_is_the_example_with_its_lb_ip_and_images() {
     let example =
         private_ingress::contract::evaluate(&repo().join("schema/examples/librecloud.ncl"))
             .unwrap();
     let deployed = private_ingress::contract::evaluate(&reference()).unwrap();
     assert_eq!(deployed.lb_ip, Some("10.200.3.6".parse().unwrap()));
+    let mut deploy = (*deployed.deploy).clone();
+    for image in [&deploy.sozu_image, &deploy.agent_image] {
+        assert!(
+            image.as_deref().is_some_and(|i| i.contains("@sha256:")),
+            "{image:?}"
+        );
+    }
+    deploy.sozu_image = None;
+    deploy.agent_image = None;
     assert_eq!(
         private_ingress::workspace::Workspace {
             lb_ip: None,
+            deploy: Box::new(deploy),
             ..deployed
         },
         example
@@ -1214,6 +1240,7 @@ spec:
       - name: {name}
         secret:
           defaultMode: 288
+          optional: true
           secretName: {name}
         - mountPath: /etc/sozu/tls/{host}
           name: {name}
@@ -1363,4 +1390,219 @@ fn the_justfile_recipes_run() {
     let (code, _, err) = just(out, &["--dry-run", "test"]);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("scripts/test"), "{err}");
+}
+
+/// `render --format k8s` of a workspace that names no images fails, saying which field and how
+/// to get the references; `render --format dns` needs none.
+#[test]
+fn render_refuses_a_workspace_that_names_no_images() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = workspace_file(
+        dir.path(),
+        "no-images.ncl",
+        "  lb_ip = \"10.200.3.6\",\n  deploy.agent_image = \"registry.example/private-ingress:0.1.0@sha256:2222222222222222222222222222222222222222222222222222222222222222\",\n",
+        &[GRAFANA],
+    );
+    let (code, out, err) = run(bin()
+        .arg("render")
+        .arg(&workspace)
+        .args(["--format", "k8s"]));
+    assert_eq!(code, 1, "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("error: deploy.sozu_image is not set: no registry publishes the sozu image")
+            && err.contains("`just image`")
+            && err.contains("`just push-images REGISTRY`"),
+        "{err}"
+    );
+    render(&workspace, "dns");
+}
+
+/// An image named by tag alone is rendered, with a warning from `render` and from `check`; the
+/// reference workspace, pinned, gets none.
+#[test]
+fn an_image_without_a_digest_is_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = workspace_file(
+        dir.path(),
+        "tagged.ncl",
+        "  allowed_sources = [\"10.8.0.0/16\"],\n  deploy.sozu_image = \"registry.example/sozu:2.3.3\",\n  deploy.agent_image = \"registry.example/private-ingress:0.1.0@sha256:2222222222222222222222222222222222222222222222222222222222222222\",\n",
+        &[GRAFANA],
+    );
+    let warning =
+        "warning: deploy.sozu_image `registry.example/sozu:2.3.3` is not pinned by digest";
+    for args in [vec!["render", "--format", "k8s"], vec!["check"]] {
+        let (code, out, err) = run(bin().arg(args[0]).arg(&workspace).args(&args[1..]));
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert!(err.contains(warning), "{args:?}: {err}");
+        assert!(!err.contains("agent_image"), "{args:?}: {err}");
+        if args[0] == "render" {
+            assert!(
+                out.contains("image: registry.example/sozu:2.3.3\n"),
+                "{out}"
+            );
+        }
+    }
+    let (code, _, err) = run(bin()
+        .arg("render")
+        .arg(reference())
+        .args(["--format", "k8s"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("warning"), "{err}");
+}
+
+/// Every shipped example is what it claims: `check` passes it without a warning, which it gives
+/// for listeners open to any address; `render --format k8s` warns about those too.
+#[test]
+fn every_shipped_example_is_private_and_pinned() {
+    let examples = repo().join("schema/examples");
+    let mut checked = 0;
+    for path in [
+        examples.join("librecloud.ncl"),
+        examples.join("acme.ncl"),
+        examples.join("backends.ncl"),
+        examples.join("plain.json"),
+        examples.join("modular/workspace.ncl"),
+        reference(),
+    ] {
+        let (code, _, err) = run(bin().arg("check").arg(&path));
+        assert_eq!(code, 0, "{}: {err}", path.display());
+        assert!(!err.contains("warning"), "{}: {err}", path.display());
+        checked += 1;
+    }
+    assert_eq!(checked, 6);
+    let dir = tempfile::tempdir().unwrap();
+    let open = workspace_file(dir.path(), "open.ncl", "", &[GRAFANA]);
+    let (code, _, err) = run(bin().arg("render").arg(&open).args(["--format", "k8s"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("warning: allowed_sources is not set: deployed, the listeners accept connections from any address"),
+        "{err}"
+    );
+}
+
+/// Each load balancer is asked for `lb_ip` the way its documentation says (docs/deploy.md cites
+/// each), never also through the deprecated `spec.loadBalancerIP`; a class of the workspace's
+/// own gets its class and annotations; a NodePort Service gets the node ports. Every render
+/// passes the Kubernetes schemas, and the DNS records say what `lb_ip` is.
+#[test]
+fn each_load_balancer_provider_gets_the_address_its_documented_way() {
+    // (provider, more fields, the Service's annotations, what the DNS records say lb_ip is)
+    type Case<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 5] = [
+        ("cilium", "", &[("lbipam.cilium.io/ips", "10.200.3.6")], "the address the Service asks Cilium LB-IPAM for (lbipam.cilium.io/ips)"),
+        ("metallb", "", &[("metallb.io/loadBalancerIPs", "10.200.3.6")], "the address the Service asks MetalLB for (metallb.io/loadBalancerIPs)"),
+        ("kube_vip", "", &[("kube-vip.io/loadbalancerIPs", "10.200.3.6")], "the address the Service asks kube-vip for (kube-vip.io/loadbalancerIPs)"),
+        (
+            "class",
+            ", class = \"service.k8s.aws/nlb\", annotations = { \"service.beta.kubernetes.io/aws-load-balancer-scheme\" = \"internal\" }",
+            &[("service.beta.kubernetes.io/aws-load-balancer-scheme", "internal")],
+            "the address the loadBalancerClass service.k8s.aws/nlb must give the Service",
+        ),
+        (
+            "node_port",
+            ", node_ports = { https = 30443, http = 30080 }",
+            &[],
+            "your load balancer in front of the nodes, forwarding 443 to node port 30443 and 80 to node port 30080",
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (provider, extra, annotations, dns_says) in cases {
+        let fields = format!(
+            "  lb_ip = \"10.200.3.6\",\n  allowed_sources = [\"10.8.0.0/16\"],\n  deploy.load_balancer = {{ provider = '{provider}{extra} }},\n"
+        );
+        let workspace = workspace_file(dir.path(), &format!("{provider}.ncl"), &fields, &[GRAFANA]);
+        let yaml = render(&workspace, "k8s");
+        kubernetes_validate(&yaml).unwrap_or_else(|report| panic!("{provider}:\n{report}"));
+        let docs = documents(&yaml);
+        let service = find(&docs, "Service")
+            .into_iter()
+            .find(|s| s["metadata"]["name"] == "private-ingress")
+            .unwrap_or_else(|| panic!("{provider}: no Service"));
+        let expected: serde_json::Map<String, Value> = annotations
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), Value::from(*v)))
+            .collect();
+        let got = service["metadata"]["annotations"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(got, expected, "{provider}");
+        let spec = &service["spec"];
+        assert!(spec.get("loadBalancerIP").is_none(), "{provider}: {spec}");
+        assert_eq!(spec["externalTrafficPolicy"], "Local", "{provider}");
+        match provider {
+            "node_port" => {
+                assert_eq!(spec["type"], "NodePort");
+                assert_eq!(spec["ports"][0]["nodePort"], 30080);
+                assert_eq!(spec["ports"][1]["nodePort"], 30443);
+                assert!(spec.get("loadBalancerSourceRanges").is_none(), "{spec}");
+            }
+            _ => {
+                assert_eq!(spec["type"], "LoadBalancer", "{provider}");
+                assert_eq!(
+                    spec["loadBalancerSourceRanges"],
+                    serde_json::json!(["10.8.0.0/16"])
+                );
+            }
+        }
+        let class = if provider == "class" {
+            Value::from("service.k8s.aws/nlb")
+        } else {
+            Value::Null
+        };
+        assert_eq!(spec["loadBalancerClass"], class, "{provider}");
+        let zone = render(&workspace, "dns");
+        assert!(
+            zone.contains(&format!("; Every route host resolves to lb_ip: {dns_says}")),
+            "{provider}:\n{zone}"
+        );
+        assert!(
+            zone.contains("grafana.in.librecloud.online.\t300\tIN\tA\t10.200.3.6"),
+            "{zone}"
+        );
+    }
+}
+
+/// Replicas are spread over nodes or not scheduled, counting only the nodes they may run on;
+/// `'reloader` Secrets not issued yet do not keep the pod from starting; `deploy.readiness =
+/// 'strict` reaches the agent.
+#[test]
+fn the_pod_spreads_starts_without_every_secret_and_takes_the_readiness_mode() {
+    let docs = k8s_of(
+        "  tls_rotation = 'reloader,\n  deploy.readiness = 'strict,\n",
+        &[GRAFANA],
+    );
+    let spec = pod_spec(&docs);
+    let spread = &spec["topologySpreadConstraints"][0];
+    assert_eq!(spread["whenUnsatisfiable"], "DoNotSchedule", "{spread}");
+    assert_eq!(spread["nodeTaintsPolicy"], "Honor", "{spread}");
+    assert_eq!(spread["topologyKey"], "kubernetes.io/hostname");
+    let secret = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|v| {
+            v.get("secret")
+                .filter(|s| s["secretName"] != "private-ingress-acme")
+        })
+        .expect("a Secret volume");
+    assert_eq!(secret["optional"], true, "{secret}");
+    let args = container(&docs, "initContainers", "agent")["args"].clone();
+    let args: Vec<&str> = args
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        args.windows(2).any(|w| w == ["--readiness", "strict"]),
+        "{args:?}"
+    );
+    let default = k8s_of("", &[GRAFANA]);
+    let args = container(&default, "initContainers", "agent")["args"].to_string();
+    assert!(
+        !args.contains("--readiness"),
+        "the default is the agent's: {args}"
+    );
 }

@@ -870,6 +870,19 @@ impl Stack {
             .is_ok()
     }
 
+    /// `/readyz`'s status code and body, whatever the status (`None` while nothing answers).
+    pub fn readyz(&self) -> Option<(u16, String)> {
+        let mut response = ureq::get(&format!("http://{}/readyz", self.admin))
+            .config()
+            .http_status_as_error(false)
+            .build()
+            .call()
+            .ok()?;
+        let status = response.status().as_u16();
+        let body = response.body_mut().read_to_string().ok()?;
+        Some((status, body))
+    }
+
     pub fn wait_ready(&self, timeout: Duration) {
         eventually(timeout, "the agent's /readyz", || {
             self.ready().then_some(())

@@ -235,11 +235,25 @@ async fn healthz(State(views): State<Views>) -> impl IntoResponse {
 }
 
 async fn readyz(State(views): State<Views>) -> impl IntoResponse {
-    let ready = views.status.load().head.ready;
-    if ready {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    let snapshot = views.status.load();
+    let readiness = &snapshot.head.readiness;
+    match (readiness.ready, &readiness.reason) {
+        (true, _) if readiness.routes_not_served == 1 => {
+            (StatusCode::OK, "ready (1 route not served)\n".to_owned())
+        }
+        (true, _) if readiness.routes_not_served > 1 => (
+            StatusCode::OK,
+            format!(
+                "ready ({} routes not served)\n",
+                readiness.routes_not_served
+            ),
+        ),
+        (true, _) => (StatusCode::OK, "ready\n".to_owned()),
+        (false, Some(reason)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {reason}\n"),
+        ),
+        (false, None) => (StatusCode::SERVICE_UNAVAILABLE, "not ready\n".to_owned()),
     }
 }
 

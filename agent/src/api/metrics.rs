@@ -186,8 +186,14 @@ pub fn render(snapshot: &Snapshot, counters: &Counters, dns: &[DnsNameStatus]) -
     gauge(
         &mut out,
         "private_ingress_ready",
-        "1 when sozu holds the whole desired state, certificates included",
-        i64::from(head.ready),
+        "1 when the agent is ready (/readyz): sozu holds every route that can be served (every route with --readiness strict)",
+        i64::from(head.readiness.ready),
+    );
+    gauge(
+        &mut out,
+        "private_ingress_routes_not_served",
+        "Routes that cannot be served: a refused or missing certificate pair, upstream names that do not resolve, or a request sozu refused",
+        i64::try_from(head.readiness.routes_not_served).unwrap_or(i64::MAX),
     );
     gauge(
         &mut out,

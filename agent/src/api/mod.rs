@@ -10,7 +10,8 @@ use std::sync::{Arc, RwLock};
 use serde::Serialize;
 
 use crate::document::{
-    Counters, DnsNameStatus, Document, IssuerStatus, RouteStatus, SozuStatus, WorkspaceStatus,
+    Counters, DnsNameStatus, Document, IssuerStatus, Readiness, RouteStatus, SozuStatus,
+    WorkspaceStatus,
 };
 
 /// A route's status, with its metric lines rendered when it changed.
@@ -26,7 +27,7 @@ pub type RouteKey = (String, String);
 /// The parts of the status that are not per route.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Head {
-    pub ready: bool,
+    pub readiness: Readiness,
     pub workspace: WorkspaceStatus,
     pub sozu: SozuStatus,
     pub counters: Counters,
@@ -64,7 +65,8 @@ impl Snapshot {
     /// The whole document, owned; `/v1/state` serializes [`StatusRef`] instead, without copies.
     pub fn status(&self, dns: &[DnsNameStatus]) -> Document {
         Document {
-            ready: self.head.ready,
+            ready: self.head.readiness.ready,
+            readiness: self.head.readiness.clone(),
             workspace: self.head.workspace.clone(),
             sozu: self.head.sozu.clone(),
             routes: self.routes.values().map(|r| r.status.clone()).collect(),
@@ -79,6 +81,7 @@ impl Snapshot {
 #[derive(Serialize)]
 pub struct StatusRef<'a> {
     ready: bool,
+    readiness: &'a Readiness,
     workspace: &'a WorkspaceStatus,
     sozu: &'a SozuStatus,
     routes: RoutesRef<'a>,
@@ -280,7 +283,8 @@ impl Views {
         let (dns, counters) = self.dns(&snapshot.head.counters);
         let issuer = self.issuer.snapshot();
         serde_json::to_vec(&StatusRef {
-            ready: snapshot.head.ready,
+            ready: snapshot.head.readiness.ready,
+            readiness: &snapshot.head.readiness,
             workspace: &snapshot.head.workspace,
             sozu: &snapshot.head.sozu,
             routes: RoutesRef(&snapshot.routes),
@@ -329,7 +333,10 @@ mod tests {
         let views = Views::default();
         views.status.store(Snapshot {
             head: Head {
-                ready: true,
+                readiness: Readiness {
+                    ready: true,
+                    ..Readiness::default()
+                },
                 ..Head::default()
             },
             routes,

@@ -149,11 +149,31 @@ pub struct RunArgs {
     /// renewal is bound by round trips).
     #[arg(long, env = "PRIVATE_INGRESS_SOZU_CONNECTIONS", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub sozu_connections: u16,
+    /// What `/readyz` waits for: `serving`, every route that can be served (a route whose pair
+    /// is refused or missing, or whose upstream names do not resolve, is reported and not waited
+    /// for); `strict`, every route.
+    #[arg(long, env = "PRIVATE_INGRESS_READINESS", value_enum, default_value_t = Readiness::Serving)]
+    pub readiness: Readiness,
     /// Log format.
     #[arg(long, env = "PRIVATE_INGRESS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
     pub log_format: LogFormat,
     #[command(flatten)]
     pub eval: EvalArgs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Readiness {
+    Serving,
+    Strict,
+}
+
+impl From<Readiness> for crate::document::ReadinessMode {
+    fn from(readiness: Readiness) -> Self {
+        match readiness {
+            Readiness::Serving => crate::document::ReadinessMode::Serving,
+            Readiness::Strict => crate::document::ReadinessMode::Strict,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

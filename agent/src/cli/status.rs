@@ -67,13 +67,26 @@ fn date(unix: i64) -> String {
     }
 }
 
+/// "yes", "yes (1 route not served)", "no (why)": what `/readyz` answers, and why. An older
+/// agent's document has no readiness detail, only `ready`.
+fn readiness(status: &Document) -> String {
+    let detail = &status.readiness;
+    let answer = if status.ready { "yes" } else { "no" };
+    match (&detail.reason, detail.routes_not_served) {
+        (Some(reason), _) if !status.ready => format!("{answer} ({reason})"),
+        (_, 0) => answer.to_owned(),
+        (_, 1) => format!("{answer} (1 route not served)"),
+        (_, n) => format!("{answer} ({n} routes not served)"),
+    }
+}
+
 /// The table: a header line about the agent, then one row per route.
 pub fn table(status: &Document) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
         "ready: {}   workspace: {}   sozu: {}",
-        if status.ready { "yes" } else { "no" },
+        readiness(status),
         match (&status.workspace.zone, &status.workspace.last_error) {
             (Some(zone), None) => format!("zone {zone}"),
             (Some(zone), Some(_)) => format!("zone {zone} (latest edit rejected, see below)"),
@@ -485,6 +498,33 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_header_says_why_the_agent_is_not_ready_and_which_routes_it_does_not_wait_for() {
+        let header = |ready: bool, routes_not_served: usize, reason: Option<&str>| {
+            let status = Document {
+                ready,
+                readiness: crate::document::Readiness {
+                    ready,
+                    routes_not_served,
+                    reason: reason.map(str::to_owned),
+                    ..Default::default()
+                },
+                ..Document::default()
+            };
+            table(&status).lines().next().unwrap_or_default().to_owned()
+        };
+        assert!(header(true, 0, None).starts_with("ready: yes   "));
+        assert!(header(true, 2, None).starts_with("ready: yes (2 routes not served)   "));
+        assert!(header(
+            false,
+            1,
+            Some("none of the 1 routes can be served (1 not served)")
+        )
+        .starts_with("ready: no (none of the 1 routes can be served (1 not served))   "));
+        // An older agent's document: `ready` alone.
+        assert!(header(false, 0, None).starts_with("ready: no   "));
     }
 
     #[test]

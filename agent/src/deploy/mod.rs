@@ -45,9 +45,10 @@ use serde_json::{json, Value};
 use sha2::Digest;
 
 use crate::alerts::AlertSettings;
+use crate::document::ReadinessMode;
 use crate::imports::{self, normalize, Root, WalkError};
 use crate::render::{self, RenderError, SozuSettings};
-use crate::workspace::{ContainerResources, Dns01, TlsRotation, Upstream, Workspace};
+use crate::workspace::{ContainerResources, Dns01, LbProvider, TlsRotation, Upstream, Workspace};
 
 /// Name of every object, and the `app.kubernetes.io/name` label that selects the pods.
 const APP: &str = "private-ingress";
@@ -123,8 +124,44 @@ pub enum DeployError {
          bytes for keys and values together"
     )]
     ConfigMapTooLarge { size: usize },
+    #[error(
+        "deploy.{field} is not set: no registry publishes the {what} image under a name to default \
+         to. Build the images (`just image`), push them (`just push-images REGISTRY`), and set \
+         deploy.sozu_image and deploy.agent_image to the references it prints (docs/deploy.md, \
+         \"Images\")"
+    )]
+    NoImage {
+        field: &'static str,
+        what: &'static str,
+    },
     #[error(transparent)]
     Render(#[from] RenderError),
+}
+
+/// What `check` and `render` say about a workspace that renders, but not as its author probably
+/// meant: listeners open to any address, images a registry can change under the same name.
+pub fn warnings(workspace: &Workspace) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if workspace.allowed_sources.is_none() {
+        warnings.push(
+            "allowed_sources is not set: deployed, the listeners accept connections from any \
+             address (list the networks that may connect, e.g. the VPN's)"
+                .to_owned(),
+        );
+    }
+    for (field, image) in [
+        ("sozu_image", &workspace.deploy.sozu_image),
+        ("agent_image", &workspace.deploy.agent_image),
+    ] {
+        if let Some(image) = image.as_deref().filter(|i| !i.contains("@sha256:")) {
+            warnings.push(format!(
+                "deploy.{field} `{image}` is not pinned by digest: the registry can serve \
+                 another image under that tag; name it as `{image}@sha256:…` (`just push-images` \
+                 prints it)"
+            ));
+        }
+    }
+    warnings
 }
 
 impl DeployError {
@@ -168,6 +205,14 @@ pub fn k8s(
     ] {
         if address.ip().is_loopback() {
             return Err(DeployError::LoopbackListener { name, address });
+        }
+    }
+    for (field, what, image) in [
+        ("sozu_image", "sozu", &workspace.deploy.sozu_image),
+        ("agent_image", "agent", &workspace.deploy.agent_image),
+    ] {
+        if image.is_none() {
+            return Err(DeployError::NoImage { field, what });
         }
     }
     let pod = Pod::new(workspace, files)?;

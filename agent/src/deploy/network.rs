@@ -1,14 +1,46 @@
-//! What reaches the pods and what they reach: the LoadBalancer Service and the NetworkPolicy.
+//! What reaches the pods and what they reach: the Service in front of them (a LoadBalancer, or
+//! a NodePort behind the user's own load balancer) and the NetworkPolicy.
+//!
+//! Each provider is asked for `lb_ip` in its own documented way (docs/deploy.md cites each):
+//! Cilium's LB-IPAM and MetalLB and kube-vip by annotation; with a `loadBalancerClass` of the
+//! workspace's choosing, by the annotations the workspace gives. `spec.loadBalancerIP` is never
+//! set: Kubernetes deprecated it, and MetalLB refuses a Service that has both.
 
 use super::*;
 
+/// The annotation that asks `provider` for an address, for those that take one.
+pub(super) fn lb_ip_annotation(provider: LbProvider) -> Option<&'static str> {
+    match provider {
+        // Cilium 1.16 and later; 1.15 and earlier read `io.cilium/lb-ipam-ips`.
+        LbProvider::Cilium => Some("lbipam.cilium.io/ips"),
+        // MetalLB 0.14.9 and later; earlier, `metallb.universe.tf/loadBalancerIPs`.
+        LbProvider::Metallb => Some("metallb.io/loadBalancerIPs"),
+        LbProvider::KubeVip => Some("kube-vip.io/loadbalancerIPs"),
+        LbProvider::Class | LbProvider::NodePort => None,
+    }
+}
+
+/// The provider as its own documentation names it.
+pub(super) fn provider_name(provider: LbProvider) -> &'static str {
+    match provider {
+        LbProvider::Cilium => "Cilium LB-IPAM",
+        LbProvider::Metallb => "MetalLB",
+        LbProvider::KubeVip => "kube-vip",
+        LbProvider::Class => "the loadBalancerClass's controller",
+        LbProvider::NodePort => "a NodePort",
+    }
+}
+
 pub(super) fn load_balancer(workspace: &Workspace) -> Value {
+    let lb = &workspace.deploy.load_balancer;
     let mut metadata = metadata(workspace, APP);
+    let node_port = lb.provider == LbProvider::NodePort;
     let mut spec = json!({
-        "type": "LoadBalancer",
+        "type": if node_port { "NodePort" } else { "LoadBalancer" },
         // Straight to a pod on the node that received the connection, without a second hop that
         // would replace the client's address: sozu logs, and the NetworkPolicy matches, the real
-        // client. The load balancer's health check skips nodes that run no pod.
+        // client. The load balancer's health check skips nodes that run no pod (with a NodePort,
+        // the user's load balancer must check each node's port itself).
         "externalTrafficPolicy": "Local",
         "selector": selector(),
         "ports": [
@@ -26,14 +58,32 @@ pub(super) fn load_balancer(workspace: &Workspace) -> Value {
             },
         ],
     });
+    if let Some(ports) = lb.node_ports {
+        spec["ports"][0]["nodePort"] = json!(ports.http);
+        spec["ports"][1]["nodePort"] = json!(ports.https);
+    }
+    let mut annotations = serde_json::Map::new();
+    for (key, value) in &lb.annotations {
+        annotations.insert(key.clone(), json!(value));
+    }
     if let Some(ip) = workspace.lb_ip {
-        // Cilium's LB IPAM assigns exactly this address; the Service's IP family must match it.
-        metadata["annotations"] = json!({ "lbipam.cilium.io/ips": ip.to_string() });
+        if let Some(annotation) = lb_ip_annotation(lb.provider) {
+            // The provider assigns exactly this address.
+            annotations.insert(annotation.to_owned(), json!(ip.to_string()));
+        }
+        // The Service's IP family must match the address.
         spec["ipFamilyPolicy"] = json!("SingleStack");
         spec["ipFamilies"] = json!([if ip.is_ipv4() { "IPv4" } else { "IPv6" }]);
     }
-    if let Some(sources) = &workspace.allowed_sources {
-        // Filtered by the load balancer itself, before the traffic reaches a node.
+    if let Some(class) = &lb.class {
+        spec["loadBalancerClass"] = json!(class);
+    }
+    if !annotations.is_empty() {
+        metadata["annotations"] = Value::Object(annotations);
+    }
+    if let (Some(sources), false) = (&workspace.allowed_sources, node_port) {
+        // Filtered by the load balancer, where it enforces the ranges (Cilium does; MetalLB
+        // leaves it to kube-proxy): the NetworkPolicy below holds either way.
         spec["loadBalancerSourceRanges"] = json!(sources_text(sources));
     }
     json!({ "apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec })

@@ -65,8 +65,11 @@ pub(super) fn deployment(workspace: &Workspace, pod: &Pod, acme: Option<&AcmeFil
         match workspace.tls_rotation {
             TlsRotation::Reloader => json!({
                 "name": name,
-                // 0440: the key is readable by the pod's group (fsGroup) only.
-                "secret": { "secretName": name, "defaultMode": 0o440 },
+                // 0440: the key is readable by the pod's group (fsGroup) only. Optional: a
+                // Secret cert-manager has not issued yet is mounted empty instead of keeping the
+                // whole pod from starting; the agent reports that host's pair missing, serves
+                // the others, and picks the pair up once the kubelet fills the volume in.
+                "secret": { "secretName": name, "defaultMode": 0o440, "optional": true },
             }),
             _ => json!({
                 "name": name,
@@ -146,17 +149,25 @@ pub(super) fn deployment(workspace: &Workspace, pod: &Pod, acme: Option<&AcmeFil
             "failureThreshold": failures,
         })
     };
+    let mut agent_args = vec![
+        "run".to_owned(),
+        "--workspace".to_owned(),
+        format!("{WORKSPACE_DIR}/{}", pod.workspace_entry),
+        "--sozu-socket".to_owned(),
+        SOZU_SOCKET.to_owned(),
+        "--admin-address".to_owned(),
+        format!("0.0.0.0:{ADMIN_PORT}"),
+        // One JSON object per line, for `kubectl logs` and log collectors.
+        "--log-format".to_owned(),
+        "json".to_owned(),
+    ];
+    if workspace.deploy.readiness == ReadinessMode::Strict {
+        agent_args.extend(["--readiness".to_owned(), "strict".to_owned()]);
+    }
     let agent = json!({
         "name": "agent",
         "image": workspace.deploy.agent_image,
-        "args": [
-            "run",
-            "--workspace", format!("{WORKSPACE_DIR}/{}", pod.workspace_entry),
-            "--sozu-socket", SOZU_SOCKET,
-            "--admin-address", format!("0.0.0.0:{ADMIN_PORT}"),
-            // One JSON object per line, for `kubectl logs` and log collectors.
-            "--log-format", "json",
-        ],
+        "args": agent_args,
         "ports": [{ "name": "admin", "containerPort": ADMIN_PORT, "protocol": "TCP" }],
         // A native sidecar: started before sozu, stopped after it, restarted on its own.
         "restartPolicy": "Always",
@@ -164,8 +175,11 @@ pub(super) fn deployment(workspace: &Workspace, pod: &Pod, acme: Option<&AcmeFil
         // ready before sozu runs.
         "startupProbe": http_probe("/healthz", 1, 30),
         "livenessProbe": http_probe("/healthz", 10, 3),
-        // Ready once sozu holds every route with its certificate: gates the pod's endpoints.
-        // Probed every second: a pod joins the Service that much sooner after it can serve,
+        // Ready once sozu holds every route that can be served (`deploy.readiness = 'strict`:
+        // every route), each with its certificate: gates the pod's endpoints. A route whose
+        // certificate or upstream is missing is reported and does not keep the others from
+        // serving, in this pod or in the next one a rollout or a node loss starts. Probed every
+        // second: a pod joins the Service that much sooner after it can serve,
         // which a rollout pays once per pod (the first probe runs before sozu has started).
         "readinessProbe": http_probe("/readyz", 1, 3),
         "resources": resources(&workspace.deploy.resources.agent),
@@ -249,10 +263,14 @@ pub(super) fn deployment(workspace: &Workspace, pod: &Pod, acme: Option<&AcmeFil
                     "automountServiceAccountToken": false,
                     "enableServiceLinks": false,
                     "securityContext": pod_security,
+                    // Replicas on different nodes, or not scheduled: two replicas on one node
+                    // are one node loss from none. Only nodes the pods may run on count (taints
+                    // honoured), so a cluster of one schedulable node still runs them all.
                     "topologySpreadConstraints": [{
                         "maxSkew": 1,
                         "topologyKey": "kubernetes.io/hostname",
-                        "whenUnsatisfiable": "ScheduleAnyway",
+                        "whenUnsatisfiable": "DoNotSchedule",
+                        "nodeTaintsPolicy": "Honor",
                         "labelSelector": { "matchLabels": selector() },
                         // Spread the pods of one revision: during a rollout, the old pods
                         // leaving must not skew where the new ones go.

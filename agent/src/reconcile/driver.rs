@@ -28,7 +28,7 @@ use super::trackers::{CertTracker, DnsTracker, PairChange, WorkspaceTracker};
 use crate::api::{Heartbeat, SharedStatus};
 use crate::api::{RouteKey, RouteView};
 use crate::clock::Clock;
-use crate::document::Counters;
+use crate::document::{Counters, ReadinessMode};
 use crate::plan::Scope;
 use crate::sources::sozu_events::SozuEvent;
 use crate::sources::{CertSource, Fact};
@@ -47,6 +47,8 @@ pub struct Settings {
     pub expiry_warning: Duration,
     /// Seeds the back-off's jitter.
     pub seed: u64,
+    /// Whether readiness waits for every route or for those that can be served.
+    pub readiness: ReadinessMode,
 }
 
 impl Default for Settings {
@@ -58,6 +60,7 @@ impl Default for Settings {
             retry_reset: Duration::from_secs(30),
             expiry_warning: Duration::from_secs(14 * 86_400),
             seed: 0x5eed,
+            readiness: ReadinessMode::default(),
         }
     }
 }

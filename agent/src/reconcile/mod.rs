@@ -8,7 +8,8 @@
 //!   [`policy`], one pass at a time; facts that arrive during a pass coalesce into the next.
 //! - [`pass`] is one pass: facts → desired state → plan → sozu, never waiting on DNS or a file.
 //! - [`sync`] keeps what the agent knows of sozu: which sozu, and a shadow of its state.
-//! - `publish` turns it all into the status the admin endpoints serve.
+//! - `publish` turns it all into the status the admin endpoints serve; [`readiness`] decides
+//!   `/readyz` from the same facts.
 //!
 //! The loop is generic over [`Proxy`] and [`CertSource`], so its timing and recovery are tested
 //! against in-memory fakes with paused time, facts fed straight in; `run` wires the real ones.
@@ -24,6 +25,7 @@ pub mod model;
 pub mod pass;
 pub mod policy;
 mod publish;
+pub mod readiness;
 pub mod sync;
 pub mod trackers;
 

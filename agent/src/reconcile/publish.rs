@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::backends::Drain;
 use super::driver::Agent;
+use super::readiness;
 use crate::api::metrics::RouteMetrics;
 use crate::api::{Head, RouteKey, RouteView, Snapshot};
 use crate::desired::{self, Names};
@@ -74,16 +75,26 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             }
         }
         let workspace = self.workspace.current.as_deref();
-        let ready = self.model.as_ref().is_some_and(|model| {
-            self.sozu_error.is_none()
-                && self.sozu.is_known()
-                && self.refusals.is_empty()
-                && model.held().is_empty()
-                && model.unresolved().is_empty()
-                && workspace.is_some_and(|w| std::ptr::eq(w, &**model.workspace()))
-        });
+        let sozu_problem = match &self.sozu_error {
+            Some(error) => Some(error.as_str()),
+            None if !self.sozu.is_known() => Some("not reached yet"),
+            None => None,
+        };
+        let readiness = readiness::decide(
+            self.settings.readiness,
+            &readiness::Facts {
+                model: self.model.as_ref(),
+                latest_applied: self.model.as_ref().is_some_and(|model| {
+                    workspace.is_some_and(|w| std::ptr::eq(w, &**model.workspace()))
+                }),
+                sozu_problem,
+                certs: &self.certs,
+                dns: &self.dns,
+                refusals: &self.refusals,
+            },
+        );
         let mut head = Head {
-            ready,
+            readiness,
             counters: self.counters.clone(),
             ..Head::default()
         };

@@ -11,7 +11,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::{Agent, Settings};
 use crate::api::SharedStatus;
 use crate::clock::{Clock, TokioClock};
-use crate::document::{Document, RouteState, Waiting};
+use crate::document::{Document, ReadinessMode, RouteState, Waiting};
 use crate::plan::{self, Op, Outcome};
 use crate::sources::sozu_events::{Change, ChangeKind, SozuEvent};
 use crate::sources::{CertSource, Fact, NameFact};
@@ -199,6 +199,7 @@ impl CertSource for FakeCerts {
 
 const A: &str = "a.in.example.org";
 const B: &str = "b.in.example.org";
+const C: &str = "c.in.example.org";
 
 fn dns(name: &str) -> Upstream {
     Upstream::Dns {
@@ -376,10 +377,19 @@ async fn converges_and_reports_ready() {
 }
 
 /// An IP route is served as soon as its pair is known, beside a DNS route whose name has never
-/// resolved: that one is shown waiting for DNS, and the agent is not ready.
+/// resolved: that one is shown waiting for DNS. The agent is ready, serving the other route
+/// (strictly, it is not).
 #[tokio::test(start_paused = true)]
 async fn a_route_needing_dns_waits_alone() {
-    let h = start(Settings::default());
+    a_route_needing_dns_waits_alone_in(ReadinessMode::Serving).await;
+    a_route_needing_dns_waits_alone_in(ReadinessMode::Strict).await;
+}
+
+async fn a_route_needing_dns_waits_alone_in(readiness: ReadinessMode) {
+    let h = start(Settings {
+        readiness,
+        ..Settings::default()
+    });
     h.send(workspace(vec![
         route(A, ip("10.0.0.1:80")),
         route(B, dns("never.svc")),
@@ -402,11 +412,104 @@ async fn a_route_needing_dns_waits_alone() {
         b.last_error.as_deref(),
         Some("resolving never.svc: no answer within 5000 ms")
     );
-    assert!(!status.ready);
+    assert_eq!(status.readiness.routes_not_served, 1, "{readiness}");
+    match readiness {
+        ReadinessMode::Serving => assert!(status.ready, "{:?}", status.readiness),
+        ReadinessMode::Strict => {
+            assert!(!status.ready);
+            assert_eq!(
+                status.readiness.reason.as_deref(),
+                Some("not all of the 2 routes can be served (1 not served)")
+            );
+        }
+    }
     // The name resolves: the route gets its backend, and the agent is ready.
     h.send(answer("never.svc", &["10.0.0.9"], None));
-    h.until("ready", |s| s.ready).await;
+    h.until("every route served", |s| {
+        s.ready && s.readiness.routes_not_served == 0
+    })
+    .await;
     assert_eq!(h.backends(B), ["10.0.0.9:80"]);
+}
+
+/// Readiness waits for what is not known yet, and not for a route that cannot be served: one
+/// host's pair missing, another route's only name failing. Strictly, it waits for every route;
+/// and a workspace none of whose routes can be served is not ready in either mode.
+#[tokio::test(start_paused = true)]
+async fn readiness_waits_for_unknowns_and_not_for_routes_that_cannot_be_served() {
+    let missing = |host: &str| {
+        Fact::Pairs(vec![(
+            host.into(),
+            Err(crate::certs::CertError::Unreadable {
+                path: format!("/tls/{host}/tls.crt").into(),
+                reason: "No such file or directory (os error 2)".into(),
+            }),
+        )])
+    };
+    for readiness in [ReadinessMode::Serving, ReadinessMode::Strict] {
+        let h = start(Settings {
+            readiness,
+            ..Settings::default()
+        });
+        h.send(workspace(vec![
+            route(A, ip("10.0.0.1:80")),
+            route(B, ip("10.0.0.2:80")),
+            route(C, dns("gone.svc")),
+        ]));
+        h.pair(A, 90);
+        h.pair(C, 90);
+        // B's pair has not been read yet, nor gone.svc looked up: not ready in either mode.
+        let status = h
+            .until("A served", |s| {
+                route_state(s, A).is_some_and(|r| r.0 == RouteState::Ok)
+            })
+            .await;
+        assert!(!status.ready, "{readiness}: {:?}", status.readiness);
+        assert_eq!(
+            status.readiness.reason.as_deref(),
+            Some("1 route(s) wait for their certificate pair to be read")
+        );
+        h.send(missing(B));
+        let status = h
+            .until("B's failure shown", |s| {
+                s.routes
+                    .iter()
+                    .any(|r| r.host == B && r.certificate.error.is_some())
+            })
+            .await;
+        assert!(!status.ready, "{readiness}: {:?}", status.readiness);
+        assert_eq!(
+            status.readiness.reason.as_deref(),
+            Some("1 upstream name(s) wait for their first lookup")
+        );
+        h.send(answer("gone.svc", &[], Some("NXDOMAIN")));
+        let status = h
+            .until("gone.svc's failure shown", |s| {
+                s.routes
+                    .iter()
+                    .any(|r| r.host == C && r.last_error.is_some())
+            })
+            .await;
+        assert_eq!(status.readiness.routes_not_served, 2, "{readiness}");
+        assert_eq!(status.readiness.mode, readiness);
+        match readiness {
+            ReadinessMode::Serving => assert!(status.ready, "{:?}", status.readiness),
+            ReadinessMode::Strict => assert!(!status.ready, "{:?}", status.readiness),
+        }
+        // B has no frontend (no certificate); C has, and no backend: sozu answers 503.
+        assert_eq!(h.hosts_routed(), BTreeSet::from([A.into(), C.into()]));
+        // An edit that leaves only the two broken routes: none can be served, not ready.
+        h.send(workspace(vec![
+            route(B, ip("10.0.0.2:80")),
+            route(C, dns("gone.svc")),
+        ]));
+        let status = h.until("the edit applied", |s| s.routes.len() == 2).await;
+        assert!(!status.ready, "{readiness}: {:?}", status.readiness);
+        assert_eq!(
+            status.readiness.reason.as_deref(),
+            Some("none of the 2 routes can be served (2 not served)")
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -527,7 +630,9 @@ async fn a_refused_certificate_delays_no_other_host() {
                 && route_state(s, B).is_some_and(|r| r.0 == RouteState::Ok)
         })
         .await;
-    assert!(!status.ready);
+    // Ready, serving B; A is reported.
+    assert!(status.ready, "{:?}", status.readiness);
+    assert_eq!(status.readiness.routes_not_served, 1);
     assert!(status.routes[0]
         .last_error
         .as_deref()
@@ -548,7 +653,10 @@ async fn a_refused_certificate_delays_no_other_host() {
     );
     // sozu takes A's certificate on a retry.
     h.sozu.0.lock().unwrap().refuse.clear();
-    h.until("ready", |s| s.ready).await;
+    h.until("every route served", |s| {
+        s.ready && s.readiness.routes_not_served == 0
+    })
+    .await;
     assert_eq!(h.served(A), [a.fingerprint]);
 }
 

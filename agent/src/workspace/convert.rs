@@ -19,7 +19,7 @@ pub enum ModelError {
     Route { host: String, reason: String },
     #[error("tls_dir `{0}` is not an absolute path")]
     TlsDir(String),
-    #[error("lb_ip `{0}` is not an IP address")]
+    #[error("lb_ip `{0}` is not an IP address clients can connect to")]
     LbIp(String),
     #[error("deploy.replicas {0} is not a whole number from 1 to 1000")]
     Replicas(String),
@@ -38,6 +38,44 @@ pub enum ModelError {
     Acme { field: &'static str, reason: String },
     #[error("hsts: {0}")]
     Hsts(String),
+    #[error("deploy.load_balancer: {0}")]
+    LoadBalancer(String),
+}
+
+/// The contract checked the combination; a value it let through that the model cannot hold is
+/// still refused here.
+fn load_balancer(raw: RawLoadBalancer) -> Result<LoadBalancer, ModelError> {
+    let fail = |reason: &str| ModelError::LoadBalancer(reason.to_owned());
+    let port = |p: f64| match p {
+        p if p.fract() == 0.0 && (1.0..=65535.0).contains(&p) => Ok(p as u16),
+        p => Err(fail(&format!(
+            "node port {p} is not a whole number from 1 to 65535"
+        ))),
+    };
+    let node_ports = raw
+        .node_ports
+        .map(|p| {
+            Ok::<_, ModelError>(NodePorts {
+                https: port(p.https)?,
+                http: port(p.http)?,
+            })
+        })
+        .transpose()?;
+    match raw.provider {
+        LbProvider::Class if raw.class.is_none() => return Err(fail("'class needs `class`")),
+        LbProvider::Class => {}
+        _ if raw.class.is_some() => return Err(fail("`class` is read with 'class only")),
+        _ => {}
+    }
+    if node_ports.is_some() && raw.provider != LbProvider::NodePort {
+        return Err(fail("`node_ports` is read with 'node_port only"));
+    }
+    Ok(LoadBalancer {
+        provider: raw.provider,
+        class: raw.class,
+        annotations: raw.annotations,
+        node_ports,
+    })
 }
 
 impl Workspace {
@@ -66,7 +104,10 @@ impl Workspace {
         routes.sort_by(|a, b| (&a.host, &a.path_prefix).cmp(&(&b.host, &b.path_prefix)));
         let lb_ip = raw
             .lb_ip
-            .map(|ip| ip.parse::<IpAddr>().map_err(|_| ModelError::LbIp(ip)))
+            .map(|ip| match ip.parse::<IpAddr>() {
+                Ok(address) if !address.is_unspecified() => Ok(address),
+                _ => Err(ModelError::LbIp(ip)),
+            })
             .transpose()?;
         let replicas = match raw.deploy.replicas {
             n if n.fract() == 0.0 && (1.0..=1000.0).contains(&n) => n as u16,
@@ -94,7 +135,9 @@ impl Workspace {
         let deploy = Box::new(Deploy {
             namespace: raw.deploy.namespace,
             sozu_image: raw.deploy.sozu_image,
-            agent_image: raw.deploy.agent_image.unwrap_or_else(default_agent_image),
+            agent_image: raw.deploy.agent_image,
+            readiness: raw.deploy.readiness,
+            load_balancer: load_balancer(raw.deploy.load_balancer)?,
             replicas,
             resources: raw.deploy.resources,
             service_monitor: raw.deploy.service_monitor,

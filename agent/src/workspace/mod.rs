@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use crate::document::ReadinessMode;
 use crate::sozu_state::{HealthCheck, Hsts};
 
 /// How certificates reach `<tls_dir>/<host>/`.
@@ -149,8 +150,13 @@ pub struct Propagation {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Deploy {
     pub namespace: String,
-    pub sozu_image: String,
-    pub agent_image: String,
+    /// The images as pushed and pinned: `render --format k8s` needs both, since neither is
+    /// published under a name it could default to.
+    pub sozu_image: Option<String>,
+    pub agent_image: Option<String>,
+    /// What the pods' readiness waits for (`run --readiness`).
+    pub readiness: ReadinessMode,
+    pub load_balancer: LoadBalancer,
     pub replicas: u16,
     pub resources: PodResources,
     /// A prometheus-operator ServiceMonitor instead of `prometheus.io/*` scrape annotations.
@@ -170,6 +176,40 @@ pub struct Deploy {
     pub monitoring: Monitoring,
     /// The cluster's DNS pods, which the pods may ask names of.
     pub cluster_dns: Monitoring,
+}
+
+/// How the pods are reached: which load balancer gives the Service `lb_ip`, or a NodePort.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoadBalancer {
+    pub provider: LbProvider,
+    /// With [`LbProvider::Class`]: the Service's `loadBalancerClass`.
+    pub class: Option<String>,
+    /// Added to the Service's annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// With [`LbProvider::NodePort`]: the node ports of the https and http listeners.
+    pub node_ports: Option<NodePorts>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LbProvider {
+    /// Cilium's LB-IPAM (`lbipam.cilium.io/ips`).
+    #[default]
+    Cilium,
+    /// MetalLB (`metallb.io/loadBalancerIPs`).
+    Metallb,
+    /// kube-vip (`kube-vip.io/loadbalancerIPs`).
+    KubeVip,
+    /// A `loadBalancerClass` of the workspace's choosing, with its own annotations.
+    Class,
+    /// A NodePort Service: the load balancer in front of the nodes is the user's.
+    NodePort,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodePorts {
+    pub https: u16,
+    pub http: u16,
 }
 
 /// Pods by namespace and labels: those allowed to reach the admin port (`/metrics`,
@@ -205,12 +245,6 @@ pub struct Quantities {
     pub memory: String,
 }
 
-/// The agent image when the workspace names none: the version that renders the manifests is the
-/// version that runs them.
-pub fn default_agent_image() -> String {
-    format!("private-ingress:{}", env!("CARGO_PKG_VERSION"))
-}
-
 impl Default for Deploy {
     fn default() -> Self {
         let quantities = |cpu: &str, memory: &str| Quantities {
@@ -219,8 +253,10 @@ impl Default for Deploy {
         };
         Deploy {
             namespace: "ingress-private".to_owned(),
-            sozu_image: "docker.io/clevercloud/sozu:2.3.3".to_owned(),
-            agent_image: default_agent_image(),
+            sozu_image: None,
+            agent_image: None,
+            readiness: ReadinessMode::Serving,
+            load_balancer: LoadBalancer::default(),
             replicas: 2,
             resources: PodResources {
                 sozu: ContainerResources {

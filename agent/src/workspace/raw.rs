@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::{Eab, Monitoring, PodResources, TlsRotation};
+use super::{Eab, LbProvider, Monitoring, PodResources, TlsRotation};
+use crate::document::ReadinessMode;
 
 /// A workspace as Nickel evaluates it, before normalisation.
 #[derive(Debug, Clone, Deserialize)]
@@ -135,8 +136,12 @@ pub struct RawPropagation {
 #[serde(deny_unknown_fields)]
 pub struct RawDeploy {
     pub namespace: String,
-    pub sozu_image: String,
+    pub sozu_image: Option<String>,
     pub agent_image: Option<String>,
+    #[serde(default)]
+    pub readiness: ReadinessMode,
+    #[serde(default)]
+    pub load_balancer: RawLoadBalancer,
     /// A float for the same reason as [`RawRoute::port`]: the range is checked on the exact value.
     pub replicas: f64,
     pub resources: PodResources,
@@ -150,6 +155,25 @@ pub struct RawDeploy {
     pub monitoring: Monitoring,
     #[serde(default = "default_cluster_dns")]
     pub cluster_dns: Monitoring,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLoadBalancer {
+    #[serde(default)]
+    pub provider: LbProvider,
+    pub class: Option<String>,
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+    pub node_ports: Option<RawNodePorts>,
+}
+
+/// Floats for the same reason as [`RawRoute::port`].
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNodePorts {
+    pub https: f64,
+    pub http: f64,
 }
 
 /// CoreDNS as most distributions label it: what the contract defaults to.

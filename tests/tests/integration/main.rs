@@ -13,6 +13,10 @@ mod rotation;
 /// that never answers.
 mod dns;
 
+/// Readiness per route: one route that cannot be served does not keep a new agent unready,
+/// unless it is asked to be strict.
+mod readiness;
+
 /// Backends: health checks, drains, weights, HSTS and drift repaired from sozu's events.
 mod backends;
 

@@ -1,0 +1,130 @@
+//! When the agent says it is ready (`/readyz`), and why not. Pure: decided from the model and
+//! the latest facts at each publish.
+//!
+//! Readiness is what a load balancer and a rollout act on, so it must not let one route hold
+//! the others hostage. In the default mode ([`ReadinessMode::Serving`]) the agent is ready once
+//! sozu holds the latest workspace's listeners and every route that *can* be served: a route
+//! whose pair was read and refused (or is missing), or whose every upstream name failed to
+//! resolve, or one of whose requests sozu refused, is reported (its status, the
+//! `private_ingress_route_ok` metric and its alert) and not waited for. What is not known yet is
+//! waited for in both modes: a pair not read yet, a name not looked up yet. A workspace with
+//! routes of which none can be served is not ready: another pod may serve some.
+//!
+//! [`ReadinessMode::Strict`] waits for every route, as a deployment that would rather not take
+//! traffic than serve part of its routes asks for.
+
+use std::collections::BTreeSet;
+
+use crate::document::{Readiness, ReadinessMode};
+
+use super::model::Model;
+use super::policy::Refusals;
+use super::trackers::{CertTracker, DnsTracker};
+
+/// What readiness is decided from.
+pub struct Facts<'a> {
+    /// The desired state of the workspace last applied; `None` before the first pass.
+    pub model: Option<&'a Model>,
+    /// The model is of the latest valid workspace.
+    pub latest_applied: bool,
+    /// Why sozu cannot be used: unreachable, or not known yet.
+    pub sozu_problem: Option<&'a str>,
+    pub certs: &'a CertTracker,
+    pub dns: &'a DnsTracker,
+    pub refusals: &'a Refusals,
+}
+
+pub fn decide(mode: ReadinessMode, facts: &Facts<'_>) -> Readiness {
+    let not_ready = |reason: String, routes_not_served: usize| Readiness {
+        mode,
+        ready: false,
+        routes_not_served,
+        reason: Some(reason),
+    };
+    let Some(model) = facts.model else {
+        return not_ready("no workspace has been applied yet".to_owned(), 0);
+    };
+    if let Some(problem) = facts.sozu_problem {
+        return not_ready(format!("sozu: {problem}"), 0);
+    }
+    if !facts.latest_applied {
+        return not_ready("the latest workspace is not applied yet".to_owned(), 0);
+    }
+
+    // Routes not served, each for a reason known for certain.
+    let mut not_served: BTreeSet<&str> = BTreeSet::new();
+    let mut waiting_for_pairs = 0usize;
+    for id in model.held().keys() {
+        let Some(route) = model.route_by_id(id) else {
+            continue;
+        };
+        if facts.certs.failure(&route.host).is_some() {
+            not_served.insert(&route.id);
+        } else {
+            waiting_for_pairs += 1;
+        }
+    }
+    let mut waiting_for_names = 0usize;
+    for name in model.unresolved() {
+        if facts.dns.error(name).is_none() {
+            waiting_for_names += 1;
+            continue;
+        }
+        // A route is not served when none of its upstream names resolves; strictly, when one
+        // of them does not.
+        for route in model.routes_of_name(name) {
+            if mode == ReadinessMode::Strict
+                || route
+                    .upstream_names()
+                    .all(|n| !facts.dns.resolved().contains_key(n))
+            {
+                not_served.insert(&route.id);
+            }
+        }
+    }
+    let mut refused_elsewhere = None;
+    for refusal in facts.refusals.iter() {
+        let scope = &refusal.scope;
+        if scope.everything || (scope.hosts.is_empty() && scope.clusters.is_empty()) {
+            refused_elsewhere = Some(refusal.message.as_str());
+            continue;
+        }
+        for host in &scope.hosts {
+            not_served.extend(model.routes_of_host(host).map(|r| r.id.as_str()));
+        }
+        for id in &scope.clusters {
+            not_served.extend(model.route_by_id(id).map(|r| r.id.as_str()));
+        }
+    }
+    let count = not_served.len();
+
+    if waiting_for_pairs > 0 {
+        return not_ready(
+            format!("{waiting_for_pairs} route(s) wait for their certificate pair to be read"),
+            count,
+        );
+    }
+    if waiting_for_names > 0 {
+        return not_ready(
+            format!("{waiting_for_names} upstream name(s) wait for their first lookup"),
+            count,
+        );
+    }
+    if let Some(message) = refused_elsewhere {
+        return not_ready(format!("sozu refused a request: {message}"), count);
+    }
+    let routes = model.workspace().routes.len();
+    if count > 0 && (mode == ReadinessMode::Strict || count == routes) {
+        let which = if count == routes { "none" } else { "not all" };
+        return not_ready(
+            format!("{which} of the {routes} routes can be served ({count} not served)"),
+            count,
+        );
+    }
+    Readiness {
+        mode,
+        ready: true,
+        routes_not_served: count,
+        reason: None,
+    }
+}
