@@ -167,7 +167,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         ..Settings::default()
     };
     let agent = Agent::new(proxy, certs.clone(), settings, views.status.clone(), clock)
-        .with_heartbeat(views.heartbeat.clone());
+        .with_heartbeat(views.heartbeat.clone())
+        .with_issuer(Arc::new(views.issuer.clone()));
     // With tls_rotation = 'sozu_managed, the issuer writes pairs where the tls dir source reads
     // them, and tells it which host it wrote. It fails only when it cannot run at all (its state
     // directory is another agent's): why is kept for the exit.
@@ -257,6 +258,29 @@ pub fn stale_after(sozu_timeout: Duration) -> Duration {
         return Duration::from_secs(seconds);
     }
     crate::api::DEFAULT_STALE_AFTER.max(sozu_timeout.saturating_mul(6))
+}
+
+/// Readiness waits for a host's first pair while the issuer is getting it, and no longer once
+/// it backs off (a failure, a rate limit) or cannot order at all.
+impl crate::reconcile::readiness::IssuerProgress for crate::acme::IssuerHandle {
+    fn version(&self) -> u64 {
+        crate::acme::IssuerHandle::version(self)
+    }
+
+    fn stalled(&self) -> crate::reconcile::readiness::Stalled {
+        let Some(status) = self.snapshot() else {
+            return Default::default();
+        };
+        crate::reconcile::readiness::Stalled {
+            all: status.last_error.is_some(),
+            hosts: status
+                .hosts
+                .into_iter()
+                .filter(|(_, host)| host.state == "backing_off")
+                .map(|(name, _)| name)
+                .collect(),
+        }
+    }
 }
 
 /// Runs the ACME issuer once the workspace asks for `tls_rotation = 'sozu_managed`.

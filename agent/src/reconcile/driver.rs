@@ -23,6 +23,7 @@ use super::model::Model;
 use super::pass::PassOutcome;
 use super::policy::{Backoff, Refusals};
 use super::publish::Dirty;
+use super::readiness::Stalled;
 use super::sync::SozuSync;
 use super::trackers::{CertTracker, DnsTracker, PairChange, WorkspaceTracker};
 use crate::api::{Heartbeat, SharedStatus};
@@ -92,6 +93,9 @@ pub struct Agent<P, C> {
     pub(super) status: SharedStatus,
     /// Beaten at every turn of the loop: `/healthz` reads it.
     heartbeat: Heartbeat,
+    /// With `tls_rotation = 'sozu_managed`: the issuer's progress, the version last read, and
+    /// what it had given up on then.
+    pub(super) issuer: Option<(super::readiness::SharedIssuerProgress, u64, Stalled)>,
 }
 
 /// The loop turns at least this often, facts or not, so that its heartbeat says it is alive.
@@ -211,7 +215,16 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             last_converged: None,
             status,
             heartbeat: Heartbeat::default(),
+            issuer: None,
         }
+    }
+
+    /// Readiness asks `issuer` whether a missing pair is still being issued (see
+    /// [`super::readiness`]). The loop reads it at each turn, so readiness follows the issuer
+    /// giving up on a host within [`TICK`].
+    pub fn with_issuer(mut self, issuer: super::readiness::SharedIssuerProgress) -> Self {
+        self.issuer = Some((issuer, u64::MAX, Stalled::default()));
+        self
     }
 
     /// Beats `heartbeat` at every turn of the loop.
@@ -282,6 +295,14 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                     self.churn.trim();
                 }
                 _ = tokio::time::sleep(TICK) => {}
+            }
+            if let Some((issuer, seen, stalled)) = &mut self.issuer {
+                let version = issuer.version();
+                if version != *seen {
+                    *seen = version;
+                    *stalled = issuer.stalled();
+                    work.publish = true;
+                }
             }
             if retry_at.is_some() {
                 continue;

@@ -91,6 +91,15 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 certs: &self.certs,
                 dns: &self.dns,
                 refusals: &self.refusals,
+                issuer: self
+                    .issuer
+                    .as_ref()
+                    .filter(|_| {
+                        self.model.as_ref().is_some_and(|m| {
+                            m.workspace().tls_rotation == crate::workspace::TlsRotation::SozuManaged
+                        })
+                    })
+                    .map(|(_, _, stalled)| stalled),
             },
         );
         let mut head = Head {

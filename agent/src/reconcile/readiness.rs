@@ -10,16 +10,49 @@
 //! waited for in both modes: a pair not read yet, a name not looked up yet. A workspace with
 //! routes of which none can be served is not ready: another pod may serve some.
 //!
+//! With `tls_rotation = 'sozu_managed` the agent's own issuer writes the pairs, so a pair missing
+//! from the tls dir is one the issuer is still getting: waited for, until the issuer gives up
+//! on that host for now (a back-off, a rate limit, an issuer that cannot run), when the route is
+//! reported like any other.
+//!
 //! [`ReadinessMode::Strict`] waits for every route, as a deployment that would rather not take
 //! traffic than serve part of its routes asks for.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use crate::document::{Readiness, ReadinessMode};
 
 use super::model::Model;
 use super::policy::Refusals;
 use super::trackers::{CertTracker, DnsTracker};
+
+/// What the ACME issuer says of its hosts (`tls_rotation = 'sozu_managed`), as readiness needs
+/// it. A trait, so that the loop knows nothing of the issuer's workings.
+pub trait IssuerProgress: Send + Sync {
+    /// Moves whenever [`IssuerProgress::stalled`] may answer differently.
+    fn version(&self) -> u64;
+    /// The hosts the issuer has given up on for now.
+    fn stalled(&self) -> Stalled;
+}
+
+/// Hosts whose first pair the issuer is not getting now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stalled {
+    /// The issuer cannot order at all (its account, its state directory).
+    pub all: bool,
+    /// Backing off after a failure, or held back by a rate limit.
+    pub hosts: BTreeSet<String>,
+}
+
+impl Stalled {
+    fn includes(&self, host: &str) -> bool {
+        self.all || self.hosts.contains(host)
+    }
+}
+
+/// The issuer's progress, for the loop to hold.
+pub type SharedIssuerProgress = Arc<dyn IssuerProgress>;
 
 /// What readiness is decided from.
 pub struct Facts<'a> {
@@ -32,6 +65,8 @@ pub struct Facts<'a> {
     pub certs: &'a CertTracker,
     pub dns: &'a DnsTracker,
     pub refusals: &'a Refusals,
+    /// With `tls_rotation = 'sozu_managed`: what the issuer has given up on.
+    pub issuer: Option<&'a Stalled>,
 }
 
 pub fn decide(mode: ReadinessMode, facts: &Facts<'_>) -> Readiness {
@@ -58,10 +93,19 @@ pub fn decide(mode: ReadinessMode, facts: &Facts<'_>) -> Readiness {
         let Some(route) = model.route_by_id(id) else {
             continue;
         };
-        if facts.certs.failure(&route.host).is_some() {
-            not_served.insert(&route.id);
-        } else {
-            waiting_for_pairs += 1;
+        match facts.certs.failure(&route.host) {
+            // The issuer has not written it yet, and is still getting it.
+            Some((_, "unreadable"))
+                if facts
+                    .issuer
+                    .is_some_and(|stalled| !stalled.includes(&route.host)) =>
+            {
+                waiting_for_pairs += 1
+            }
+            Some(_) => {
+                not_served.insert(&route.id);
+            }
+            None => waiting_for_pairs += 1,
         }
     }
     let mut waiting_for_names = 0usize;
@@ -100,7 +144,9 @@ pub fn decide(mode: ReadinessMode, facts: &Facts<'_>) -> Readiness {
 
     if waiting_for_pairs > 0 {
         return not_ready(
-            format!("{waiting_for_pairs} route(s) wait for their certificate pair to be read"),
+            format!(
+                "{waiting_for_pairs} route(s) wait for their certificate pair to be read or issued"
+            ),
             count,
         );
     }

@@ -265,6 +265,13 @@ struct Harness {
 }
 
 fn start(settings: Settings) -> Harness {
+    start_with(settings, None)
+}
+
+fn start_with(
+    settings: Settings,
+    issuer: Option<super::readiness::SharedIssuerProgress>,
+) -> Harness {
     let sozu = Fake::default();
     let certs = FakeCerts::default();
     let status = SharedStatus::default();
@@ -282,6 +289,10 @@ fn start(settings: Settings) -> Harness {
         clock.clone(),
     )
     .with_heartbeat(heartbeat.clone());
+    let agent = match issuer {
+        Some(issuer) => agent.with_issuer(issuer),
+        None => agent,
+    };
     tokio::spawn(agent.run(rx, std::future::pending()));
     Harness {
         sozu,
@@ -467,7 +478,7 @@ async fn readiness_waits_for_unknowns_and_not_for_routes_that_cannot_be_served()
         assert!(!status.ready, "{readiness}: {:?}", status.readiness);
         assert_eq!(
             status.readiness.reason.as_deref(),
-            Some("1 route(s) wait for their certificate pair to be read")
+            Some("1 route(s) wait for their certificate pair to be read or issued")
         );
         h.send(missing(B));
         let status = h
@@ -510,6 +521,68 @@ async fn readiness_waits_for_unknowns_and_not_for_routes_that_cannot_be_served()
             Some("none of the 2 routes can be served (2 not served)")
         );
     }
+}
+
+/// The issuer's progress as a test sets it.
+#[derive(Default)]
+struct FakeIssuer(std::sync::Mutex<(u64, super::readiness::Stalled)>);
+
+impl super::readiness::IssuerProgress for FakeIssuer {
+    fn version(&self) -> u64 {
+        self.0.lock().unwrap().0
+    }
+
+    fn stalled(&self) -> super::readiness::Stalled {
+        self.0.lock().unwrap().1.clone()
+    }
+}
+
+/// With `'sozu_managed`, a pair missing from the tls dir is one the agent's issuer is still
+/// getting: waited for, until the issuer backs off on that host.
+#[tokio::test(start_paused = true)]
+async fn with_sozu_managed_a_missing_pair_is_waited_for_until_the_issuer_backs_off() {
+    let issuer = Arc::new(FakeIssuer::default());
+    let h = start_with(Settings::default(), Some(issuer.clone()));
+    let Fact::Workspace(Ok(ws)) = workspace(vec![
+        route(A, ip("10.0.0.1:80")),
+        route(B, ip("10.0.0.2:80")),
+    ]) else {
+        unreachable!()
+    };
+    let mut ws = (*ws).clone();
+    ws.tls_rotation = crate::workspace::TlsRotation::SozuManaged;
+    h.send(Fact::Workspace(Ok(Arc::new(ws))));
+    h.pair(A, 90);
+    h.send(Fact::Pairs(vec![(
+        B.into(),
+        Err(crate::certs::CertError::Unreadable {
+            path: format!("/tls/{B}/tls.crt").into(),
+            reason: "No such file or directory (os error 2)".into(),
+        }),
+    )]));
+    let status = h
+        .until("B's missing pair shown", |s| {
+            s.routes
+                .iter()
+                .any(|r| r.host == B && r.certificate.error.is_some())
+        })
+        .await;
+    assert!(!status.ready, "{:?}", status.readiness);
+    assert_eq!(
+        status.readiness.reason.as_deref(),
+        Some("1 route(s) wait for their certificate pair to be read or issued")
+    );
+    *issuer.0.lock().unwrap() = (
+        1,
+        super::readiness::Stalled {
+            all: false,
+            hosts: BTreeSet::from([B.to_owned()]),
+        },
+    );
+    // The loop reads the issuer at its next turn: at the latest one TICK later.
+    tokio::time::sleep(super::driver::TICK).await;
+    let status = h.until("ready without B", |s| s.ready).await;
+    assert_eq!(status.readiness.routes_not_served, 1);
 }
 
 #[tokio::test(start_paused = true)]
