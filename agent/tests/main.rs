@@ -12,3 +12,6 @@ mod deploy;
 
 /// The alert rules against promtool, and the dashboard.
 mod alerts;
+
+/// The justfile's `image` and `push-images` recipes.
+mod images;

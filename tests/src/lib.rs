@@ -1,6 +1,7 @@
-//! Harness for integration tests: locates the pinned sozu and a fresh agent binary, makes short
-//! temporary directories (UNIX socket paths are limited to ~100 bytes) and test certificates;
-//! runs the rendered pod as a kubelet would ([`kubelet`]) and puts HTTPS load on it ([`load`]).
+//! Harness for integration tests: locates the pinned sozu, a fresh agent binary and the container
+//! images made of both, makes short temporary directories (UNIX socket paths are limited to ~100
+//! bytes) and test certificates; runs the rendered pod as a kubelet would ([`kubelet`]) and puts
+//! HTTPS load on it ([`load`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -86,6 +87,43 @@ pub fn agent_bin() -> &'static Path {
         let status = build.status().expect("run cargo build");
         assert!(status.success(), "building private-ingress failed");
         profile_dir.join("private-ingress")
+    })
+}
+
+/// The OCI image layout holding the agent image (`private-ingress:<version>`, made of
+/// [`agent_bin`]) and the sozu image (`sozu:<version>`, made of [`sozu_bin`]):
+/// `$PRIVATE_INGRESS_IMAGES` when set (scripts/test builds it from the binaries it tests), else
+/// built once per test run by `scripts/build-images`, the script that builds the release
+/// images, into `target/<profile>/test-images`.
+pub fn image_layout() -> &'static Path {
+    static LAYOUT: OnceLock<PathBuf> = OnceLock::new();
+    LAYOUT.get_or_init(|| {
+        if let Some(path) = std::env::var_os("PRIVATE_INGRESS_IMAGES") {
+            let path = PathBuf::from(path);
+            assert!(
+                path.join("index.json").is_file(),
+                "PRIVATE_INGRESS_IMAGES={}: no OCI image layout there (no index.json); \
+                 scripts/build-images --agent-bin <agent> --sozu-bin <sozu> --out <dir> builds one",
+                path.display()
+            );
+            return path;
+        }
+        let exe = std::env::current_exe().expect("current_exe");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("test binary lives in target/<profile>/deps");
+        let out = profile_dir.join("test-images");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-images");
+        let (code, stdout, stderr) = run(Command::new(script)
+            .arg("--agent-bin")
+            .arg(agent_bin())
+            .arg("--sozu-bin")
+            .arg(sozu_bin())
+            .arg("--out")
+            .arg(&out));
+        assert_eq!(code, 0, "scripts/build-images failed:\n{stdout}\n{stderr}");
+        out
     })
 }
 

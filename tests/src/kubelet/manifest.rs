@@ -109,10 +109,14 @@ fn refuse_what_is_not_emulated(spec: &PodSpec) {
     let init = spec.init_containers.as_deref().unwrap_or_default();
     for container in init.iter().chain(&spec.containers) {
         let name = &container.name;
-        if container.command.is_some() || container.working_dir.is_some() {
-            refuse(&format!(
-                "{name}'s command or workingDir (the image's entrypoint runs)"
-            ));
+        if container
+            .command
+            .iter()
+            .chain(&container.args)
+            .flatten()
+            .any(|a| a.contains("$("))
+        {
+            refuse(&format!("{name}'s $(VAR) references in command or args"));
         }
         if container.env_from.is_some()
             || container

@@ -2,6 +2,7 @@
 //! the way Kubernetes runs it, under the constraints it declares.
 //!
 //! - [`manifest`] reads the pod template and its ConfigMaps, refusing what is not emulated;
+//! - [`image`] resolves the containers' images in an OCI image layout and unpacks them;
 //! - [`network`] is the pod's network namespace (loopback, ports, `net.*` sysctls);
 //! - [`volumes`] makes emptyDir, configMap and cert-manager CSI volumes as their writers do;
 //! - [`sandbox`] runs each container under bubblewrap as its spec declares;
@@ -16,6 +17,7 @@
 //! the end of `terminationGracePeriodSeconds` (counted from the deletion); the sidecars only
 //! once the containers have exited, in reverse order.
 
+pub mod image;
 pub mod manifest;
 pub mod network;
 pub mod probe;
@@ -32,12 +34,15 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Container;
 use nix::sys::signal::Signal;
 
+pub use image::Images;
 pub use manifest::Manifest;
 pub use network::Network;
-pub use sandbox::{Images, Sandbox};
+pub use sandbox::Sandbox;
 pub use volumes::Volumes;
 
+use image::PodImages;
 use probe::Prober;
+use sandbox::EtcFiles;
 
 /// The kubelet's restart back-off: 10 s, doubling, capped at 5 minutes.
 const BACKOFF_START: Duration = Duration::from_secs(10);
@@ -126,19 +131,26 @@ pub struct Pod {
 }
 
 impl Pod {
-    /// Reads the pod of a `render --format k8s` stream and makes its volumes, without starting
-    /// anything.
+    /// Reads the pod of a `render --format k8s` stream, unpacks the images its containers name
+    /// from `images` and makes its volumes, without starting anything. Panics, saying what the
+    /// layout holds, when an image reference names nothing in it (a digest it does not hold).
     pub fn prepare(yaml: &str, images: &Images) -> Prepared {
         let manifest = Manifest::parse(yaml);
         let dir = crate::short_tempdir();
-        // The containers' users bind their volumes and images from here: they may pass through.
+        // The containers' users bind their roots and volumes from here: they may pass through.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
             .expect("chmod the pod directory");
         std::fs::create_dir(dir.path().join("logs")).expect("create the log directory");
-        let images = images.stage(&dir.path().join("images"));
-        let images = &images;
+        let containers = dir.path().join("containers");
+        std::fs::create_dir(&containers).expect("create the containers' directory");
+        std::fs::set_permissions(&containers, std::fs::Permissions::from_mode(0o711))
+            .expect("chmod the containers' directory");
+        let unpacked = dir.path().join("images");
+        std::fs::create_dir(&unpacked).expect("create the images' directory");
+        let mut pod_images = PodImages::new(images, &unpacked);
         let volumes = Volumes::create(dir.path(), &manifest);
         let hostname = format!("{}-0", manifest.name);
+        let etc = EtcFiles::write(dir.path(), &hostname);
         let sandboxes = manifest
             .init_containers()
             .iter()
@@ -149,7 +161,22 @@ impl Pod {
                     "the pod harness does not emulate init containers that run to completion ({})",
                     spec.name
                 );
-                let sandbox = Sandbox::of(spec, &manifest.spec, &hostname, &volumes, images);
+                let reference = spec
+                    .image
+                    .as_deref()
+                    .unwrap_or_else(|| panic!("{} has no image", spec.name));
+                let image = pod_images
+                    .get(reference)
+                    .unwrap_or_else(|e| panic!("container {}: {e}", spec.name));
+                let sandbox = Sandbox::of(
+                    spec,
+                    &manifest.spec,
+                    &hostname,
+                    &volumes,
+                    &image,
+                    &etc,
+                    &containers,
+                );
                 (spec.name.clone(), sandbox)
             })
             .collect();
@@ -216,6 +243,18 @@ impl Pod {
     pub fn timeline(&self, container: &str) -> (Option<Duration>, Option<Duration>) {
         let c = self.container(container);
         (*lock(&c.started_at), *lock(&c.startup_passed_at))
+    }
+
+    /// The sandbox `container` runs in.
+    pub fn sandbox(&self, container: &str) -> &Sandbox {
+        &self.container(container).sandbox
+    }
+
+    /// The PID of `container`'s running process, as this machine numbers it.
+    pub fn pid(&self, container: &str) -> Option<i32> {
+        lock(&self.container(container).process)
+            .as_ref()
+            .map(|p| p.pid)
     }
 
     /// What `container` wrote to stdout and stderr, every run of it.

@@ -1,128 +1,88 @@
-//! One container as a process under bubblewrap, held to exactly what its spec declares.
+//! One container as a process under bubblewrap, held to exactly what its spec and its image
+//! declare.
 //!
-//! - **Image:** the root is a fresh tmpfs holding the host's userland read-only (`/usr`, a few
-//!   files of `/etc`, the merged-`/usr` links) and the image's entrypoint at its path in the
-//!   image, bound from the locally built binary. Its `/tmp` is the image's own empty directory, not the
-//!   host's. With `readOnlyRootFilesystem: true` the whole root, `/tmp` included, is remounted
-//!   read-only after the volumes are mounted, as a container runtime does; without it the root
-//!   is writable and private to the container, like a container's writable layer.
+//! - **Image:** the root is the container's own copy of the image's root filesystem (see
+//!   [`super::image`]): hard links when the root is read-only, a full copy when it is writable,
+//!   like a container's writable layer (kept across the container's restarts here, where a
+//!   runtime would start each one afresh). Nothing of the host's userland is visible. Mount
+//!   points the image lacks are made in that copy first, as a runtime makes them. With
+//!   `readOnlyRootFilesystem: true` the root, its `/tmp` included, is bound read-only; the
+//!   volumes are mounted on top. The kubelet's `/etc/hosts` and `/etc/hostname` and the node's
+//!   `/etc/resolv.conf` are bound over the image's empty files.
+//! - **Process:** Kubernetes' rules: `command` replaces the image's entrypoint, `args` its
+//!   default arguments (`Cmd`), and `command` alone drops them; `workingDir`, else the image's,
+//!   else `/`.
+//! - **Environment:** cleared, then a default `PATH`, `HOSTNAME`, the image's `Env`, the
+//!   container's `env` (each replacing a variable of the same name, as containerd does), and
+//!   `HOME` from the image's `/etc/passwd` for the user when still unset (`/` without an entry),
+//!   as runc does.
 //! - **Volumes:** only the container's `volumeMounts`, at their paths, read-only when the mount
 //!   or the volume says so. Nothing else of the host or of the other containers is visible.
-//! - **User:** `runAsUser`/`runAsGroup` (container, else pod), with `fsGroup` as a supplementary
-//!   group, for real: `setpriv` drops to that user before bubblewrap starts, so every
-//!   permission check is the kernel's own against the host's owners and modes. The process is
-//!   PID 1 of its own PID namespace, as in a container: SIGTERM reaches it only if it handles it.
-//! - **Env and args:** the environment is cleared, then `PATH`, `HOSTNAME`, `HOME` and the
-//!   declared `env`; the entrypoint gets the declared `args`.
+//! - **User:** `runAsUser`/`runAsGroup` (container, else pod), else the image's numeric `User`;
+//!   `fsGroup` as a supplementary group. For real: `setpriv` drops to that user before
+//!   bubblewrap starts, so every permission check is the kernel's own against the host's owners
+//!   and modes. The process is PID 1 of its own PID namespace, as in a container: SIGTERM
+//!   reaches it only if it handles it.
 //! - **Network:** the pod's namespace, inherited from the thread that spawns it.
+//! - **Looking around:** the images hold no shell. [`Sandbox::command_debugging`] binds a static
+//!   busybox at [`DEBUG_DIR`], as `kubectl debug` adds an ephemeral container with tools, and
+//!   only there.
 //!
-//! Not emulated: the seccomp profile, cgroup limits (`resources`), `sizeLimit`.
+//! Not emulated: the seccomp profile, cgroup limits (`resources`), `sizeLimit`, `$(VAR)` in
+//! `command` and `args`, the image's `/etc/group` memberships, user names in the image's `User`.
 
-use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::Read;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 
+use super::image::Image;
 use super::volumes::Volumes;
 
-/// What an image reference runs: the entrypoint's path in the image, and the local binary that
-/// stands for it.
+/// Where [`Sandbox::command_debugging`] binds its tools: busybox and a link per applet.
+pub const DEBUG_DIR: &str = "/.debug";
+/// The `PATH` containerd gives a container whose image sets none.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The files the kubelet manages for every container of a pod, bound over the image's own.
 #[derive(Debug, Clone)]
-pub struct Image {
-    pub entrypoint: PathBuf,
-    pub binary: PathBuf,
+pub struct EtcFiles {
+    hosts: PathBuf,
+    hostname: PathBuf,
+    resolv_conf: PathBuf,
 }
 
-/// Image references of the pod, mapped to local binaries.
-#[derive(Debug, Clone, Default)]
-pub struct Images(BTreeMap<String, Image>);
-
-impl Images {
-    pub fn with(mut self, reference: &str, entrypoint: &str, binary: &Path) -> Images {
-        self.0.insert(
-            reference.to_owned(),
-            Image {
-                entrypoint: PathBuf::from(entrypoint),
-                binary: binary.to_owned(),
-            },
-        );
-        self
-    }
-
-    /// The same images with their binaries linked (or copied) into `dir`, which the containers'
-    /// users can reach: bubblewrap binds them as that user, and a binary under a private
-    /// directory (`/root/.cache`) is out of its reach, as it is in no image.
-    pub fn stage(&self, dir: &Path) -> Images {
-        std::fs::create_dir_all(dir).expect("create the image directory");
-        let staged = self
-            .0
-            .iter()
-            .enumerate()
-            .map(|(i, (reference, image))| {
-                let name = image.binary.file_name().expect("a binary has a file name");
-                let path = dir.join(format!("{i}-{}", name.to_string_lossy()));
-                if std::fs::hard_link(&image.binary, &path).is_err() {
-                    std::fs::copy(&image.binary, &path).expect("copy an image's binary");
-                }
-                let image = Image {
-                    entrypoint: image.entrypoint.clone(),
-                    binary: path,
-                };
-                (reference.clone(), image)
-            })
-            .collect();
-        Images(staged)
-    }
-
-    fn get(&self, reference: &str) -> &Image {
-        self.0
-            .get(reference)
-            .unwrap_or_else(|| panic!("no local binary stands for the image {reference}"))
+impl EtcFiles {
+    /// Writes the pod's `/etc/hosts` and `/etc/hostname` into `dir`. The pod's network has
+    /// loopback only, so the hosts file names localhost only; `resolv.conf` is the node's.
+    pub fn write(dir: &Path, hostname: &str) -> EtcFiles {
+        let hosts = dir.join("etc-hosts");
+        std::fs::write(
+            &hosts,
+            "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n\
+             ::1\tlocalhost ip6-localhost ip6-loopback\n",
+        )
+        .expect("write the pod's hosts file");
+        let hostname_file = dir.join("etc-hostname");
+        std::fs::write(&hostname_file, format!("{hostname}\n"))
+            .expect("write the pod's hostname file");
+        EtcFiles {
+            hosts,
+            hostname: hostname_file,
+            resolv_conf: PathBuf::from("/etc/resolv.conf"),
+        }
     }
 }
-
-/// The host userland an image is made of, read-only. Distroless images hold no shell; these
-/// roots do, so that a test can look around inside a container's sandbox.
-const USERLAND: [&str; 6] = [
-    "/usr/bin",
-    "/usr/sbin",
-    "/usr/lib",
-    "/usr/lib64",
-    "/usr/libexec",
-    "/usr/share",
-];
-const MERGED_USR: [(&str, &str); 4] = [
-    ("usr/bin", "/bin"),
-    ("usr/sbin", "/sbin"),
-    ("usr/lib", "/lib"),
-    ("usr/lib64", "/lib64"),
-];
-/// The image's `/etc`: what distroless holds (users, name service, CA certificates), what the
-/// host's tools resolve through (`alternatives`, the linker cache), and the files the kubelet
-/// puts there (`hosts`, `resolv.conf`). Only these, so that mount points under `/etc` are made in
-/// the image, never in the host's `/etc`.
-const ETC: [&str; 9] = [
-    "passwd",
-    "group",
-    "nsswitch.conf",
-    "hosts",
-    "resolv.conf",
-    "ld.so.cache",
-    "localtime",
-    "ssl",
-    "alternatives",
-];
-/// What an image's `PATH` usually is.
-const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// The resolved constraints of one container.
 #[derive(Debug, Clone)]
 pub struct Sandbox {
+    pub name: String,
     pub uid: u32,
     pub gid: u32,
     pub groups: Vec<u32>,
@@ -131,53 +91,64 @@ pub struct Sandbox {
     /// (volume's host path, mount path, read-only)
     pub mounts: Vec<(PathBuf, String, bool)>,
     pub env: Vec<(String, String)>,
+    /// The image it runs.
     pub image: Image,
-    pub args: Vec<String>,
+    /// Its root filesystem on the host: its own copy of the image's.
+    pub root: PathBuf,
+    /// The process: entrypoint and arguments.
+    pub argv: Vec<String>,
+    pub working_dir: String,
     pub hostname: String,
+    etc: EtcFiles,
+    /// The container's directory on the host: its root, its debug tools.
+    dir: PathBuf,
 }
 
 impl Sandbox {
-    /// The constraints `container` declares, in `pod`, with the pod's `volumes`.
+    /// The constraints `container` declares, in `pod`, with the pod's `volumes`, running
+    /// `image`; its root is made under `containers` (which its user can pass through).
     pub fn of(
         container: &Container,
         pod: &PodSpec,
         hostname: &str,
         volumes: &Volumes,
-        images: &Images,
+        image: &Image,
+        etc: &EtcFiles,
+        containers: &Path,
     ) -> Sandbox {
         let name = &container.name;
         let pod_security = pod.security_context.clone().unwrap_or_default();
         let security = container.security_context.clone().unwrap_or_default();
-        let id = |value: Option<i64>, what: &str| {
-            let value = value.unwrap_or_else(|| {
-                panic!("{name} sets no {what}: the images' default users are not emulated")
-            });
+        let id = |value: i64, what: &str| {
             u32::try_from(value).unwrap_or_else(|_| panic!("{name}: {what} {value}"))
         };
-        let uid = id(
-            security.run_as_user.or(pod_security.run_as_user),
-            "runAsUser",
-        );
-        let gid = id(
-            security.run_as_group.or(pod_security.run_as_group),
-            "runAsGroup",
-        );
+        let (image_uid, image_gid) = image_user(name, image);
+        let run_as_user = security.run_as_user.or(pod_security.run_as_user);
+        let uid = run_as_user.map_or(image_uid.unwrap_or(0), |u| id(u, "runAsUser"));
+        let passwd = passwd_entry(&image.rootfs, uid);
+        let gid = match security.run_as_group.or(pod_security.run_as_group) {
+            Some(g) => id(g, "runAsGroup"),
+            None => image_gid
+                .filter(|_| run_as_user.is_none())
+                .or(passwd.as_ref().map(|(gid, _)| *gid))
+                .unwrap_or(0),
+        };
         let non_root = security.run_as_non_root.or(pod_security.run_as_non_root);
         // The kubelet refuses to start such a container.
         assert!(
             !(non_root == Some(true) && uid == 0),
-            "{name}: runAsNonRoot with runAsUser 0"
+            "{name}: runAsNonRoot, and it would run as root"
         );
         let mut groups: Vec<u32> = pod_security
             .supplemental_groups
             .iter()
             .flatten()
-            .map(|&g| u32::try_from(g).expect("a group id"))
+            .map(|&g| id(g, "supplementalGroups"))
             .collect();
         if let Some(fs_group) = pod_security.fs_group {
-            groups.push(u32::try_from(fs_group).expect("fsGroup is a group id"));
+            groups.push(id(fs_group, "fsGroup"));
         }
-        let mounts = container
+        let mounts: Vec<(PathBuf, String, bool)> = container
             .volume_mounts
             .iter()
             .flatten()
@@ -192,46 +163,102 @@ impl Sandbox {
                 (volume.path.clone(), mount.mount_path.clone(), read_only)
             })
             .collect();
-        let mut env = vec![
-            ("PATH".to_owned(), PATH.to_owned()),
-            ("HOSTNAME".to_owned(), hostname.to_owned()),
-            ("HOME".to_owned(), "/".to_owned()),
-        ];
-        env.extend(
-            container
-                .env
-                .iter()
-                .flatten()
-                .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default())),
+
+        let config = &image.config;
+        let mut env = Vec::new();
+        set_var(&mut env, "PATH", DEFAULT_PATH);
+        set_var(&mut env, "HOSTNAME", hostname);
+        for variable in config.env.iter().flatten() {
+            let (key, value) = variable.split_once('=').unwrap_or((variable, ""));
+            set_var(&mut env, key, value);
+        }
+        for variable in container.env.iter().flatten() {
+            set_var(
+                &mut env,
+                &variable.name,
+                variable.value.as_deref().unwrap_or_default(),
+            );
+        }
+        if !env.iter().any(|(k, _)| k == "HOME") {
+            let home = passwd.map_or_else(|| "/".to_owned(), |(_, home)| home);
+            set_var(&mut env, "HOME", &home);
+        }
+
+        let mut argv = container
+            .command
+            .clone()
+            .or_else(|| config.entrypoint.clone())
+            .unwrap_or_default();
+        argv.extend(match (&container.command, &container.args) {
+            (_, Some(args)) => args.clone(),
+            (Some(_), None) => Vec::new(),
+            (None, None) => config.cmd.clone().unwrap_or_default(),
+        });
+        assert!(
+            !argv.is_empty(),
+            "{name}: neither the container nor its image {} says what to run",
+            image.reference
         );
-        let image_ref = container
-            .image
-            .as_deref()
-            .unwrap_or_else(|| panic!("{name} has no image"));
+        let working_dir = container
+            .working_dir
+            .clone()
+            .or_else(|| config.working_dir.clone().filter(|d| !d.is_empty()))
+            .unwrap_or_else(|| "/".to_owned());
+
+        let read_only_root = security.read_only_root_filesystem == Some(true);
+        let dir = containers.join(name);
+        let root = dir.join("root");
+        make_root(&image.rootfs, &dir, &root, read_only_root);
+        for path in mounts.iter().map(|(_, path, _)| path).chain([&working_dir]) {
+            mount_point(&root, path, true);
+        }
+        for path in ["/etc/hosts", "/etc/hostname", "/etc/resolv.conf"] {
+            mount_point(&root, path, false);
+        }
         Sandbox {
+            name: name.clone(),
             uid,
             gid,
             groups,
-            read_only_root: security.read_only_root_filesystem == Some(true),
+            read_only_root,
             no_new_privileges: security.allow_privilege_escalation == Some(false),
             mounts,
             env,
-            image: images.get(image_ref).clone(),
-            args: container.args.clone().unwrap_or_default(),
+            image: image.clone(),
+            root,
+            argv,
+            working_dir,
             hostname: hostname.to_owned(),
+            etc: etc.clone(),
+            dir,
         }
     }
 
-    /// The command that runs the container's entrypoint with its args.
+    /// The command that runs the container's process.
     pub fn command(&self) -> Command {
-        let mut argv: Vec<OsString> = vec![self.image.entrypoint.clone().into()];
-        argv.extend(self.args.iter().map(OsString::from));
-        self.command_running(&argv)
+        let argv: Vec<OsString> = self.argv.iter().map(OsString::from).collect();
+        self.bwrap(&argv, None)
     }
 
-    /// The command that runs `argv` (its first element a path inside the sandbox) in this
-    /// container's sandbox instead of the entrypoint: for looking around inside it.
+    /// The command that runs `argv` (its first element a path inside the image) in this
+    /// container's sandbox instead of its process.
     pub fn command_running(&self, argv: &[OsString]) -> Command {
+        self.bwrap(argv, None)
+    }
+
+    /// As [`Sandbox::command_running`], with a static busybox and a link per applet at
+    /// [`DEBUG_DIR`], for looking around inside a sandbox whose image has no shell:
+    /// `/.debug/sh -c '…'`, the script setting `PATH=/.debug` if it wants the applets by name.
+    pub fn command_debugging(&self, argv: &[OsString]) -> Command {
+        let tools = self.dir.join("debug");
+        if !tools.exists() {
+            make_toolbox(&tools);
+        }
+        mount_point(&self.root, DEBUG_DIR, true);
+        self.bwrap(argv, Some(&tools))
+    }
+
+    fn bwrap(&self, argv: &[OsString], tools: Option<&Path>) -> Command {
         let mut cmd = Command::new("setpriv");
         cmd.arg(format!("--reuid={}", self.uid))
             .arg(format!("--regid={}", self.gid));
@@ -262,44 +289,153 @@ impl Sandbox {
             "--hostname",
         ])
         .arg(&self.hostname);
-        // The image.
-        cmd.args(["--tmpfs", "/"]);
-        for dir in USERLAND {
-            if Path::new(dir).exists() {
-                cmd.args(["--ro-bind", dir, dir]);
-            }
-        }
-        for (target, link) in MERGED_USR {
-            cmd.args(["--symlink", target, link]);
-        }
-        cmd.args(["--dir", "/etc"]);
-        for name in ETC {
-            let path = Path::new("/etc").join(name);
-            if path.exists() {
-                cmd.arg("--ro-bind").arg(&path).arg(&path);
-            }
-        }
-        cmd.arg("--ro-bind")
-            .arg(&self.image.binary)
-            .arg(&self.image.entrypoint);
-        cmd.args(["--perms", "1777", "--dir", "/tmp"]);
+        // The image, then what the runtime and the kubelet add to it.
+        cmd.arg(if self.read_only_root {
+            "--ro-bind"
+        } else {
+            "--bind"
+        })
+        .arg(&self.root)
+        .arg("/");
         cmd.args(["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm"]);
+        for (host, path) in [
+            (&self.etc.hosts, "/etc/hosts"),
+            (&self.etc.hostname, "/etc/hostname"),
+            (&self.etc.resolv_conf, "/etc/resolv.conf"),
+        ] {
+            cmd.arg("--ro-bind").arg(host).arg(path);
+        }
+        if let Some(tools) = tools {
+            cmd.arg("--ro-bind").arg(tools).arg(DEBUG_DIR);
+        }
         // The volumes.
         for (host, path, read_only) in &self.mounts {
             cmd.arg(if *read_only { "--ro-bind" } else { "--bind" })
                 .arg(host)
                 .arg(path);
         }
-        if self.read_only_root {
-            cmd.args(["--remount-ro", "/"]);
-        }
         cmd.arg("--clearenv");
         for (name, value) in &self.env {
             cmd.args(["--setenv", name, value]);
         }
-        cmd.args(["--chdir", "/", "--"]).args(argv);
+        cmd.arg("--chdir")
+            .arg(&self.working_dir)
+            .arg("--")
+            .args(argv);
         cmd
     }
+}
+
+/// Sets `name` to `value`, in place when it is already set.
+fn set_var(env: &mut Vec<(String, String)>, name: &str, value: &str) {
+    match env.iter_mut().find(|(k, _)| k == name) {
+        Some((_, v)) => *v = value.to_owned(),
+        None => env.push((name.to_owned(), value.to_owned())),
+    }
+}
+
+/// The image's `User` as numbers, `uid[:gid]`. Names would need the image's `/etc/passwd`.
+fn image_user(container: &str, image: &Image) -> (Option<u32>, Option<u32>) {
+    let Some(user) = image.config.user.as_deref().filter(|u| !u.is_empty()) else {
+        return (None, None);
+    };
+    let number = |part: &str| {
+        part.parse::<u32>().unwrap_or_else(|_| {
+            panic!(
+                "{container}: the image {} runs as user {user:?}: only numeric users are emulated",
+                image.reference
+            )
+        })
+    };
+    match user.split_once(':') {
+        Some((uid, gid)) => (Some(number(uid)), Some(number(gid))),
+        None => (Some(number(user)), None),
+    }
+}
+
+/// The primary group and home of `uid` in the image's `/etc/passwd`.
+fn passwd_entry(rootfs: &Path, uid: u32) -> Option<(u32, String)> {
+    let passwd = std::fs::read_to_string(rootfs.join("etc/passwd")).ok()?;
+    passwd.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(':').collect();
+        match fields.as_slice() {
+            [_, _, u, g, _, home, ..] if u.parse() == Ok(uid) => {
+                Some((g.parse().ok()?, (*home).to_owned()))
+            }
+            _ => None,
+        }
+    })
+}
+
+/// The container's root: hard links to the image's files when read-only (nothing can change
+/// them through it), a copy of its own when writable.
+fn make_root(rootfs: &Path, dir: &Path, root: &Path, read_only: bool) {
+    std::fs::create_dir_all(dir).expect("create the container's directory");
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
+        .expect("chmod the container's directory");
+    let mut cp = Command::new("cp");
+    cp.arg("-a");
+    if read_only {
+        cp.arg("--link");
+    }
+    let (code, _, err) = crate::run(cp.arg(rootfs).arg(root));
+    assert_eq!(
+        code,
+        0,
+        "copy {} to {}: {err}",
+        rootfs.display(),
+        root.display()
+    );
+}
+
+/// Makes `path` (absolute, inside `root`) exist as a directory or an empty file, owned by
+/// root, as a runtime makes a mount point the image lacks.
+fn mount_point(root: &Path, path: &str, directory: bool) {
+    let target = root.join(path.trim_start_matches('/'));
+    if target.exists() {
+        return;
+    }
+    if directory {
+        std::fs::create_dir_all(&target)
+    } else {
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).expect("create a mount point's directory");
+        }
+        std::fs::write(&target, "")
+    }
+    .unwrap_or_else(|e| panic!("make the mount point {}: {e}", target.display()));
+}
+
+/// The debug tools in `dir`: a copy of the host's static busybox and a link per applet.
+fn make_toolbox(dir: &Path) {
+    let busybox = static_busybox();
+    std::fs::create_dir_all(dir).expect("create the debug tools' directory");
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+        .expect("chmod the debug tools' directory");
+    std::fs::copy(&busybox, dir.join("busybox")).expect("copy busybox");
+    let (code, applets, err) = crate::run(Command::new(&busybox).arg("--list"));
+    assert_eq!(code, 0, "busybox --list: {err}");
+    for applet in applets.lines().filter(|a| !a.is_empty() && *a != "busybox") {
+        std::os::unix::fs::symlink("busybox", dir.join(applet)).expect("link a busybox applet");
+    }
+}
+
+/// The host's busybox, which must be static: the images hold no libraries for it.
+fn static_busybox() -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let busybox = std::env::split_paths(&path)
+        .chain([PathBuf::from("/bin")])
+        .map(|dir| dir.join("busybox"))
+        .find(|p| p.is_file())
+        .expect("no busybox to look around a container with: install it (Debian: busybox-static)");
+    let (_, out, err) = crate::run(Command::new("ldd").arg(&busybox));
+    assert!(
+        format!("{out}{err}").contains("not a dynamic executable"),
+        "{} is not static, and the images hold no libraries for it: install Debian's \
+         busybox-static",
+        busybox.display()
+    );
+    busybox
 }
 
 /// A sandboxed process: bubblewrap's own process, and the container's process (PID 1 inside).

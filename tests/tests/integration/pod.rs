@@ -1,23 +1,24 @@
 //! The pod that `render --format k8s` writes, run as a kubelet runs it (see
 //! `private_ingress_tests::kubelet`): each container under bubblewrap with exactly what it
-//! declares, sozu and the agent being the pinned sozu and the locally built agent. The pod
-//! becomes Ready, serves every host with its CSI certificate, serves a renewal, and is deleted
-//! under HTTPS load without failing a request.
+//! declares, on the root filesystem of its image. The images are the agent and sozu images of
+//! `scripts/build-images`, made of the agent binary under test and the pinned sozu, which the
+//! workspace names by digest. The pod becomes Ready, serves every host with its CSI
+//! certificate, serves a renewal, and is deleted under HTTPS load without failing a request.
 
 use std::ffi::OsString;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use private_ingress_tests::kubelet::sandbox::{self, DEBUG_DIR};
 use private_ingress_tests::kubelet::{Images, Network, Pod, Sandbox};
 use private_ingress_tests::live::{eventually, https_get, Backend};
 use private_ingress_tests::load::{Load, Report, Target};
-use private_ingress_tests::{agent_bin, run, short_tempdir, sozu_bin};
+use private_ingress_tests::{agent_bin, image_layout, run, short_tempdir, sozu_bin, SOZU_VERSION};
 
 const HOSTS: [&str; 2] = ["grafana.in.example.org", "prometheus.in.example.org"];
-/// The agent image, pinned by digest as a workspace may: the pod must run what it names.
-const AGENT_IMAGE: &str = "registry.example/private-ingress@sha256:4f0e9a1c2b3d4e5f60718293a4b5c6d7e8f9012345678901234567890abcdef0";
-const SOZU_IMAGE: &str = "docker.io/clevercloud/sozu:2.3.3";
+/// Where the test workspace says the images are; the layout stands for that registry.
+const REGISTRY: &str = "registry.example";
 /// The shutdown timings of the test workspace: a short preStop wait, so the test is short.
 const PRE_STOP: Duration = Duration::from_secs(3);
 /// When the emulated load balancer stops sending new connections, after the deletion: inside
@@ -25,13 +26,33 @@ const PRE_STOP: Duration = Duration::from_secs(3);
 const ENDPOINT_REMOVAL: Duration = Duration::from_secs(2);
 
 fn images() -> Images {
-    Images::default()
-        .with(AGENT_IMAGE, "/usr/local/bin/private-ingress", agent_bin())
-        .with(SOZU_IMAGE, "/usr/local/bin/sozu", &sozu_bin())
+    Images::open(image_layout()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The agent's tag: the version the binary under test reports.
+fn agent_tag() -> String {
+    let (code, out, err) = run(std::process::Command::new(agent_bin()).arg("--version"));
+    assert_eq!(code, 0, "private-ingress --version: {err}");
+    let version = out
+        .trim()
+        .strip_prefix("private-ingress ")
+        .unwrap_or_else(|| panic!("private-ingress --version says {out:?}"));
+    format!("private-ingress:{version}")
+}
+
+/// The images the test workspace names: `registry.example/<name>:<tag>@sha256:<digest>`, the
+/// digests of the images built for this run.
+fn pinned_images() -> (String, String) {
+    let images = images();
+    (
+        images.pinned(REGISTRY, &agent_tag()),
+        images.pinned(REGISTRY, &format!("sozu:{SOZU_VERSION}")),
+    )
 }
 
 /// The test workspace: one route per host to its backend, listeners on 443 and 80 of the pod.
 fn workspace(dir: &Path, backends: &[Backend], pre_stop_seconds: u64) -> std::path::PathBuf {
+    let (agent_image, sozu_image) = pinned_images();
     let routes: String = HOSTS
         .iter()
         .zip(backends)
@@ -46,8 +67,8 @@ fn workspace(dir: &Path, backends: &[Backend], pre_stop_seconds: u64) -> std::pa
     let text = format!(
         "{{\n  zone = \"in.example.org\",\n  cluster_issuer = \"internal-ca\",\n  \
          allowed_sources = [\"127.0.0.0/8\"],\n  routes = [\n{routes}  ],\n  \
-         deploy = {{ agent_image = \"{AGENT_IMAGE}\", pre_stop_seconds = {pre_stop_seconds}, \
-         termination_grace_period_seconds = 15 }},\n}}\n"
+         deploy = {{ agent_image = \"{agent_image}\", sozu_image = \"{sozu_image}\", \
+         pre_stop_seconds = {pre_stop_seconds}, termination_grace_period_seconds = 15 }},\n}}\n"
     );
     let path = dir.join("workspace.ncl");
     std::fs::write(&path, text).expect("write the workspace");
@@ -190,17 +211,43 @@ fn ready_serves_rotates_and_drains() -> Result<(), String> {
     let yaml = render(&workspace(dir.path(), &backends, PRE_STOP.as_secs()));
     let created = Instant::now();
     let pod = Pod::start(&yaml, &images(), network);
-    let volumes = pod.started - created;
+    let prepared = pod.started - created;
     let ready = pod
         .wait_ready(Duration::from_secs(60))
         .unwrap_or_else(|e| panic!("{e}"));
     let (agent_started, agent_healthy) = pod.timeline("agent");
     let (sozu_started, _) = pod.timeline("sozu");
     println!(
-        "pod Ready {ready:?} after its containers started, whose volumes took {volumes:?} to make \
+        "pod Ready {ready:?} after its containers started, whose images and volumes took {prepared:?} \
+         to unpack and make \
          (agent started at {agent_started:?}, its startup probe passed at {agent_healthy:?}, \
          sozu started at {sozu_started:?})"
     );
+
+    // Each container runs its image's entrypoint with the rendered args, as its non-root user,
+    // on its image's root mounted read-only: as this machine sees the processes.
+    for name in ["agent", "sozu"] {
+        let sandbox = pod.sandbox(name);
+        let pid = pod
+            .pid(name)
+            .unwrap_or_else(|| panic!("{name} is not running\n{}", pod.describe()));
+        let seen = SeenProcess::of(pid);
+        assert_eq!(seen.argv, sandbox.argv, "{name}'s command line");
+        assert_eq!(
+            seen.uids, [sandbox.uid; 4],
+            "{name}'s real, effective, saved and fs uid"
+        );
+        assert_ne!(sandbox.uid, 0, "{name} runs as a non-root user");
+        assert_eq!(
+            seen.root_options.first().map(String::as_str),
+            Some("ro"),
+            "{name}'s root"
+        );
+        assert!(
+            seen.sees(&sandbox.argv[0]) && !seen.sees("/usr/bin") && !seen.sees("/bin"),
+            "{name} runs on its image's root"
+        );
+    }
 
     // Every host presents the certificate its CSI volume holds and reaches its backend.
     for (host, backend) in HOSTS.iter().zip(&backends) {
@@ -344,37 +391,113 @@ fn without_a_writable_tmp_sozu_exits_at_once() {
     assert!(!pod.is_ready());
 }
 
-/// What a container sees of its sandbox, as `key=value` lines.
+/// A container's process as this machine's /proc shows it.
+struct SeenProcess {
+    pid: i32,
+    argv: Vec<String>,
+    /// Real, effective, saved and filesystem uid.
+    uids: [u32; 4],
+    /// The mount options of its root (the topmost mount at `/` in its mount namespace).
+    root_options: Vec<String>,
+}
+
+impl SeenProcess {
+    fn of(pid: i32) -> SeenProcess {
+        let read = |what: &str| {
+            std::fs::read_to_string(format!("/proc/{pid}/{what}"))
+                .unwrap_or_else(|e| panic!("/proc/{pid}/{what}: {e}"))
+        };
+        let argv = read("cmdline")
+            .split_terminator('\0')
+            .map(str::to_owned)
+            .collect();
+        let status = read("status");
+        let uids: Vec<u32> = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|u| u.parse().ok())
+            .collect();
+        let uids = uids
+            .try_into()
+            .unwrap_or_else(|u| panic!("/proc/{pid}/status: Uid {u:?}"));
+        // `id parent major:minor root mount-point options …`
+        let root_options = read("mountinfo")
+            .lines()
+            .filter_map(|l| {
+                let fields: Vec<&str> = l.split(' ').collect();
+                (fields.get(4) == Some(&"/")).then(|| fields.get(5).copied().unwrap_or(""))
+            })
+            .next_back()
+            .unwrap_or_default()
+            .split(',')
+            .map(str::to_owned)
+            .collect();
+        SeenProcess {
+            pid,
+            argv,
+            uids,
+            root_options,
+        }
+    }
+
+    /// Whether `path` exists in the process's root.
+    fn sees(&self, path: &str) -> bool {
+        Path::new(&format!("/proc/{}/root{path}", self.pid)).exists()
+    }
+}
+
+/// Runs `argv` in `sandbox` (with its debug tools when `debug`) and returns what it printed;
+/// panics if it fails.
+fn run_in(sandbox: &Sandbox, argv: &[&str], debug: bool, log: &Path) -> String {
+    let argv: Vec<OsString> = argv.iter().map(OsString::from).collect();
+    let cmd = if debug {
+        sandbox.command_debugging(&argv)
+    } else {
+        sandbox.command_running(&argv)
+    };
+    let mut running = sandbox::spawn(cmd, log).unwrap_or_else(|e| panic!("{e}"));
+    let status = running.child.wait().expect("wait for the sandbox");
+    let out = std::fs::read_to_string(log).expect("read the sandbox's output");
+    assert!(
+        status.success(),
+        "{argv:?} in {}: {status}\n{out}",
+        sandbox.name
+    );
+    out
+}
+
+/// What a container sees of its sandbox, as `key=value` lines, looked at with the debug tools
+/// (the images have no shell). A path is `writable`, `read-only` (the mount refuses writes),
+/// `denied` (its owner and mode refuse them) or `absent`.
 fn look_around(sandbox: &Sandbox, log: &Path, paths: &[(&str, String)]) -> Vec<(String, String)> {
-    let mut script = String::from(
-        "echo uid=$(id -u); echo gid=$(id -g); echo groups=$(id -G); \
-         w() { if ( : > \"$1/.probe\" ) 2>/dev/null; then rm -f \"$1/.probe\"; echo \"$2=writable\"; \
-         elif [ -e \"$1\" ]; then echo \"$2=read-only\"; else echo \"$2=absent\"; fi; }; \
-         w / root; w /tmp tmp; w /etc etc; env | sed 's/^/env:/'; ",
+    let mut script = format!(
+        "{DEBUG_DIR}/env | {DEBUG_DIR}/sed 's/^/env:/'; PATH={DEBUG_DIR}; \
+         echo uid=$(id -u); echo gid=$(id -g); echo groups=$(id -G); \
+         for f in $(ls -A /); do echo \"top=$f\"; done; \
+         w() {{ if err=$( ( : > \"$1/.probe\" ) 2>&1 ); then rm -f \"$1/.probe\"; echo \"$2=writable\"; \
+         elif [ ! -e \"$1\" ]; then echo \"$2=absent\"; \
+         else case \"$err\" in *Read-only*) echo \"$2=read-only\";; \
+         *'Permission denied'*) echo \"$2=denied\";; *) echo \"$2=error: $err\";; esac; fi; }}; \
+         w / root; w /tmp tmp; w /etc etc; "
     );
     for (key, path) in paths {
         script.push_str(&format!("w '{path}' '{key}'; "));
     }
-    let argv: Vec<OsString> = ["/bin/sh", "-c", &script]
-        .iter()
-        .map(OsString::from)
-        .collect();
-    let mut running =
-        private_ingress_tests::kubelet::sandbox::spawn(sandbox.command_running(&argv), log)
-            .unwrap_or_else(|e| panic!("{e}"));
-    let status = running.child.wait().expect("wait for the sandbox");
-    let out = std::fs::read_to_string(log).expect("read the sandbox's output");
-    assert!(status.success(), "{out}");
-    out.lines()
+    let shell = format!("{DEBUG_DIR}/sh");
+    run_in(sandbox, &[&shell, "-c", &script], true, log)
+        .lines()
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect()
 }
 
-/// Each container sees only what it declares: its user, a read-only root and `/tmp` unless a
-/// volume is mounted there, its mounts writable exactly as declared, nothing of the other
-/// containers' volumes, the host's `/tmp` or the test's environment. The same check on a
-/// container given a writable root that it did not declare fails.
+/// Each container sees only what it declares, on its image's root: its user, a read-only root
+/// and `/tmp` unless a volume is mounted there, its mounts writable exactly as declared,
+/// nothing of the other containers' volumes, the host's userland or `/tmp`, or the test's
+/// environment; the image's environment and its own. The same check on a container given a
+/// writable root that it did not declare fails.
 #[test]
 fn each_container_sees_exactly_what_it_declares() {
     let (_network, backends) = pod_backends();
@@ -405,6 +528,7 @@ fn each_container_sees_exactly_what_it_declares() {
         };
         assert_eq!(value("uid"), sandbox.uid.to_string(), "{name}");
         assert_eq!(value("gid"), sandbox.gid.to_string(), "{name}");
+        assert_ne!(sandbox.uid, 0, "{name} runs as a non-root user");
         assert!(sandbox.read_only_root, "{name} declares a read-only root");
         assert_eq!(value("root"), "read-only", "{name}'s root");
         assert_eq!(value("etc"), "read-only", "{name}'s /etc");
@@ -430,21 +554,63 @@ fn each_container_sees_exactly_what_it_declares() {
             };
             assert_eq!(state, expected, "{name}: {path}");
         }
-        let env: Vec<&str> = seen
+        // The root is the image's: its top-level entries, the mount points of the container's
+        // own volumes, and the debug tools; no shell, nothing of the host's.
+        let mut top: Vec<&str> = seen
             .iter()
-            .filter(|(k, _)| k.starts_with("env:"))
-            .map(|(k, _)| k.trim_start_matches("env:"))
+            .filter(|(k, _)| k == "top")
+            .map(|(_, v)| v.as_str())
             .collect();
-        for variable in &env {
+        top.sort_unstable();
+        let mut expected = vec![
+            ".debug", "dev", "etc", "lib", "lib64", "proc", "run", "tmp", "usr",
+        ];
+        for (_, path, _) in &sandbox.mounts {
+            let first = path.trim_start_matches('/').split('/').next().unwrap_or("");
+            if !expected.contains(&first) {
+                expected.push(first);
+            }
+        }
+        expected.sort_unstable();
+        assert_eq!(top, expected, "{name}'s root holds the image's files only");
+        assert!(
+            !sandbox.root.join("bin").exists() && !sandbox.root.join("usr/bin").exists(),
+            "{name}'s image has no shell"
+        );
+        // The environment: the image's, then the container's, and nothing of the test's.
+        let env: Vec<(&str, &str)> = seen
+            .iter()
+            .filter_map(|(k, v)| k.strip_prefix("env:").map(|k| (k, v.as_str())))
+            .collect();
+        for (variable, _) in &env {
             assert!(
-                ["PATH", "HOSTNAME", "HOME", "PWD", "SHLVL", "_"].contains(variable)
+                ["PWD", "SHLVL", "_"].contains(variable)
                     || sandbox.env.iter().any(|(n, _)| n == variable),
                 "{name} sees the undeclared variable {variable}: {env:?}"
             );
         }
+        for (variable, declared) in &sandbox.env {
+            assert!(
+                env.contains(&(variable.as_str(), declared.as_str())),
+                "{name} does not see {variable}={declared}: {env:?}"
+            );
+        }
+        let image_path = sandbox
+            .image
+            .config
+            .env
+            .iter()
+            .flatten()
+            .find_map(|e| e.strip_prefix("PATH="))
+            .unwrap_or_else(|| panic!("{name}'s image sets no PATH"));
+        assert!(
+            env.contains(&("PATH", image_path)),
+            "{name}: the image's PATH: {env:?}"
+        );
     }
 
-    // The check is not vacuous: sozu given a writable root it does not declare is caught.
+    // The check is not vacuous: sozu given a writable root it does not declare is caught (its
+    // root then refuses its user by owner and mode, not by the mount).
     let writable = yaml.replacen(
         "readOnlyRootFilesystem: true",
         "readOnlyRootFilesystem: false",
@@ -454,7 +620,118 @@ fn each_container_sees_exactly_what_it_declares() {
     let (name, sandbox) = &prepared.sandboxes[1];
     let seen = look_around(sandbox, &prepared.dir.path().join("writable.look"), &[]);
     assert!(
-        seen.iter().any(|(k, v)| k == "root" && v == "writable"),
+        seen.iter().any(|(k, v)| k == "root" && v == "denied"),
         "{name} with a writable root: {seen:?}"
+    );
+}
+
+/// The GNU build ID of the ELF file at `path`: the same for a binary and its stripped copy.
+fn build_id(path: &Path) -> String {
+    let (code, out, err) = run(std::process::Command::new("readelf").arg("-n").arg(path));
+    assert_eq!(code, 0, "readelf -n {}: {err}", path.display());
+    out.lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: "))
+        .unwrap_or_else(|| panic!("{} has no build ID", path.display()))
+        .to_owned()
+}
+
+/// The workspace names each image by digest, and the pod runs exactly that: the images'
+/// binaries are the agent under test and the pinned sozu (their build IDs), run from the
+/// images' entrypoints with the rendered args; the sozu image's binary says it is sozu 2.3.3,
+/// run in sozu's sandbox (the image's root and libraries, read-only, as 65532). A digest the
+/// layout does not hold stops the pod before it starts, whatever the tag; with the right
+/// digest the tag does not matter.
+#[test]
+fn the_pod_runs_exactly_the_images_the_workspace_names() {
+    let images = images();
+    let (agent_image, sozu_image) = pinned_images();
+    let (_network, backends) = pod_backends();
+    let dir = short_tempdir();
+    let yaml = render(&workspace(dir.path(), &backends, PRE_STOP.as_secs()));
+    for reference in [&agent_image, &sozu_image] {
+        assert!(yaml.contains(&format!("image: {reference}\n")), "{yaml}");
+    }
+    let prepared = Pod::prepare(&yaml, &images);
+    let manifest = private_ingress_tests::kubelet::Manifest::parse(&yaml);
+    for (name, reference, binary, entrypoint) in [
+        (
+            "agent",
+            &agent_image,
+            agent_bin().to_owned(),
+            "/usr/local/bin/private-ingress",
+        ),
+        ("sozu", &sozu_image, sozu_bin(), "/usr/local/bin/sozu"),
+    ] {
+        let (_, sandbox) = prepared
+            .sandboxes
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("the pod has no container {name}"));
+        assert_eq!(&sandbox.image.reference, reference);
+        assert!(reference.ends_with(&format!("@{}", sandbox.image.digest)));
+        assert_eq!(
+            build_id(&sandbox.root.join(entrypoint.trim_start_matches('/'))),
+            build_id(&binary),
+            "{name}'s image carries {}",
+            binary.display()
+        );
+        let spec = manifest
+            .init_containers()
+            .iter()
+            .chain(manifest.containers())
+            .find(|c| c.name == name)
+            .expect("the container's spec");
+        let mut argv = vec![entrypoint.to_owned()];
+        argv.extend(spec.args.clone().unwrap_or_default());
+        assert_eq!(
+            sandbox.argv, argv,
+            "{name}: the image's entrypoint, the rendered args"
+        );
+    }
+
+    let (_, sozu) = prepared
+        .sandboxes
+        .iter()
+        .find(|(n, _)| n == "sozu")
+        .expect("the pod runs sozu");
+    assert!(sozu.read_only_root && sozu.uid == 65532, "{sozu:?}");
+    let version = run_in(
+        sozu,
+        &["/usr/local/bin/sozu", "--version"],
+        false,
+        &prepared.dir.path().join("sozu-version.log"),
+    );
+    assert_eq!(
+        version.lines().next().and_then(|l| l.split(' ').nth(1)),
+        Some(SOZU_VERSION),
+        "{version}"
+    );
+
+    // A digest the layout does not hold, under the right tag: refused, saying what it holds.
+    let absent = format!("sha256:{}", "0".repeat(64));
+    let wrong = format!("{REGISTRY}/{}@{absent}", agent_tag());
+    let err = images
+        .resolve(&wrong)
+        .expect_err("a digest the layout does not hold")
+        .to_string();
+    let agent_digest = agent_image.split_once('@').map(|(_, d)| d).unwrap_or("");
+    assert!(err.contains(&absent) && err.contains(agent_digest), "{err}");
+    let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        Pod::prepare(&yaml.replace(&agent_image, &wrong), &images)
+    }));
+    let message = refused
+        .err()
+        .and_then(|p| p.downcast::<String>().ok())
+        .expect("a pod naming a digest the layout does not hold is refused");
+    assert!(
+        message.contains("container agent") && message.contains(&absent),
+        "{message}"
+    );
+    // The digest decides: sozu's under another tag is sozu.
+    let sozu_digest = sozu_image.split_once('@').map(|(_, d)| d).unwrap_or("");
+    let retagged = format!("{REGISTRY}/sozu:0.0.0@{sozu_digest}");
+    assert_eq!(
+        images.resolve(&retagged).map(|m| m.name.clone()).ok(),
+        Some(format!("sozu:{SOZU_VERSION}"))
     );
 }
