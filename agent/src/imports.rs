@@ -48,10 +48,11 @@ pub struct ImportError {
 /// The static imports of a Nickel source. `Err((span, message))` for what is not a plain import
 /// of a path (a package import, an interpolated path).
 pub fn imports(source: &str) -> Result<Vec<Import>, (Range<usize>, String)> {
-    let mut tokens = Lexer::new(source).map(|token| match token {
-        Ok((start, token, end)) => Ok((start..end, token)),
-        Err(err) => Err((0..0, format!("{err:?}"))),
-    });
+    // Up to the first lexical error: Nickel's parser, on the same lexer, refuses the file there
+    // and reads none of its imports, and says what is wrong better than this scan could.
+    let mut tokens = Lexer::new(source)
+        .map_while(Result::ok)
+        .map(|(start, token, end)| Ok::<_, (Range<usize>, String)>((start..end, token)));
     let mut found = Vec::new();
     let mut pending = None;
     loop {

@@ -25,7 +25,8 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            // Each cause once: an error that shows its cause is not followed by it again.
+            eprintln!("error: {}", private_ingress::text::error_chain(err.as_ref()));
             ExitCode::from(EXIT_IO)
         }
     }

@@ -70,11 +70,8 @@ pub enum SandboxError {
     TimedOut { path: PathBuf, timeout: Duration },
     #[error("evaluating {} {cause}", path.display())]
     Crashed { path: PathBuf, cause: String },
-    #[error("cannot start the evaluation process {}: {source}", exe.display())]
-    Spawn {
-        exe: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("cannot start the evaluation process {}: {error}", exe.display())]
+    Spawn { exe: PathBuf, error: std::io::Error },
     #[error("evaluating {} wrote more than {} bytes and was stopped", path.display(), MAX_REPORT_BYTES)]
     TooLarge { path: PathBuf },
 }
@@ -120,9 +117,9 @@ pub fn evaluate(exe: &Path, path: &Path, limits: &Limits) -> Result<Workspace, S
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|source| SandboxError::Spawn {
+        .map_err(|error| SandboxError::Spawn {
             exe: exe.to_owned(),
-            source,
+            error,
         })?;
 
     // Drain both pipes while waiting: a large report would otherwise block the child on a full pipe.
@@ -158,11 +155,11 @@ pub fn evaluate(exe: &Path, path: &Path, limits: &Limits) -> Result<Workspace, S
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(20));
             }
-            Err(source) => {
+            Err(error) => {
                 let _ = child.kill();
                 return Err(SandboxError::Spawn {
                     exe: exe.to_owned(),
-                    source,
+                    error,
                 });
             }
         }

@@ -259,3 +259,141 @@ fn status_exit_codes_tell_ready_from_not_ready_from_unreachable() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("plain HTTP"), "{err}");
 }
+
+/// A fatal error names each cause once (`error: cannot write …: No such file or directory (os
+/// error 2)`), never the cause a second time after the message that already shows it.
+#[test]
+fn a_failure_names_its_cause_once() {
+    let (code, _, err) = run(bin()
+        .arg("render")
+        .arg(examples().join("librecloud.ncl"))
+        .args(["--format", "json", "--output", "/nonexistent/dir/out.json"]));
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(
+        err.trim(),
+        "error: cannot write /nonexistent/dir/out.json: No such file or directory (os error 2)"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let agent = |workspace: &Path, admin: &str| {
+        run(bin()
+            .args(["run", "--log-format", "json", "--workspace"])
+            .arg(workspace)
+            .arg("--sozu-socket")
+            .arg(dir.path().join("sozu.sock"))
+            .arg("--tls-dir")
+            .arg(dir.path())
+            .args(["--admin-address", admin]))
+    };
+    // The workspace's directory is not there.
+    let (code, _, err) = agent(&dir.path().join("gone/workspace.ncl"), "127.0.0.1:0");
+    assert_eq!(code, 2, "{err}");
+    let last = err.lines().find(|l| l.starts_with("error:"));
+    assert_eq!(
+        last,
+        Some(
+            format!(
+                "error: cannot watch {}: no such file or directory",
+                dir.path().join("gone").display()
+            )
+            .as_str()
+        ),
+        "{err}"
+    );
+    // The admin address is taken.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let (code, _, err) = agent(&examples().join("librecloud.ncl"), &address);
+    assert_eq!(code, 2, "{err}");
+    let last = err.lines().find(|l| l.starts_with("error:"));
+    assert_eq!(
+        last,
+        Some(
+            format!("error: admin server on {address}: Address already in use (os error 98)")
+                .as_str()
+        ),
+        "{err}"
+    );
+}
+
+/// Log fields are words, not Rust's debug notation (`Some(Os { code: 2, kind: NotFound, .. })`,
+/// `None`): the JSON lines of an agent whose certificate pair is missing and whose sozu socket is
+/// not there yet, two failures it logs and goes on from.
+#[test]
+fn log_fields_show_no_debug_notation() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("workspace.ncl");
+    std::fs::write(
+        &workspace,
+        format!(
+            r#"{{ zone = "in.example.org", cluster_issuer = "ca", tls_dir = "{}",
+                  routes = [{{ host = "a.in.example.org", upstream = "127.0.0.1", port = 8080 }}] }}"#,
+            dir.path().join("tls").display()
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join("tls")).unwrap();
+    let mut child = bin()
+        .args([
+            "run",
+            "--log-format",
+            "json",
+            "--admin-address",
+            "127.0.0.1:0",
+        ])
+        .arg("--workspace")
+        .arg(&workspace)
+        .arg("--sozu-socket")
+        .arg(dir.path().join("sozu.sock"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (lines, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let mut seen = Vec::new();
+    let wanted = [
+        "starting",
+        "certificate pair refused",
+        "sozu unreachable; retrying",
+    ];
+    while !wanted
+        .iter()
+        .all(|w| seen.iter().any(|l: &String| l.contains(w)))
+    {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match received.recv_timeout(left) {
+            Ok(line) => seen.push(line),
+            Err(_) => break,
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = seen.join("\n");
+    for w in wanted {
+        assert!(log.contains(w), "no `{w}` line in\n{log}");
+    }
+    for line in &seen {
+        let entry: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        for (name, value) in entry["fields"].as_object().unwrap() {
+            let text = value.to_string();
+            for debug in ["Os {", "Some(", "kind: ", "\"None\"", "[\""] {
+                assert!(
+                    !text.contains(debug),
+                    "field `{name}` shows `{debug}`: {line}"
+                );
+            }
+        }
+    }
+}
