@@ -41,11 +41,13 @@ pub enum RunError {
 pub fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colour codes only for a person at a terminal: in a file, a pipe or `kubectl logs` they are
-    // noise in every line.
+    // Colour codes only for a person at a terminal who has not asked for none (NO_COLOR set and
+    // not empty, https://no-color.org; CLICOLOR=0): in a file, a pipe or `kubectl logs` they are
+    // noise in every line. anstream decides, as it does for clap's help and errors.
+    let ansi = anstream::AutoStream::choice(&std::io::stderr()) != anstream::ColorChoice::Never;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Human => builder.init(),

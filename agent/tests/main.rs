@@ -7,6 +7,9 @@ mod common;
 /// Exit codes, messages, limits and output files of every subcommand.
 mod cli;
 
+/// Colour on a terminal, and NO_COLOR.
+mod terminal;
+
 /// `render --format k8s` and `--format dns` against kubernetes-validate, dnspython and just.
 mod deploy;
 
