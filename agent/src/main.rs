@@ -5,20 +5,17 @@ use anyhow::Context;
 use clap::Parser;
 
 use private_ingress::alerts::{self, AlertSettings};
+use private_ingress::cli::exit::{
+    INVALID as EXIT_INVALID, IO as EXIT_IO, NOT_READY as EXIT_NOT_READY,
+    NO_ANSWER as EXIT_NO_ANSWER,
+};
+use private_ingress::cli::status::StatusError;
 use private_ingress::cli::{Cli, Command, EvalArgs, Format};
 use private_ingress::contract::{ContractError, SCHEMA};
 use private_ingress::deploy;
 use private_ingress::render::{self, SozuSettings};
 use private_ingress::sandbox::{self, SandboxError};
 use private_ingress::workspace::Workspace;
-
-/// The workspace is invalid: syntax, contract, or an evaluation that failed or hit a limit.
-const EXIT_INVALID: u8 = 1;
-/// A file cannot be read or written, the agent cannot be reached, the command line is wrong
-/// (clap exits 2 itself), or `run` stopped on a failure.
-const EXIT_IO: u8 = 2;
-/// `status`: the agent answers, and is not ready.
-const EXIT_NOT_READY: u8 = 1;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -125,7 +122,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             timeout,
         } => {
             let timeout = std::time::Duration::from_secs_f64(timeout);
-            let (body, status) = private_ingress::cli::status::fetch(&admin_address, timeout)?;
+            let (body, status) = match private_ingress::cli::status::fetch(&admin_address, timeout)
+            {
+                Ok(fetched) => fetched,
+                Err(err @ StatusError::NoAnswer { .. }) => {
+                    eprintln!("error: {err}");
+                    return Ok(ExitCode::from(EXIT_NO_ANSWER));
+                }
+                Err(err) => return Err(err.into()),
+            };
             if json {
                 println!("{body}");
             } else {

@@ -1,6 +1,7 @@
 //! Command-line interface: the arguments of every subcommand ([`status`] is `status`'s own
 //! code). Every flag documented here is public interface: keep names stable.
 
+pub mod exit;
 pub mod status;
 
 use std::path::PathBuf;
@@ -13,7 +14,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 /// Exit codes: 0 success; 1 the workspace is invalid (syntax, contract, evaluation failure or
 /// limit), or for `status`, the agent answers but is not ready; 2 a file cannot be read or
 /// written, the agent cannot be reached, the command line is wrong, or `run` stopped on a
-/// failure.
+/// failure; 3 `status` got no answer within `--timeout`.
 #[derive(Debug, Parser)]
 #[command(name = "private-ingress", version, about, long_about)]
 pub struct Cli {
@@ -67,7 +68,7 @@ pub enum Command {
         /// Print the raw JSON instead of a table.
         #[arg(long)]
         json: bool,
-        /// Seconds to wait for the agent's answer.
+        /// Seconds to wait for the agent's answer; none by then exits 3.
         #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
         timeout: f64,
     },
