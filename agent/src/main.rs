@@ -13,6 +13,7 @@ use private_ingress::cli::status::StatusError;
 use private_ingress::cli::{Cli, Command, EvalArgs, Format};
 use private_ingress::contract::{ContractError, SCHEMA};
 use private_ingress::deploy;
+use private_ingress::input::Input;
 use private_ingress::render::{self, SozuSettings};
 use private_ingress::sandbox::{self, SandboxError};
 use private_ingress::workspace::Workspace;
@@ -23,7 +24,10 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             // Each cause once: an error that shows its cause is not followed by it again.
-            eprintln!("error: {}", private_ingress::text::error_chain(err.as_ref()));
+            eprintln!(
+                "error: {}",
+                private_ingress::text::error_chain(err.as_ref())
+            );
             ExitCode::from(EXIT_IO)
         }
     }
@@ -32,13 +36,14 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Check { workspace, eval } => {
+            let workspace = Input::open(&workspace)?;
             let ws = match load(&workspace, &eval)? {
                 Ok(ws) => ws,
                 Err(code) => return Ok(code),
             };
             println!(
                 "ok: {} — {} route{} in zone {}, tls_rotation {}",
-                workspace.display(),
+                workspace.name(),
                 ws.routes.len(),
                 if ws.routes.len() == 1 { "" } else { "s" },
                 ws.zone,
@@ -61,6 +66,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             alert_for_scale,
             eval,
         } => {
+            let workspace = Input::open(&workspace)?;
             let ws = match load(&workspace, &eval)? {
                 Ok(ws) => ws,
                 Err(code) => return Ok(code),
@@ -80,7 +86,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
                 Format::K8s | Format::Dns => {
                     let rendered = if format == Format::K8s {
-                        deploy::WorkspaceFiles::read(&workspace, eval.workspace_root.as_deref())
+                        deploy::WorkspaceFiles::of(&workspace, eval.workspace_root.as_deref())
                             .and_then(|files| deploy::k8s(&ws, &files, &alerts))
                     } else {
                         deploy::dns(&ws)
@@ -96,8 +102,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             };
             match output {
-                Some(path) => render::write_atomic(&path, text.as_bytes())?,
-                None => std::io::stdout()
+                Some(path) if path.as_os_str() != "-" => {
+                    render::write_atomic(&path, text.as_bytes())?
+                }
+                _ => std::io::stdout()
                     .lock()
                     .write_all(text.as_bytes())
                     .context("cannot write to stdout")?,
@@ -153,9 +161,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::EvaluateWorkspace {
             memory_limit,
             root,
+            name,
             workspace,
         } => {
-            let code = sandbox::child_main(&workspace, root.as_deref(), memory_limit);
+            let code =
+                sandbox::child_main(&workspace, root.as_deref(), memory_limit, name.as_deref());
             Ok(ExitCode::from(u8::try_from(code).unwrap_or(3)))
         }
     }
@@ -163,9 +173,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 /// Evaluates the workspace in the sandbox. An invalid workspace is reported here and becomes the
 /// exit code; other failures propagate as errors.
-fn load(path: &std::path::Path, eval: &EvalArgs) -> anyhow::Result<Result<Workspace, ExitCode>> {
+fn load(input: &Input, eval: &EvalArgs) -> anyhow::Result<Result<Workspace, ExitCode>> {
     let exe = std::env::current_exe().context("cannot locate the private-ingress executable")?;
-    match sandbox::evaluate(&exe, path, &eval.limits()) {
+    match sandbox::evaluate_input(&exe, input, &eval.limits()) {
         Ok(ws) => Ok(Ok(ws)),
         Err(SandboxError::Contract(ContractError::Invalid { diagnostic })) => {
             eprint!("{diagnostic}");

@@ -1,6 +1,6 @@
 //! The `private-ingress` binary as a user runs it: exit codes, messages, limits and output files.
 
-use crate::common::{assert_golden, bin, run};
+use crate::common::{assert_golden, bin, run, run_fed};
 use std::path::{Path, PathBuf};
 
 fn examples() -> PathBuf {
@@ -415,4 +415,106 @@ fn log_fields_show_no_debug_notation() {
             }
         }
     }
+}
+
+/// `-` is standard input, and a workspace that is a pipe or one of the process's descriptors
+/// (`/dev/stdin`) is read once: each gives what the file itself gives.
+#[test]
+fn a_workspace_on_standard_input_is_read_once() {
+    let path = examples().join("librecloud.ncl");
+    let text = std::fs::read(&path).unwrap();
+    let (code, from_file, err) = run(bin().args(["render", "--format", "json"]).arg(&path));
+    assert_eq!(code, 0, "{err}");
+    for name in ["-", "/dev/stdin", "/proc/self/fd/0"] {
+        // Through a pipe.
+        let (code, out, err) = run_fed(bin().args(["render", "--format", "json", name]), &text);
+        assert_eq!((code, &out), (0, &from_file), "{name}: {err}");
+        let (code, out, err) = run_fed(bin().args(["check", name]), &text);
+        assert_eq!(code, 0, "{name}: {err}");
+        assert_eq!(
+            out,
+            "ok: <stdin> — 3 routes in zone in.librecloud.online, tls_rotation csi_driver\n"
+        );
+        // A regular file as standard input: the evaluating child has a standard input of its own.
+        let (code, out, err) = run(bin()
+            .args(["render", "--format", "json", name])
+            .stdin(std::fs::File::open(&path).unwrap()));
+        assert_eq!((code, &out), (0, &from_file), "{name} < file: {err}");
+    }
+    // A named pipe, which can be opened once and read once.
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("workspace.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let writer = {
+        let (fifo, text) = (fifo.clone(), text.clone());
+        std::thread::spawn(move || std::fs::write(fifo, text))
+    };
+    let (code, out, err) = run(bin().args(["render", "--format", "json"]).arg(&fifo));
+    writer.join().unwrap().unwrap();
+    assert_eq!((code, &out), (0, &from_file), "{err}");
+
+    // Its diagnostics name it `<stdin>`.
+    let bad = std::fs::read(examples().join("bad/port-zero.ncl")).unwrap();
+    let (code, _, err) = run_fed(bin().args(["check", "-"]), &bad);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("┌─ <stdin>:7:83"), "{err}");
+    // JSON is read as JSON.
+    let json = br#"{ "zone": "in.example.org", "cluster_issuer": "ca", "routes": [] }"#;
+    let (code, out, err) = run_fed(bin().args(["check", "-"]), json);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("ok: <stdin> — 0 routes"), "{out}");
+}
+
+/// A workspace on standard input imports from the current directory, the root of what it may
+/// read; the Kubernetes ConfigMap ships it as `workspace.ncl` beside what it imports.
+#[test]
+fn imports_from_standard_input_resolve_from_the_current_directory() {
+    let modular = examples().join("modular");
+    let text = std::fs::read(modular.join("workspace.ncl")).unwrap();
+    let (code, out, err) = run_fed(bin().args(["check", "-"]).current_dir(&modular), &text);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("ok: <stdin> — 4 routes"), "{out}");
+
+    // From elsewhere, `routes.ncl` is not beside it.
+    let (code, _, err) = run_fed(bin().args(["check", "-"]).current_dir(examples()), &text);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("import of routes.ncl failed"), "{err}");
+    // And nothing outside the current directory is imported.
+    let (code, _, err) = run_fed(
+        bin().args(["check", "-"]).current_dir(&modular),
+        b"{ zone = \"in.example.org\", cluster_issuer = \"ca\", routes = import \"../plain.json\" }",
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("`../plain.json` leads out of it"), "{err}");
+
+    let (code, manifests, err) = run_fed(
+        bin()
+            .args(["render", "--format", "k8s", "-"])
+            .current_dir(&modular),
+        &text,
+    );
+    assert_eq!(code, 0, "{err}");
+    let (_, from_file, err) = run(bin()
+        .args(["render", "--format", "k8s"])
+        .arg(modular.join("workspace.ncl")));
+    assert_eq!(manifests, from_file, "{err}");
+}
+
+/// `render --output -` is standard output, not a file named `-`.
+#[test]
+fn render_output_dash_is_standard_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, out, err) = run(bin()
+        .args(["render", "--format", "json", "--output", "-"])
+        .arg(examples().join("librecloud.ncl"))
+        .current_dir(dir.path()));
+    assert_eq!(code, 0, "{err}");
+    let model: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(model["zone"], "in.librecloud.online");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+
+    // `run` reads its workspace again at every change, which standard input cannot be.
+    let (code, _, err) = run(bin().args(["run", "--workspace", "-", "--sozu-socket", "s.sock"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("give a file, not `-`"), "{err}");
 }

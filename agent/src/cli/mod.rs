@@ -15,6 +15,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 /// limit), or for `status`, the agent answers but is not ready; 2 a file cannot be read or
 /// written, the agent cannot be reached, the command line is wrong, or `run` stopped on a
 /// failure; 3 `status` got no answer within `--timeout`.
+///
+/// A workspace given as `-` is read from standard input; one that is not a regular file (a
+/// pipe, /dev/stdin) is read once. Either way its imports resolve from the current directory.
 #[derive(Debug, Parser)]
 #[command(name = "private-ingress", version, about, long_about)]
 pub struct Cli {
@@ -26,7 +29,7 @@ pub struct Cli {
 pub enum Command {
     /// Check a workspace against the contract and print a one-line summary.
     Check {
-        /// The workspace file (.ncl, or plain .json/.yaml/.toml data).
+        /// The workspace file (.ncl, or plain .json/.yaml/.toml data); `-` reads standard input.
         workspace: PathBuf,
         #[command(flatten)]
         eval: EvalArgs,
@@ -34,12 +37,13 @@ pub enum Command {
     /// Render a workspace: its normalised model, a sozu configuration, Kubernetes manifests, DNS
     /// records or alert rules.
     Render {
-        /// The workspace file (.ncl, or plain .json/.yaml/.toml data).
+        /// The workspace file (.ncl, or plain .json/.yaml/.toml data); `-` reads standard input.
         workspace: PathBuf,
         /// What to produce.
         #[arg(long, value_enum)]
         format: Format,
-        /// Write here (atomically: a failure leaves the previous file untouched) instead of stdout.
+        /// Write here (atomically: a failure leaves the previous file untouched) instead of stdout;
+        /// `-` is stdout.
         #[arg(long, short)]
         output: Option<PathBuf>,
         /// sozu-toml: the control socket path written into the configuration.
@@ -81,6 +85,9 @@ pub enum Command {
         memory_limit: u64,
         #[arg(long)]
         root: Option<PathBuf>,
+        /// The workspace is the text on standard input, called this.
+        #[arg(long)]
+        name: Option<String>,
         workspace: PathBuf,
     },
 }
@@ -96,7 +103,7 @@ pub const DEFAULT_ADMIN_ADDRESS: &str = "127.0.0.1:9180";
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
     /// The workspace file; its directory is watched, so a ConfigMap mount's `..data` swap is seen.
-    #[arg(long, env = "PRIVATE_INGRESS_WORKSPACE")]
+    #[arg(long, env = "PRIVATE_INGRESS_WORKSPACE", value_parser = watched_file)]
     pub workspace: PathBuf,
     /// sozu's command socket. The agent waits for it, so it may start before sozu.
     #[arg(long, env = "PRIVATE_INGRESS_SOZU_SOCKET")]
@@ -203,6 +210,14 @@ impl EvalArgs {
             root: self.workspace_root.clone(),
         }
     }
+}
+
+/// `run` reads its workspace again at every change: standard input cannot be.
+fn watched_file(s: &str) -> Result<PathBuf, String> {
+    if s == "-" {
+        return Err("run reads its workspace again at every change: give a file, not `-`".into());
+    }
+    Ok(PathBuf::from(s))
 }
 
 fn for_scale(s: &str) -> Result<f64, String> {
