@@ -5,7 +5,8 @@
 //! by the file's extension. Imports resolve relative to the importing file, and stay inside the
 //! workspace's directory tree ([`crate::imports`]). A workspace already read ([`Input::Text`]:
 //! standard input, a pipe) is evaluated from memory, as a source Nickel holds, and imports from
-//! the current directory.
+//! the current directory. Nickel's diagnostics go through [`crate::diagnostics`] before anyone
+//! reads them.
 //!
 //! Two rules are checked here, after evaluation, rather than in Nickel: the uniqueness of
 //! (host, path_prefix) across routes, because a hash map makes it linear where a Nickel fold is
@@ -35,6 +36,7 @@ use nickel_lang_core::position::PosTable;
 use nickel_lang_core::program::FieldPath;
 use serde::Deserialize;
 
+use crate::diagnostics;
 use crate::imports::{self, Root, WalkError};
 use crate::input::Input;
 use crate::workspace::{RawWorkspace, TlsRotation, Workspace};
@@ -123,6 +125,10 @@ pub fn evaluate_input(input: &Input, root: Option<&Path>) -> Result<Workspace, C
         SourcePath::Path(PathBuf::from(SCHEMA_NAME), InputFormat::Nickel),
         main,
     );
+    let plumbing = diagnostics::Plumbing {
+        file: main_id,
+        from: SCHEMA.len(),
+    };
     let mut vm: VmContext<CacheHub, CacheImpl> =
         VmContext::new(cache, std::io::sink(), NullReporter {});
     let value = match eval_for_export(&mut vm, main_id) {
@@ -130,7 +136,8 @@ pub fn evaluate_input(input: &Input, root: Option<&Path>) -> Result<Workspace, C
         Err(err) => {
             let mut files = vm.import_resolver.files().clone();
             let found = err.into_diagnostics(&mut files);
-            return Err(ContractError::invalid(render(&files, &found)));
+            let reworded = diagnostics::reword(found, &files, plumbing);
+            return Err(ContractError::invalid(render(&files, &reworded)));
         }
     };
     let raw = RawWorkspace::deserialize(value.clone()).map_err(|err| {
@@ -405,7 +412,8 @@ mod tests {
     }
 
     /// Each file in schema/examples/bad/ names the message `check` must print (`# expect:`) and
-    /// the line and column the diagnostic must point at in that file (`# at:`).
+    /// the line and column the diagnostic must point at in that file (`# at:`); no report
+    /// suggests `, ..` or shows the plumbing that applies the contract.
     #[test]
     fn every_bad_example_is_refused_with_its_message_at_its_line() {
         let mut checked = 0;
@@ -430,6 +438,14 @@ mod tests {
             assert!(
                 report.contains(&format!("{file_name}:{at}")),
                 "{}: expected a pointer at {at} in\n{report}",
+                path.display()
+            );
+            // Nothing asks the author to edit the bundled contract, nor points at the line
+            // that applies it.
+            assert!(!report.contains("`, ..`"), "{}:\n{report}", path.display());
+            assert!(
+                !report.contains("|> (fun schema"),
+                "{}:\n{report}",
                 path.display()
             );
             checked += 1;
