@@ -158,6 +158,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .context("cannot write to stdout")?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Completions { shell } => {
+            private_ingress::cli::manual::completions(shell, &mut std::io::stdout().lock());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => {
+            private_ingress::cli::manual::man(&mut std::io::stdout().lock())
+                .context("cannot write to stdout")?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::EvaluateWorkspace {
             memory_limit,
             root,

@@ -1,5 +1,5 @@
-//! The exit codes of every subcommand, named once: `main` exits with them, and [`CODES`] says
-//! what each means (as the README's table does).
+//! The exit codes of every subcommand, named once: `main` exits with them, and the manual's
+//! EXIT STATUS lists [`CODES`] (the README's table says the same, checked by a test).
 
 /// The workspace is invalid: syntax, contract, or an evaluation that failed or hit a limit.
 pub const INVALID: u8 = 1;

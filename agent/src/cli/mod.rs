@@ -2,6 +2,7 @@
 //! code). Every flag documented here is public interface: keep names stable.
 
 pub mod exit;
+pub mod manual;
 pub mod status;
 
 use std::path::PathBuf;
@@ -18,6 +19,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 ///
 /// A workspace given as `-` is read from standard input; one that is not a regular file (a
 /// pipe, /dev/stdin) is read once. Either way its imports resolve from the current directory.
+/// NO_COLOR (set and not empty) turns colour off, on a terminal too.
 #[derive(Debug, Parser)]
 #[command(name = "private-ingress", version, about, long_about)]
 pub struct Cli {
@@ -78,6 +80,13 @@ pub enum Command {
     },
     /// Print the bundled contract, to vendor next to a workspace for editor support.
     Schema,
+    /// Print the completion script for a shell.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), every subcommand and flag in one page.
+    Man,
     /// Internal: evaluate a workspace in this (child) process and print a JSON report.
     #[command(name = "__evaluate-workspace", hide = true)]
     EvaluateWorkspace {
