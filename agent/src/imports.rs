@@ -48,10 +48,11 @@ pub struct ImportError {
 /// The static imports of a Nickel source. `Err((span, message))` for what is not a plain import
 /// of a path (a package import, an interpolated path).
 pub fn imports(source: &str) -> Result<Vec<Import>, (Range<usize>, String)> {
-    let mut tokens = Lexer::new(source).map(|token| match token {
-        Ok((start, token, end)) => Ok((start..end, token)),
-        Err(err) => Err((0..0, format!("{err:?}"))),
-    });
+    // Up to the first lexical error: Nickel's parser, on the same lexer, refuses the file there
+    // and reads none of its imports, and says what is wrong better than this scan could.
+    let mut tokens = Lexer::new(source)
+        .map_while(Result::ok)
+        .map(|(start, token, end)| Ok::<_, (Range<usize>, String)>((start..end, token)));
     let mut found = Vec::new();
     let mut pending = None;
     loop {
@@ -206,46 +207,87 @@ pub fn walk(workspace: &Path, root: &Root) -> Result<Walked, WalkError> {
             reason,
         });
     }
+    let text = std::fs::read_to_string(&entry).map_err(|e| WalkError::Read {
+        path: entry.clone(),
+        reason: e.to_string(),
+    })?;
+    let dir = entry.parent().unwrap_or(Path::new("/")).to_owned();
+    let format = format_of(&entry);
+    walk_from(entry, &dir, text, format, root)
+}
+
+/// [`walk`] for a workspace handed over as text (read from standard input or a pipe): `name` is
+/// what errors call it, its imports resolve from `dir`, and it is read as `format`.
+pub fn walk_text(
+    name: &Path,
+    dir: &Path,
+    text: &str,
+    format: InputFormat,
+    root: &Root,
+) -> Result<Walked, WalkError> {
+    walk_from(name.to_owned(), dir, text.to_owned(), format, root)
+}
+
+/// Follows the imports of `entry` (already read: `text`), then of every file they lead to.
+fn walk_from(
+    entry: PathBuf,
+    dir: &Path,
+    text: String,
+    format: InputFormat,
+    root: &Root,
+) -> Result<Walked, WalkError> {
     let mut walked = Walked::default();
-    let mut queue = VecDeque::from([(entry.clone(), None::<InputFormat>)]);
+    let mut queue = VecDeque::new();
+    follow(&entry, dir, &text, format, root, &mut queue)?;
+    walked.files.insert(entry, text);
     while let Some((path, format)) = queue.pop_front() {
         if walked.files.contains_key(&path) || walked.unreadable.iter().any(|(p, _)| *p == path) {
             continue;
         }
         let text = match std::fs::read_to_string(&path) {
             Ok(text) => text,
-            Err(e) if path == entry => {
-                return Err(WalkError::Read {
-                    path: path.clone(),
-                    reason: e.to_string(),
-                })
-            }
             Err(e) => {
                 walked.unreadable.push((path, e.to_string()));
                 continue;
             }
         };
-        if format.unwrap_or_else(|| format_of(&path)) == InputFormat::Nickel {
-            let dir = path.parent().unwrap_or(Path::new("/")).to_owned();
-            let found = imports(&text).map_err(|(span, message)| {
-                WalkError::Import(ImportError {
-                    file: path.clone(),
-                    text: text.clone(),
-                    span,
-                    message,
-                    notes: Vec::new(),
-                })
-            })?;
-            for import in found {
-                let target = root.resolve(&dir, &import.path).map_err(|reason| {
-                    WalkError::Import(outside(&path, &text, &import, root, &reason))
-                })?;
-                queue.push_back((target, import.format));
-            }
-        }
+        let dir = path.parent().unwrap_or(Path::new("/")).to_owned();
+        let format = format.unwrap_or_else(|| format_of(&path));
+        follow(&path, &dir, &text, format, root, &mut queue)?;
         walked.files.insert(path, text);
     }
     Ok(walked)
+}
+
+/// Queues what a Nickel file imports, each import resolved from `dir` and checked to stay in
+/// `root`.
+fn follow(
+    file: &Path,
+    dir: &Path,
+    text: &str,
+    format: InputFormat,
+    root: &Root,
+    queue: &mut VecDeque<(PathBuf, Option<InputFormat>)>,
+) -> Result<(), WalkError> {
+    if format != InputFormat::Nickel {
+        return Ok(());
+    }
+    let found = imports(text).map_err(|(span, message)| {
+        WalkError::Import(ImportError {
+            file: file.to_owned(),
+            text: text.to_owned(),
+            span,
+            message,
+            notes: Vec::new(),
+        })
+    })?;
+    for import in found {
+        let target = root
+            .resolve(dir, &import.path)
+            .map_err(|reason| WalkError::Import(outside(file, text, &import, root, &reason)))?;
+        queue.push_back((target, import.format));
+    }
+    Ok(())
 }
 
 fn outside(file: &Path, source: &str, import: &Import, root: &Root, reason: &str) -> ImportError {

@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | [`cli`] | the command line; [`cli::status`] prints a running agent's `/v1/state` | `status` reads HTTP |
 //! | [`run`], [`supervisor`] | wiring the live agent; ending it when one of its tasks dies | signals |
-//! | [`contract`], [`sandbox`], [`imports`] | evaluating a workspace with the bundled contract, in a confined child process, its imports kept in its tree | reads the workspace |
+//! | [`input`], [`contract`], [`sandbox`], [`imports`], [`diagnostics`] | evaluating a workspace (a file, or text read once from standard input or a pipe) with the bundled contract, in a confined child process, its imports kept in its tree; Nickel's diagnostics reworded where they mislead a workspace's author | reads the workspace |
 //! | [`workspace`] | the validated model an operator declared | none |
 //! | [`desired`], [`plan`] | the workspace in sozu's terms ([`sozu_state`]: sozu's vocabulary), and the requests from what sozu holds to that | none |
 //! | [`render`], [`deploy`], [`alerts`] | files made from the model: sozu's configuration, Kubernetes manifests, DNS records, alert rules | writes files |
@@ -33,8 +33,10 @@ pub mod clock;
 pub mod contract;
 pub mod deploy;
 pub mod desired;
+pub mod diagnostics;
 pub mod document;
 pub mod imports;
+pub mod input;
 pub mod memory;
 pub mod plan;
 pub mod reconcile;

@@ -5,27 +5,29 @@ use anyhow::Context;
 use clap::Parser;
 
 use private_ingress::alerts::{self, AlertSettings};
+use private_ingress::cli::exit::{
+    INVALID as EXIT_INVALID, IO as EXIT_IO, NOT_READY as EXIT_NOT_READY,
+    NO_ANSWER as EXIT_NO_ANSWER,
+};
+use private_ingress::cli::status::StatusError;
 use private_ingress::cli::{Cli, Command, EvalArgs, Format};
 use private_ingress::contract::{ContractError, SCHEMA};
 use private_ingress::deploy;
+use private_ingress::input::Input;
 use private_ingress::render::{self, SozuSettings};
 use private_ingress::sandbox::{self, SandboxError};
 use private_ingress::workspace::Workspace;
-
-/// The workspace is invalid: syntax, contract, or an evaluation that failed or hit a limit.
-const EXIT_INVALID: u8 = 1;
-/// A file cannot be read or written, the agent cannot be reached, the command line is wrong
-/// (clap exits 2 itself), or `run` stopped on a failure.
-const EXIT_IO: u8 = 2;
-/// `status`: the agent answers, and is not ready.
-const EXIT_NOT_READY: u8 = 1;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            // Each cause once: an error that shows its cause is not followed by it again.
+            eprintln!(
+                "error: {}",
+                private_ingress::text::error_chain(err.as_ref())
+            );
             ExitCode::from(EXIT_IO)
         }
     }
@@ -34,13 +36,14 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Check { workspace, eval } => {
+            let workspace = Input::open(&workspace)?;
             let ws = match load(&workspace, &eval)? {
                 Ok(ws) => ws,
                 Err(code) => return Ok(code),
             };
             println!(
                 "ok: {} — {} route{} in zone {}, tls_rotation {}",
-                workspace.display(),
+                workspace.name(),
                 ws.routes.len(),
                 if ws.routes.len() == 1 { "" } else { "s" },
                 ws.zone,
@@ -59,6 +62,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             alert_for_scale,
             eval,
         } => {
+            let workspace = Input::open(&workspace)?;
             let ws = match load(&workspace, &eval)? {
                 Ok(ws) => ws,
                 Err(code) => return Ok(code),
@@ -81,7 +85,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         for warning in deploy::warnings(&ws) {
                             eprintln!("warning: {warning}");
                         }
-                        deploy::WorkspaceFiles::read(&workspace, eval.workspace_root.as_deref())
+                        deploy::WorkspaceFiles::of(&workspace, eval.workspace_root.as_deref())
                             .and_then(|files| deploy::k8s(&ws, &files, &alerts))
                     } else {
                         deploy::dns(&ws)
@@ -97,8 +101,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             };
             match output {
-                Some(path) => render::write_atomic(&path, text.as_bytes())?,
-                None => std::io::stdout()
+                Some(path) if path.as_os_str() != "-" => {
+                    render::write_atomic(&path, text.as_bytes())?
+                }
+                _ => std::io::stdout()
                     .lock()
                     .write_all(text.as_bytes())
                     .context("cannot write to stdout")?,
@@ -123,7 +129,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             timeout,
         } => {
             let timeout = std::time::Duration::from_secs_f64(timeout);
-            let (body, status) = private_ingress::cli::status::fetch(&admin_address, timeout)?;
+            let (body, status) = match private_ingress::cli::status::fetch(&admin_address, timeout)
+            {
+                Ok(fetched) => fetched,
+                Err(err @ StatusError::NoAnswer { .. }) => {
+                    eprintln!("error: {err}");
+                    return Ok(ExitCode::from(EXIT_NO_ANSWER));
+                }
+                Err(err) => return Err(err.into()),
+            };
             if json {
                 println!("{body}");
             } else {
@@ -143,12 +157,23 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .context("cannot write to stdout")?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Completions { shell } => {
+            private_ingress::cli::manual::completions(shell, &mut std::io::stdout().lock());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => {
+            private_ingress::cli::manual::man(&mut std::io::stdout().lock())
+                .context("cannot write to stdout")?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::EvaluateWorkspace {
             memory_limit,
             root,
+            name,
             workspace,
         } => {
-            let code = sandbox::child_main(&workspace, root.as_deref(), memory_limit);
+            let code =
+                sandbox::child_main(&workspace, root.as_deref(), memory_limit, name.as_deref());
             Ok(ExitCode::from(u8::try_from(code).unwrap_or(3)))
         }
     }
@@ -156,9 +181,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 /// Evaluates the workspace in the sandbox. An invalid workspace is reported here and becomes the
 /// exit code; other failures propagate as errors.
-fn load(path: &std::path::Path, eval: &EvalArgs) -> anyhow::Result<Result<Workspace, ExitCode>> {
+fn load(input: &Input, eval: &EvalArgs) -> anyhow::Result<Result<Workspace, ExitCode>> {
     let exe = std::env::current_exe().context("cannot locate the private-ingress executable")?;
-    match sandbox::evaluate(&exe, path, &eval.limits()) {
+    match sandbox::evaluate_input(&exe, input, &eval.limits()) {
         Ok(ws) => Ok(Ok(ws)),
         Err(SandboxError::Contract(ContractError::Invalid { diagnostic })) => {
             eprint!("{diagnostic}");

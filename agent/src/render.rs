@@ -22,10 +22,10 @@ pub enum RenderError {
         format: &'static str,
         reason: String,
     },
-    #[error("cannot write {}: {source}", path.display())]
+    #[error("cannot write {}: {error}", path.display())]
     Write {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -305,9 +305,9 @@ fn path_string(path: &Path) -> String {
 pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), RenderError> {
     use std::os::unix::fs::PermissionsExt;
 
-    let fail = |source| RenderError::Write {
+    let fail = |error| RenderError::Write {
         path: path.to_owned(),
-        source,
+        error: without_temporary_name(error),
     };
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
@@ -330,6 +330,17 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), RenderError> {
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(fail)
+}
+
+/// tempfile's errors end in the temporary file's name (`… at path "/dir/.private-ingress-x1"`),
+/// a file the user never asked for; the path they gave is named already. tempfile keeps the
+/// system's error only as text, so the text is cut.
+fn without_temporary_name(error: std::io::Error) -> std::io::Error {
+    let text = error.to_string();
+    match text.rfind(" at path \"") {
+        Some(at) if error.get_ref().is_some() => std::io::Error::new(error.kind(), &text[..at]),
+        _ => error,
+    }
 }
 
 #[cfg(test)]

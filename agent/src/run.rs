@@ -23,10 +23,10 @@ pub enum RunError {
     Exe(std::io::Error),
     #[error(transparent)]
     Watch(#[from] WatchError),
-    #[error("admin server on {address}: {source}")]
+    #[error("admin server on {address}: {error}")]
     Admin {
         address: std::net::SocketAddr,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("cannot install signal handlers: {0}")]
     Signals(std::io::Error),
@@ -41,11 +41,13 @@ pub enum RunError {
 pub fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colour codes only for a person at a terminal: in a file, a pipe or `kubectl logs` they are
-    // noise in every line.
+    // Colour codes only for a person at a terminal who has not asked for none (NO_COLOR set and
+    // not empty, https://no-color.org; CLICOLOR=0): in a file, a pipe or `kubectl logs` they are
+    // noise in every line. anstream decides, as it does for clap's help and errors.
+    let ansi = anstream::AutoStream::choice(&std::io::stderr()) != anstream::ColorChoice::Never;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Human => builder.init(),
@@ -73,7 +75,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     tracing::info!(
         workspace = %args.workspace.display(),
         sozu_socket = %args.sozu_socket.display(),
-        tls_dir = ?args.tls_dir,
+        tls_dir = args.tls_dir.as_ref().map(|d| tracing::field::display(d.display())),
         admin_address = %args.admin_address,
         resync_interval_s = args.resync_interval,
         dns_interval_s = args.dns_interval,
@@ -140,9 +142,9 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
 
     let listener = tokio::net::TcpListener::bind(args.admin_address)
         .await
-        .map_err(|source| RunError::Admin {
+        .map_err(|error| RunError::Admin {
             address: args.admin_address,
-            source,
+            error,
         })?;
     let (stop_admin, admin_stopped) = watch::channel(false);
     let allowed = crate::api::admin::AllowedHosts::new(args.admin_allowed_host.clone());
@@ -227,7 +229,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         match tokio::time::timeout_at(deadline, tasks.ended()).await {
             Ok(ended) => waiting.retain(|task| *task != ended.task),
             Err(_) => {
-                tracing::warn!(tasks = ?waiting, grace_s = SHUTDOWN_GRACE.as_secs(),
+                tracing::warn!(tasks = %waiting.join(", "), grace_s = SHUTDOWN_GRACE.as_secs(),
                     "stopping without waiting any longer");
                 break;
             }

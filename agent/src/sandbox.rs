@@ -6,9 +6,11 @@
 //! caps its own address space, restricts its file access to reading the workspace's directory
 //! tree where the kernel has Landlock (besides the import check of [`crate::imports`], which
 //! holds everywhere), evaluates on a thread with a large stack, and prints one JSON [`Report`]
-//! on stdout. The parent reads at most [`MAX_REPORT_BYTES`] of it, kills it at the deadline,
-//! turns a crash into an error that says what probably happened, and cleans the diagnostic
-//! ([`crate::text`]) before anyone logs, serves or prints it.
+//! on stdout. A workspace already read (standard input, a pipe: [`crate::input`]) reaches the
+//! child on its standard input, the one copy it evaluates. The parent reads at most
+//! [`MAX_REPORT_BYTES`] of the report, kills the child at the deadline, turns a crash into an
+//! error that says what probably happened, and cleans the diagnostic ([`crate::text`]) before
+//! anyone logs, serves or prints it.
 //!
 //! The memory cap follows the container: inside a cgroup with a `memory.max`, the child may
 //! use at most what the cgroup has left beside the agent, so that a workspace that grows without
@@ -22,6 +24,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::contract::{self, ContractError};
+use crate::input::Input;
 use crate::workspace::Workspace;
 
 /// The hidden subcommand the child runs.
@@ -70,11 +73,8 @@ pub enum SandboxError {
     TimedOut { path: PathBuf, timeout: Duration },
     #[error("evaluating {} {cause}", path.display())]
     Crashed { path: PathBuf, cause: String },
-    #[error("cannot start the evaluation process {}: {source}", exe.display())]
-    Spawn {
-        exe: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("cannot start the evaluation process {}: {error}", exe.display())]
+    Spawn { exe: PathBuf, error: std::io::Error },
     #[error("evaluating {} wrote more than {} bytes and was stopped", path.display(), MAX_REPORT_BYTES)]
     TooLarge { path: PathBuf },
 }
@@ -104,6 +104,18 @@ pub enum Report {
 
 /// Evaluates `path` in a child process running `exe` (normally `std::env::current_exe()`).
 pub fn evaluate(exe: &Path, path: &Path, limits: &Limits) -> Result<Workspace, SandboxError> {
+    evaluate_input(exe, &Input::File(path.to_owned()), limits)
+}
+
+/// [`evaluate`] for a workspace that is a file or text already read: the text goes to the child
+/// on its standard input, the one copy it evaluates.
+pub fn evaluate_input(
+    exe: &Path,
+    input: &Input,
+    limits: &Limits,
+) -> Result<Workspace, SandboxError> {
+    let path = input.path();
+    let path = path.as_path();
     let memory = cap_for_cgroup(limits.memory_bytes, cgroup_room());
     let mut command = Command::new(exe);
     command
@@ -114,16 +126,36 @@ pub fn evaluate(exe: &Path, path: &Path, limits: &Limits) -> Result<Workspace, S
     if let Some(root) = &limits.root {
         command.arg("--root").arg(root);
     }
+    let text = match input {
+        Input::File(path) => {
+            command.arg(path).stdin(Stdio::null());
+            None
+        }
+        Input::Text { name, text } => {
+            command
+                .arg("--name")
+                .arg(name)
+                .arg("-")
+                .stdin(Stdio::piped());
+            Some(text.clone())
+        }
+    };
     let mut child = command
-        .arg(path)
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|source| SandboxError::Spawn {
+        .map_err(|error| SandboxError::Spawn {
             exe: exe.to_owned(),
-            source,
+            error,
         })?;
+    // On a thread of its own: the child may stop reading (a limit), and the deadline below
+    // still holds. A child gone early fails the write, which the report then explains.
+    if let (Some(text), Some(mut stdin)) = (text, child.stdin.take()) {
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let _ = stdin.write_all(text.as_bytes());
+        });
+    }
 
     // Drain both pipes while waiting: a large report would otherwise block the child on a full pipe.
     // The child's stdout closing is its exit (or close to it): waiting on that wakes the parent
@@ -158,11 +190,11 @@ pub fn evaluate(exe: &Path, path: &Path, limits: &Limits) -> Result<Workspace, S
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(20));
             }
-            Err(source) => {
+            Err(error) => {
                 let _ = child.kill();
                 return Err(SandboxError::Spawn {
                     exe: exe.to_owned(),
-                    source,
+                    error,
                 });
             }
         }
@@ -261,23 +293,45 @@ fn crash_cause(status: ExitStatus, stderr: &str) -> String {
 }
 
 /// The child's side: cap memory, confine reads, evaluate on a big stack, print the report.
-/// Returns the process exit code.
-pub fn child_main(path: &Path, root: Option<&Path>, memory_bytes: u64) -> i32 {
+/// With a `name`, the workspace is the text on standard input, called `name`. Returns the
+/// process exit code.
+pub fn child_main(path: &Path, root: Option<&Path>, memory_bytes: u64, name: Option<&str>) -> i32 {
     // The cap is best effort: without it the deadline still bounds the child.
     let _ = rlimit::setrlimit(rlimit::Resource::AS, memory_bytes, memory_bytes);
     crate::memory::use_one_heap();
-    // Best effort too: the import check of `contract` holds without it.
-    if let Ok(tree) = crate::imports::Root::of(path, root) {
+    let input = match name {
+        None => Input::File(path.to_owned()),
+        Some(name) => {
+            let mut text = String::new();
+            if let Err(err) = std::io::stdin()
+                .take(crate::input::MAX_TEXT_BYTES)
+                .read_to_string(&mut text)
+            {
+                eprintln!("cannot read the workspace from standard input: {err}");
+                return 3;
+            }
+            Input::Text {
+                name: name.to_owned(),
+                text,
+            }
+        }
+    };
+    // Best effort too: the import check of `contract` holds without it. A workspace read as
+    // text reads from the current directory.
+    let entry = match &input {
+        Input::File(path) => path.clone(),
+        Input::Text { name, .. } => PathBuf::from(name),
+    };
+    if let Ok(tree) = crate::imports::Root::of(&entry, root) {
         let _ = confine_reads(tree.real());
     }
-    let path = path.to_owned();
     let root = root.map(Path::to_owned);
     // The stack counts against the cap: keep it to a quarter, so a small cap still evaluates.
     let stack = EVAL_STACK_BYTES.min(usize::try_from(memory_bytes / 4).unwrap_or(usize::MAX));
     let evaluation = std::thread::Builder::new()
         .name("evaluate".into())
         .stack_size(stack)
-        .spawn(move || contract::evaluate_in(&path, root.as_deref()));
+        .spawn(move || contract::evaluate_input(&input, root.as_deref()));
     let report = match evaluation.map(|h| h.join()) {
         Ok(Ok(Ok(workspace))) => Report::Ok(workspace),
         Ok(Ok(Err(ContractError::Unreadable { path, reason }))) => {

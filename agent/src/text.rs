@@ -19,6 +19,23 @@ pub fn clean_line(text: &str, max: usize) -> String {
     clean_keeping(text, max, |c| c == '\t')
 }
 
+/// `error` and its causes on one line, each said once: `error: cause: cause's cause`. A cause
+/// whose text its error already shows (many crates' errors print their source and return it too)
+/// is not repeated.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        let text = next.to_string();
+        if !text.is_empty() && !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = next.source();
+    }
+    out
+}
+
 fn clean_keeping(text: &str, max: usize, keep: impl Fn(char) -> bool) -> String {
     let mut out = String::with_capacity(text.len().min(max) + 16);
     for (at, c) in text.char_indices() {
@@ -49,6 +66,36 @@ mod tests {
         assert!(shown.contains("\\u{1b}]0;owned"), "{shown}");
         assert!(shown.contains("ok\nnext\tline\\u{d}"), "{shown}");
         assert_eq!(clean_line("a\nb", 10), "a\\u{a}b");
+    }
+
+    /// An error that prints its cause and returns it as its source too.
+    #[derive(Debug)]
+    struct Both(std::io::Error);
+
+    impl std::fmt::Display for Both {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "cannot write out.json: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Both {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let missing = || std::io::Error::new(std::io::ErrorKind::NotFound, "no such directory");
+        assert_eq!(
+            error_chain(&Both(missing())),
+            "cannot write out.json: no such directory"
+        );
+        let chained = anyhow::Error::new(missing()).context("cannot read the workspace");
+        assert_eq!(
+            error_chain(chained.as_ref()),
+            "cannot read the workspace: no such directory"
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The `private-ingress` binary as a user runs it: exit codes, messages, limits and output files.
 
-use crate::common::{assert_golden, bin, run};
+use crate::common::{assert_golden, bin, run, run_fed};
 use std::path::{Path, PathBuf};
 
 fn examples() -> PathBuf {
@@ -221,7 +221,7 @@ fn state(ready: bool) -> String {
 }
 
 /// `status` tells a script what it saw: 0 ready, 1 answering but not ready, 2 not reachable (no
-/// one listening, or no answer within `--timeout`).
+/// one listening), 3 no answer within `--timeout`.
 #[test]
 fn status_exit_codes_tell_ready_from_not_ready_from_unreachable() {
     let status = |address: String, extra: &[&str]| {
@@ -249,13 +249,272 @@ fn status_exit_codes_tell_ready_from_not_ready_from_unreachable() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("cannot reach the agent"), "{err}");
 
-    let started = std::time::Instant::now();
-    let (code, _, err) = status(admin_answering(None).to_string(), &["--timeout", "1"]);
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains("no answer within 1 s"), "{err}");
-    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    // An agent that takes the connection and never answers, and one whose connection waits in
+    // the listener's backlog, never taken: `status` gives up at its timeout, exits 3, and says
+    // where, how long it waited and what to check.
+    let never_accepted = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    for address in [
+        admin_answering(None).to_string(),
+        never_accepted.local_addr().unwrap().to_string(),
+    ] {
+        let started = std::time::Instant::now();
+        let (code, out, err) = status(address.clone(), &["--timeout", "2"]);
+        let waited = started.elapsed();
+        assert_eq!(code, 3, "{out}{err}");
+        assert_eq!(
+            err.trim(),
+            format!(
+                "error: no answer from {address} within 2 s: is it the agent's admin address \
+                 (--admin-address), and is the agent, or the `kubectl port-forward` to it, \
+                 running? --timeout waits longer"
+            )
+        );
+        assert!(out.is_empty(), "{out}");
+        assert!(waited >= std::time::Duration::from_secs(2), "{waited:?}");
+        assert!(waited < std::time::Duration::from_secs(30), "{waited:?}");
+    }
 
     let (code, _, err) = status("https://127.0.0.1:9180".into(), &[]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("plain HTTP"), "{err}");
+}
+
+/// A fatal error names each cause once (`error: cannot write …: No such file or directory (os
+/// error 2)`), never the cause a second time after the message that already shows it.
+#[test]
+fn a_failure_names_its_cause_once() {
+    let (code, _, err) = run(bin()
+        .arg("render")
+        .arg(examples().join("librecloud.ncl"))
+        .args(["--format", "json", "--output", "/nonexistent/dir/out.json"]));
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(
+        err.trim(),
+        "error: cannot write /nonexistent/dir/out.json: No such file or directory (os error 2)"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let agent = |workspace: &Path, admin: &str| {
+        run(bin()
+            .args(["run", "--log-format", "json", "--workspace"])
+            .arg(workspace)
+            .arg("--sozu-socket")
+            .arg(dir.path().join("sozu.sock"))
+            .arg("--tls-dir")
+            .arg(dir.path())
+            .args(["--admin-address", admin]))
+    };
+    // The workspace's directory is not there.
+    let (code, _, err) = agent(&dir.path().join("gone/workspace.ncl"), "127.0.0.1:0");
+    assert_eq!(code, 2, "{err}");
+    let last = err.lines().find(|l| l.starts_with("error:"));
+    assert_eq!(
+        last,
+        Some(
+            format!(
+                "error: cannot watch {}: no such file or directory",
+                dir.path().join("gone").display()
+            )
+            .as_str()
+        ),
+        "{err}"
+    );
+    // The admin address is taken.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let (code, _, err) = agent(&examples().join("librecloud.ncl"), &address);
+    assert_eq!(code, 2, "{err}");
+    let last = err.lines().find(|l| l.starts_with("error:"));
+    assert_eq!(
+        last,
+        Some(
+            format!("error: admin server on {address}: Address already in use (os error 98)")
+                .as_str()
+        ),
+        "{err}"
+    );
+}
+
+/// Log fields are words, not Rust's debug notation (`Some(Os { code: 2, kind: NotFound, .. })`,
+/// `None`): the JSON lines of an agent whose certificate pair is missing and whose sozu socket is
+/// not there yet, two failures it logs and goes on from.
+#[test]
+fn log_fields_show_no_debug_notation() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("workspace.ncl");
+    std::fs::write(
+        &workspace,
+        format!(
+            r#"{{ zone = "in.example.org", cluster_issuer = "ca", tls_dir = "{}",
+                  routes = [{{ host = "a.in.example.org", upstream = "127.0.0.1", port = 8080 }}] }}"#,
+            dir.path().join("tls").display()
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join("tls")).unwrap();
+    let mut child = bin()
+        .args([
+            "run",
+            "--log-format",
+            "json",
+            "--admin-address",
+            "127.0.0.1:0",
+        ])
+        .arg("--workspace")
+        .arg(&workspace)
+        .arg("--sozu-socket")
+        .arg(dir.path().join("sozu.sock"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (lines, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let mut seen = Vec::new();
+    let wanted = [
+        "starting",
+        "certificate pair refused",
+        "sozu unreachable; retrying",
+    ];
+    while !wanted
+        .iter()
+        .all(|w| seen.iter().any(|l: &String| l.contains(w)))
+    {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match received.recv_timeout(left) {
+            Ok(line) => seen.push(line),
+            Err(_) => break,
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = seen.join("\n");
+    for w in wanted {
+        assert!(log.contains(w), "no `{w}` line in\n{log}");
+    }
+    for line in &seen {
+        let entry: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        for (name, value) in entry["fields"].as_object().unwrap() {
+            let text = value.to_string();
+            for debug in ["Os {", "Some(", "kind: ", "\"None\"", "[\""] {
+                assert!(
+                    !text.contains(debug),
+                    "field `{name}` shows `{debug}`: {line}"
+                );
+            }
+        }
+    }
+}
+
+/// `-` is standard input, and a workspace that is a pipe or one of the process's descriptors
+/// (`/dev/stdin`) is read once: each gives what the file itself gives.
+#[test]
+fn a_workspace_on_standard_input_is_read_once() {
+    let path = examples().join("librecloud.ncl");
+    let text = std::fs::read(&path).unwrap();
+    let (code, from_file, err) = run(bin().args(["render", "--format", "json"]).arg(&path));
+    assert_eq!(code, 0, "{err}");
+    for name in ["-", "/dev/stdin", "/proc/self/fd/0"] {
+        // Through a pipe.
+        let (code, out, err) = run_fed(bin().args(["render", "--format", "json", name]), &text);
+        assert_eq!((code, &out), (0, &from_file), "{name}: {err}");
+        let (code, out, err) = run_fed(bin().args(["check", name]), &text);
+        assert_eq!(code, 0, "{name}: {err}");
+        assert_eq!(
+            out,
+            "ok: <stdin> — 3 routes in zone in.librecloud.online, tls_rotation csi_driver\n"
+        );
+        // A regular file as standard input: the evaluating child has a standard input of its own.
+        let (code, out, err) = run(bin()
+            .args(["render", "--format", "json", name])
+            .stdin(std::fs::File::open(&path).unwrap()));
+        assert_eq!((code, &out), (0, &from_file), "{name} < file: {err}");
+    }
+    // A named pipe, which can be opened once and read once.
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("workspace.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let writer = {
+        let (fifo, text) = (fifo.clone(), text.clone());
+        std::thread::spawn(move || std::fs::write(fifo, text))
+    };
+    let (code, out, err) = run(bin().args(["render", "--format", "json"]).arg(&fifo));
+    writer.join().unwrap().unwrap();
+    assert_eq!((code, &out), (0, &from_file), "{err}");
+
+    // Its diagnostics name it `<stdin>`.
+    let bad = std::fs::read(examples().join("bad/port-zero.ncl")).unwrap();
+    let (code, _, err) = run_fed(bin().args(["check", "-"]), &bad);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("┌─ <stdin>:7:83"), "{err}");
+    // JSON is read as JSON.
+    let json = br#"{ "zone": "in.example.org", "cluster_issuer": "ca", "routes": [] }"#;
+    let (code, out, err) = run_fed(bin().args(["check", "-"]), json);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("ok: <stdin> — 0 routes"), "{out}");
+}
+
+/// A workspace on standard input imports from the current directory, the root of what it may
+/// read; the Kubernetes ConfigMap ships it as `workspace.ncl` beside what it imports.
+#[test]
+fn imports_from_standard_input_resolve_from_the_current_directory() {
+    let modular = examples().join("modular");
+    let text = std::fs::read(modular.join("workspace.ncl")).unwrap();
+    let (code, out, err) = run_fed(bin().args(["check", "-"]).current_dir(&modular), &text);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("ok: <stdin> — 4 routes"), "{out}");
+
+    // From elsewhere, `routes.ncl` is not beside it.
+    let (code, _, err) = run_fed(bin().args(["check", "-"]).current_dir(examples()), &text);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("import of routes.ncl failed"), "{err}");
+    // And nothing outside the current directory is imported.
+    let (code, _, err) = run_fed(
+        bin().args(["check", "-"]).current_dir(&modular),
+        b"{ zone = \"in.example.org\", cluster_issuer = \"ca\", routes = import \"../plain.json\" }",
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("`../plain.json` leads out of it"), "{err}");
+
+    let (code, manifests, err) = run_fed(
+        bin()
+            .args(["render", "--format", "k8s", "-"])
+            .current_dir(&modular),
+        &text,
+    );
+    assert_eq!(code, 0, "{err}");
+    let (_, from_file, err) = run(bin()
+        .args(["render", "--format", "k8s"])
+        .arg(modular.join("workspace.ncl")));
+    assert_eq!(manifests, from_file, "{err}");
+}
+
+/// `render --output -` is standard output, not a file named `-`.
+#[test]
+fn render_output_dash_is_standard_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, out, err) = run(bin()
+        .args(["render", "--format", "json", "--output", "-"])
+        .arg(examples().join("librecloud.ncl"))
+        .current_dir(dir.path()));
+    assert_eq!(code, 0, "{err}");
+    let model: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(model["zone"], "in.librecloud.online");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+
+    // `run` reads its workspace again at every change, which standard input cannot be.
+    let (code, _, err) = run(bin().args(["run", "--workspace", "-", "--sozu-socket", "s.sock"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("give a file, not `-`"), "{err}");
 }

@@ -7,6 +7,12 @@ mod common;
 /// Exit codes, messages, limits and output files of every subcommand.
 mod cli;
 
+/// Colour on a terminal, and NO_COLOR.
+mod terminal;
+
+/// Shell completions, the manual page, and the exit codes the README lists.
+mod manual;
+
 /// `render --format k8s` and `--format dns` against kubernetes-validate, dnspython and just.
 mod deploy;
 

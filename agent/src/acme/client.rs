@@ -23,7 +23,7 @@ use instant_acme::{
 };
 
 use super::http::{self as https, Https, Roots};
-use super::store::{blocking, Store, StoreError};
+use super::store::{blocking, json_failure, Store, StoreError};
 use super::AcmeError;
 use crate::workspace::Acme;
 
@@ -170,7 +170,7 @@ impl AccountSource {
         let credentials = serde_json::to_value(&credentials).map_err(|e| {
             AcmeError::Store(StoreError::Io {
                 path: store.dir().to_owned(),
-                reason: format!("cannot serialise the account: {:?}", e.classify()),
+                reason: format!("cannot serialise the account: {}", json_failure(&e)),
             })
         })?;
         {
@@ -195,7 +195,7 @@ impl AccountSource {
             .map_err(|e| {
             AcmeError::Store(StoreError::Corrupt {
                 path: Path::new("accounts").to_owned(),
-                reason: format!("{:?}", e.classify()),
+                reason: json_failure(&e).into(),
             })
         })?;
         let account = Account::builder_with_http(Box::new(Recording {

@@ -213,13 +213,39 @@ async fn resume(
             if status == OrderStatus::Invalid {
                 return None;
             }
-            tracing::info!(host, order = %pending.url, ?status, "resuming the order placed before the restart");
+            tracing::info!(host, order = %pending.url, status = %order_status(status), "resuming the order placed before the restart");
             Some((order, pending.key_pem))
         }
         Err(e) => {
             tracing::info!(host, order = %pending.url, error = %e, "the order placed before the restart cannot be resumed; placing another");
             None
         }
+    }
+}
+
+/// An order's status as RFC 8555 writes it.
+fn order_status(status: OrderStatus) -> &'static str {
+    match status {
+        OrderStatus::Pending => "pending",
+        OrderStatus::Ready => "ready",
+        OrderStatus::Processing => "processing",
+        OrderStatus::Valid => "valid",
+        OrderStatus::Invalid => "invalid",
+    }
+}
+
+/// A value of the ACME protocol as the protocol writes it (`pending`, `ip 10.0.0.1`), for a
+/// message: its JSON form, a `{ type, value }` pair read as two words.
+fn word(value: &impl serde::Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(text)) => text,
+        Ok(serde_json::Value::Object(fields)) => fields
+            .values()
+            .filter_map(|v| v.as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
+        Ok(other) => other.to_string(),
+        Err(_) => "of an unknown kind".into(),
     }
 }
 
@@ -241,7 +267,7 @@ async fn authorize(
             AuthorizationStatus::Valid => continue,
             other => {
                 return Err((
-                    AcmeError::Authorization(format!("authorisation is {other:?}")),
+                    AcmeError::Authorization(format!("authorisation is {}", word(&other))),
                     false,
                     true,
                 ))
@@ -251,7 +277,8 @@ async fn authorize(
             Identifier::Dns(name) => name.clone(),
             other => {
                 return Err(plain(AcmeError::Authorization(format!(
-                    "unsupported identifier {other:?}"
+                    "unsupported identifier {}",
+                    word(other)
                 ))))
             }
         };

@@ -286,18 +286,29 @@ fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, StoreError> 
         .map_err(|e| StoreError::Corrupt {
             path: path.to_owned(),
             reason: format!(
-                "line {}, column {}: {:?}",
+                "line {}, column {}: {}",
                 e.line(),
                 e.column(),
-                e.classify()
+                json_failure(&e)
             ),
         })
+}
+
+/// What went wrong with a JSON document, in words. serde_json's own message can quote the
+/// document, which here may hold key material: only its category is said.
+pub fn json_failure(error: &serde_json::Error) -> &'static str {
+    match error.classify() {
+        serde_json::error::Category::Io => "it cannot be read or written",
+        serde_json::error::Category::Syntax => "it is not valid JSON",
+        serde_json::error::Category::Data => "it does not have the expected fields",
+        serde_json::error::Category::Eof => "it ends early",
+    }
 }
 
 fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), StoreError> {
     let bytes = serde_json::to_vec_pretty(value).map_err(|e| StoreError::Io {
         path: path.to_owned(),
-        reason: format!("cannot serialise: {:?}", e.classify()),
+        reason: format!("cannot serialise: {}", json_failure(&e)),
     })?;
     write_private(path, &bytes)
 }

@@ -16,11 +16,11 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
-#[error("cannot write the certificate pair of {host} into {}: {source}", dir.display())]
+#[error("cannot write the certificate pair of {host} into {}: {error}", dir.display())]
 pub struct WriteError {
     host: String,
     dir: PathBuf,
-    source: std::io::Error,
+    error: std::io::Error,
 }
 
 /// Whether the pair was written, or already there.
@@ -37,10 +37,10 @@ pub fn write_pair(
     key_pem: &str,
 ) -> Result<Written, WriteError> {
     let dir = tls_dir.join(host);
-    let fail = |source| WriteError {
+    let fail = |error| WriteError {
         host: host.to_owned(),
         dir: dir.clone(),
-        source,
+        error,
     };
     if crate::certs::read_pair(&dir).is_ok_and(|pair| {
         pair.crt == chain_pem.as_bytes() && pair.key.as_slice() == key_pem.as_bytes()

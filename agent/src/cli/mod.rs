@@ -1,6 +1,8 @@
 //! Command-line interface: the arguments of every subcommand ([`status`] is `status`'s own
 //! code). Every flag documented here is public interface: keep names stable.
 
+pub mod exit;
+pub mod manual;
 pub mod status;
 
 use std::path::PathBuf;
@@ -13,7 +15,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 /// Exit codes: 0 success; 1 the workspace is invalid (syntax, contract, evaluation failure or
 /// limit), or for `status`, the agent answers but is not ready; 2 a file cannot be read or
 /// written, the agent cannot be reached, the command line is wrong, or `run` stopped on a
-/// failure.
+/// failure; 3 `status` got no answer within `--timeout`.
+///
+/// A workspace given as `-` is read from standard input; one that is not a regular file (a
+/// pipe, /dev/stdin) is read once. Either way its imports resolve from the current directory.
+/// NO_COLOR (set and not empty) turns colour off, on a terminal too.
 #[derive(Debug, Parser)]
 #[command(name = "private-ingress", version, about, long_about)]
 pub struct Cli {
@@ -25,7 +31,7 @@ pub struct Cli {
 pub enum Command {
     /// Check a workspace against the contract and print a one-line summary.
     Check {
-        /// The workspace file (.ncl, or plain .json/.yaml/.toml data).
+        /// The workspace file (.ncl, or plain .json/.yaml/.toml data); `-` reads standard input.
         workspace: PathBuf,
         #[command(flatten)]
         eval: EvalArgs,
@@ -33,12 +39,13 @@ pub enum Command {
     /// Render a workspace: its normalised model, a sozu configuration, Kubernetes manifests, DNS
     /// records or alert rules.
     Render {
-        /// The workspace file (.ncl, or plain .json/.yaml/.toml data).
+        /// The workspace file (.ncl, or plain .json/.yaml/.toml data); `-` reads standard input.
         workspace: PathBuf,
         /// What to produce.
         #[arg(long, value_enum)]
         format: Format,
-        /// Write here (atomically: a failure leaves the previous file untouched) instead of stdout.
+        /// Write here (atomically: a failure leaves the previous file untouched) instead of stdout;
+        /// `-` is stdout.
         #[arg(long, short)]
         output: Option<PathBuf>,
         /// sozu-toml: the control socket path written into the configuration.
@@ -67,12 +74,19 @@ pub enum Command {
         /// Print the raw JSON instead of a table.
         #[arg(long)]
         json: bool,
-        /// Seconds to wait for the agent's answer.
+        /// Seconds to wait for the agent's answer; none by then exits 3.
         #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
         timeout: f64,
     },
     /// Print the bundled contract, to vendor next to a workspace for editor support.
     Schema,
+    /// Print the completion script for a shell.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), every subcommand and flag in one page.
+    Man,
     /// Internal: evaluate a workspace in this (child) process and print a JSON report.
     #[command(name = "__evaluate-workspace", hide = true)]
     EvaluateWorkspace {
@@ -80,6 +94,9 @@ pub enum Command {
         memory_limit: u64,
         #[arg(long)]
         root: Option<PathBuf>,
+        /// The workspace is the text on standard input, called this.
+        #[arg(long)]
+        name: Option<String>,
         workspace: PathBuf,
     },
 }
@@ -95,7 +112,7 @@ pub const DEFAULT_ADMIN_ADDRESS: &str = "127.0.0.1:9180";
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
     /// The workspace file; its directory is watched, so a ConfigMap mount's `..data` swap is seen.
-    #[arg(long, env = "PRIVATE_INGRESS_WORKSPACE")]
+    #[arg(long, env = "PRIVATE_INGRESS_WORKSPACE", value_parser = watched_file)]
     pub workspace: PathBuf,
     /// sozu's command socket. The agent waits for it, so it may start before sozu.
     #[arg(long, env = "PRIVATE_INGRESS_SOZU_SOCKET")]
@@ -222,6 +239,14 @@ impl EvalArgs {
             root: self.workspace_root.clone(),
         }
     }
+}
+
+/// `run` reads its workspace again at every change: standard input cannot be.
+fn watched_file(s: &str) -> Result<PathBuf, String> {
+    if s == "-" {
+        return Err("run reads its workspace again at every change: give a file, not `-`".into());
+    }
+    Ok(PathBuf::from(s))
 }
 
 fn for_scale(s: &str) -> Result<f64, String> {

@@ -10,6 +10,15 @@ use crate::document::{BackendHealth, Document, IssuerStatus, Waiting};
 pub enum StatusError {
     #[error("cannot reach the agent at {address}: {reason}")]
     Unreachable { address: String, reason: String },
+    #[error(
+        "no answer from {address} within {} s: is it the agent's admin address (--admin-address), \
+         and is the agent, or the `kubectl port-forward` to it, running? --timeout waits longer",
+        timeout.as_secs_f64()
+    )]
+    NoAnswer {
+        address: String,
+        timeout: std::time::Duration,
+    },
     #[error("the agent at {address} answered something that is not its state: {reason}")]
     Malformed { address: String, reason: String },
 }
@@ -44,9 +53,10 @@ pub fn fetch(
         .call()
         .and_then(|mut r| r.body_mut().read_to_string())
         .map_err(|e| match e {
-            ureq::Error::Timeout(_) => {
-                unreachable(format!("no answer within {} s", timeout.as_secs_f64()))
-            }
+            ureq::Error::Timeout(_) => StatusError::NoAnswer {
+                address: admin_address.to_owned(),
+                timeout,
+            },
             e => unreachable(e.to_string()),
         })?;
     let status = serde_json::from_str(&body).map_err(|e| StatusError::Malformed {

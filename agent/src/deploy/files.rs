@@ -2,6 +2,8 @@
 //! imports, inside its tree ([`crate::imports`]), laid out at their relative paths.
 
 use super::*;
+use crate::input::Input;
+use nickel_lang_core::cache::InputFormat;
 
 /// The workspace file and every file it imports, transitively, as they will sit in the pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,6 +15,45 @@ pub struct WorkspaceFiles {
 }
 
 impl WorkspaceFiles {
+    /// [`WorkspaceFiles::read`] for a workspace that is a file or text already read. Text has no
+    /// file name: it ships as `workspace.ncl` (`workspace.json` when it is JSON) in the current
+    /// directory, from where its imports resolve.
+    pub fn of(input: &Input, root: Option<&Path>) -> Result<WorkspaceFiles, DeployError> {
+        let (name, text) = match input {
+            Input::File(path) => return WorkspaceFiles::read(path, root),
+            Input::Text { name, text } => (name, text),
+        };
+        let read_error = |reason: String| DeployError::Read {
+            path: PathBuf::from(name),
+            reason,
+        };
+        let dir = std::env::current_dir().map_err(|err| read_error(err.to_string()))?;
+        let format = crate::contract::text_format(text);
+        let shipped = dir.join(match format {
+            InputFormat::Json => "workspace.json",
+            _ => "workspace.ncl",
+        });
+        // Walked under its own name, which no file has, then renamed: an import of a file by the
+        // name the text ships as is refused rather than shadowed.
+        let read = dir.join(name);
+        let tree = Root::of(&read, root).map_err(|err| read_error(err.to_string()))?;
+        let mut walked =
+            imports::walk_text(&read, &dir, text, format, &tree).map_err(walk_error)?;
+        if walked.files.contains_key(&shipped) {
+            return Err(DeployError::ConfigMapFile {
+                path: shipped,
+                reason: format!(
+                    "the workspace read from {name} ships under this name, and imports the file \
+                     of that name; render it from its file instead"
+                ),
+            });
+        }
+        if let Some(text) = walked.files.remove(&read) {
+            walked.files.insert(shipped.clone(), text);
+        }
+        Self::laid_out(&shipped, walked)
+    }
+
     /// Reads `workspace` and follows its `import "…"`s ([`crate::imports::walk`]: confined to
     /// `root`, the workspace's directory unless wider, as the evaluation is). Imports are found
     /// with Nickel's own lexer rather than by evaluating: this runs in the parent process, after
@@ -29,17 +70,12 @@ impl WorkspaceFiles {
             .map_err(|err| read_error(workspace, err.to_string()))?;
         let tree = Root::of(&entry, root)
             .map_err(|err| read_error(root.unwrap_or(&entry), err.to_string()))?;
-        let walked = imports::walk(&entry, &tree).map_err(|err| match err {
-            WalkError::Read { path, reason } => DeployError::Read { path, reason },
-            WalkError::Outside { ref path, .. } => DeployError::Scan {
-                path: path.clone(),
-                reason: err.to_string(),
-            },
-            WalkError::Import(error) => DeployError::Scan {
-                path: error.file.clone(),
-                reason: error.message,
-            },
-        })?;
+        let walked = imports::walk(&entry, &tree).map_err(walk_error)?;
+        Self::laid_out(&entry, walked)
+    }
+
+    /// The files `walked` read, at their paths relative to their deepest common directory.
+    fn laid_out(entry: &Path, walked: imports::Walked) -> Result<WorkspaceFiles, DeployError> {
         if let Some((path, reason)) = walked.unreadable.into_iter().next() {
             return Err(DeployError::Read { path, reason });
         }
@@ -55,7 +91,7 @@ impl WorkspaceFiles {
             parts.join("/")
         };
         Ok(WorkspaceFiles {
-            entry: relative(&entry),
+            entry: relative(entry),
             files: contents
                 .into_iter()
                 .map(|(path, text)| (relative(&path), text))
@@ -63,6 +99,21 @@ impl WorkspaceFiles {
         })
     }
 }
+
+fn walk_error(err: WalkError) -> DeployError {
+    match err {
+        WalkError::Read { path, reason } => DeployError::Read { path, reason },
+        WalkError::Outside { ref path, .. } => DeployError::Scan {
+            path: path.clone(),
+            reason: err.to_string(),
+        },
+        WalkError::Import(error) => DeployError::Scan {
+            path: error.file.clone(),
+            reason: error.message,
+        },
+    }
+}
+
 /// The deepest directory holding every path.
 pub(super) fn common_dir<'a>(mut paths: impl Iterator<Item = &'a PathBuf>) -> PathBuf {
     let Some(first) = paths.next() else {

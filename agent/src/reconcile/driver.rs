@@ -411,13 +411,13 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             SozuEvent::Changed(change) => match self.ledger.reported(&change, Instant::now()) {
                 Drift::None => return,
                 Drift::Cluster(id) => {
-                    tracing::info!(cluster = %id, change = ?change.kind,
+                    tracing::info!(cluster = %id, change = %change.kind,
                         "a cluster of the agent's changed in sozu behind its back; repairing it");
                     self.counters.drift_repairs += 1;
                     work.drifted.insert(id);
                 }
                 Drift::Everything => {
-                    tracing::info!(change = ?change.kind,
+                    tracing::info!(change = %change.kind,
                         "sozu's certificates or state changed behind the agent's back; reading it again");
                     self.counters.drift_repairs += 1;
                     work.resync = true;

@@ -159,7 +159,12 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             self.sozu_error = None;
             return Ok(scope);
         }
-        tracing::info!(requests = ops.len(), summary = ?plan::summary(&ops), "applying changes to sozu");
+        let summary = plan::summary(&ops)
+            .into_iter()
+            .map(|(kind, count)| format!("{kind}={count}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        tracing::info!(requests = ops.len(), %summary, "applying changes to sozu");
         let mut broken = None;
         let mut refused = false;
         let sent_at = TokioInstant::now();
@@ -181,7 +186,8 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                         let at = u64::try_from(self.clock.unix()).unwrap_or(0);
                         self.certs.rotated(&certificate.names, at);
                         tracing::info!(fingerprint = %certificate.fingerprint,
-                            names = ?certificate.names, "certificate replaced");
+                            names = %certificate.names.iter().cloned().collect::<Vec<_>>().join(","),
+                            "certificate replaced");
                     }
                 }
                 Outcome::Refused(reason) => {

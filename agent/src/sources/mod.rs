@@ -60,12 +60,32 @@ pub struct NameFact {
     pub error: Option<String>,
 }
 
-/// A source that could not start.
+/// A source that could not start: no watcher, or none on `path` (empty when the watcher itself
+/// could not be made).
 #[derive(Debug, thiserror::Error)]
-#[error("cannot watch {}: {source}", path.display())]
+#[error("{}", watch_message(path, error))]
 pub struct WatchError {
     pub path: std::path::PathBuf,
-    pub source: notify::Error,
+    pub error: notify::Error,
+}
+
+fn watch_message(path: &std::path::Path, error: &notify::Error) -> String {
+    // notify's own message adds the paths in Rust's debug notation; the path is said here.
+    let reason = match &error.kind {
+        notify::ErrorKind::Io(e) => e.to_string(),
+        notify::ErrorKind::PathNotFound => "no such file or directory".into(),
+        notify::ErrorKind::Generic(text) => text.clone(),
+        notify::ErrorKind::WatchNotFound => "it is not watched".into(),
+        notify::ErrorKind::InvalidConfig(_) => "the watcher's configuration is invalid".into(),
+        notify::ErrorKind::MaxFilesWatch => {
+            "the system's limit of watches is reached (fs.inotify.max_user_watches)".into()
+        }
+    };
+    if path.as_os_str().is_empty() {
+        format!("cannot start a file watcher: {reason}")
+    } else {
+        format!("cannot watch {}: {reason}", path.display())
+    }
 }
 
 /// Where certificate pairs come from. A source publishes [`Fact::Pairs`] for the route hosts of

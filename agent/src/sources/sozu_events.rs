@@ -60,6 +60,21 @@ pub enum ChangeKind {
     Loaded,
 }
 
+impl std::fmt::Display for ChangeKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ChangeKind::ClusterAdded => "cluster added",
+            ChangeKind::ClusterRemoved => "cluster removed",
+            ChangeKind::FrontendAdded => "frontend added",
+            ChangeKind::FrontendRemoved => "frontend removed",
+            ChangeKind::CertificateAdded => "certificate added",
+            ChangeKind::CertificateRemoved => "certificate removed",
+            ChangeKind::CertificateReplaced => "certificate replaced",
+            ChangeKind::Loaded => "state loaded",
+        })
+    }
+}
+
 /// Pure: the event sozu sent, as the loop takes it; `None` for what the agent does not follow.
 pub fn from_proto(event: &sozu_command_lib::proto::command::Event) -> Option<SozuEvent> {
     let kind = EventKind::try_from(event.kind).ok()?;
@@ -136,9 +151,13 @@ fn run(socket: &Path, peer: crate::sozu::SozuPeer, facts: &UnboundedSender<Fact>
                         Ok(response) => {
                             let event = event_of(&response);
                             if let Some(event) = &event {
-                                tracing::debug!(kind = ?EventKind::try_from(event.kind),
-                                    cluster = ?event.cluster_id, backend = ?event.backend_id,
-                                    "sozu reported an event");
+                                tracing::debug!(
+                                    kind = EventKind::try_from(event.kind)
+                                        .map_or("unknown", |kind| kind.as_str_name()),
+                                    cluster = event.cluster_id.as_deref(),
+                                    backend = event.backend_id.as_deref(),
+                                    "sozu reported an event"
+                                );
                             }
                             if let Some(event) = event.and_then(|e| from_proto(&e)) {
                                 if facts.send(Fact::Sozu(event)).is_err() {
@@ -153,7 +172,8 @@ fn run(socket: &Path, peer: crate::sozu::SozuPeer, facts: &UnboundedSender<Fact>
                             }
                         }
                         Err(e) => {
-                            tracing::info!(error = %e, "sozu's event stream broke");
+                            tracing::info!(error = %crate::sozu::channel_reason(&e),
+                                "sozu's event stream broke");
                             break;
                         }
                     }
@@ -215,14 +235,16 @@ fn subscribe(
 ) -> Result<Channel<Request, Response>, String> {
     let path = socket.to_str().ok_or("the socket path is not UTF-8")?;
     let mut channel: Channel<Request, Response> =
-        Channel::from_path(path, 16_384, 1_000_000).map_err(|e| e.to_string())?;
+        Channel::from_path(path, 16_384, 1_000_000).map_err(|e| crate::sozu::channel_reason(&e))?;
     peer.check(std::os::fd::AsFd::as_fd(&channel.sock))?;
-    channel.blocking().map_err(|e| e.to_string())?;
+    channel
+        .blocking()
+        .map_err(|e| crate::sozu::channel_reason(&e))?;
     channel
         .write_message(&Request::from(RequestType::SubscribeEvents(
             SubscribeEvents {},
         )))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| crate::sozu::channel_reason(&e))?;
     Ok(channel)
 }
 

@@ -149,7 +149,7 @@ pub fn spawn(
         })
         .map_err(|e| WatchError {
             path: PathBuf::new(),
-            source: notify::Error::io(e),
+            error: notify::Error::io(e),
         })?;
     Ok((TlsDir { inputs }, forwarder))
 }

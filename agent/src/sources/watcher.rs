@@ -15,9 +15,9 @@ pub fn watch(
     dirs: &[&Path],
     sink: impl Fn(notify::Result<notify::Event>) + Send + 'static,
 ) -> Result<RecommendedWatcher, WatchError> {
-    let mut watcher = notify::recommended_watcher(sink).map_err(|source| WatchError {
+    let mut watcher = notify::recommended_watcher(sink).map_err(|error| WatchError {
         path: PathBuf::new(),
-        source,
+        error,
     })?;
     for dir in dirs {
         add(&mut watcher, dir)?;
@@ -28,9 +28,9 @@ pub fn watch(
 pub fn add(watcher: &mut RecommendedWatcher, dir: &Path) -> Result<(), WatchError> {
     watcher
         .watch(dir, RecursiveMode::NonRecursive)
-        .map_err(|source| WatchError {
+        .map_err(|error| WatchError {
             path: dir.to_owned(),
-            source,
+            error,
         })
 }
 

@@ -85,13 +85,13 @@ impl SozuClient {
             .to_str()
             .ok_or_else(|| connect_error("the socket path is not UTF-8".into()))?;
         let mut channel = Channel::from_path(path, BUFFER_BYTES, MAX_BUFFER_BYTES)
-            .map_err(|e| connect_error(e.to_string()))?;
+            .map_err(|e| connect_error(super::channel_reason(&e)))?;
         self.peer
             .check(std::os::fd::AsFd::as_fd(&channel.sock))
             .map_err(connect_error)?;
         channel
             .blocking()
-            .map_err(|e| connect_error(e.to_string()))?;
+            .map_err(|e| connect_error(super::channel_reason(&e)))?;
         self.channel = Some(channel);
         Ok(true)
     }
@@ -134,7 +134,7 @@ impl SozuClient {
             .write_message(&Request::from(request))
             .map_err(|e| SozuError::Channel {
                 request: name.to_owned(),
-                reason: e.to_string(),
+                reason: super::channel_reason(&e),
             })?;
         let deadline = Instant::now() + timeout;
         loop {
@@ -156,7 +156,7 @@ impl SozuClient {
                     } else {
                         SozuError::Channel {
                             request: name.to_owned(),
-                            reason: e.to_string(),
+                            reason: super::channel_reason(&e),
                         }
                     }
                 })?;

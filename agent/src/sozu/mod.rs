@@ -116,6 +116,22 @@ pub enum SozuError {
     Task { reason: String },
 }
 
+/// sozu-command-lib's channel error in words: its own message shows a failed connection's cause
+/// in Rust's debug notation (`Some(Os { code: 2, .. })`) and drops a read's or a write's.
+pub fn channel_reason(error: &sozu_command_lib::channel::ChannelError) -> String {
+    use sozu_command_lib::channel::ChannelError;
+    match error {
+        ChannelError::Connection(Some(e)) => e.to_string(),
+        ChannelError::Connection(None) => "the connection failed".into(),
+        ChannelError::Read(e) => format!("cannot read: {e}"),
+        ChannelError::Write(e) => format!("cannot write: {e}"),
+        ChannelError::TimeoutReached(after) => {
+            format!("no answer within {} ms", after.as_millis())
+        }
+        other => other.to_string(),
+    }
+}
+
 impl SozuError {
     /// A refusal leaves the connection usable; every other error means reconnecting.
     pub fn is_refusal(&self) -> bool {

@@ -37,3 +37,31 @@ pub fn assert_golden(path: &Path, actual: &str, what: &str) {
         path.display()
     );
 }
+
+/// [`run`], with `input` on the command's standard input (a pipe, as `cat file | …` gives).
+pub fn run_fed(cmd: &mut Command, input: &[u8]) -> (i32, String, String) {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|err| panic!("cannot run {cmd:?}: {err}"));
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    // On a thread: the command may write before it has read everything.
+    let feeder = std::thread::spawn(move || stdin.write_all(&input));
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = child.wait_with_output().unwrap();
+    // A command that stops reading early breaks the pipe: that is its business.
+    let _ = feeder.join();
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}

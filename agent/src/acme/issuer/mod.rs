@@ -98,7 +98,9 @@ impl Knobs {
             || knobs.cloudflare_api != super::cloudflare::API
         {
             tracing::warn!(
-                ?knobs,
+                lifetime_s = knobs.lifetime,
+                backoff_scale = knobs.backoff_scale,
+                cloudflare_api = %knobs.cloudflare_api,
                 "ACME test settings in force (PRIVATE_INGRESS_ACME_TEST_*, a test build)"
             );
         }
