@@ -12,14 +12,20 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::contract::ContractError;
+/// A workspace on standard input or in a pipe that cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read workspace {}: {reason}", path.display())]
+pub struct InputError {
+    pub path: PathBuf,
+    pub reason: String,
+}
 
 /// What `-` reads, and what messages call it.
 pub const STDIN: &str = "<stdin>";
 
-/// A workspace on standard input or in a pipe is read up to this size; the evaluation's report
-/// has the same bound.
-pub const MAX_TEXT_BYTES: u64 = crate::sandbox::MAX_REPORT_BYTES;
+/// A workspace on standard input or in a pipe is read up to this size (64 MiB, the bound of the
+/// evaluation's report too).
+pub const MAX_TEXT_BYTES: u64 = 64 << 20;
 
 /// A workspace to evaluate.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,7 +39,7 @@ pub enum Input {
 impl Input {
     /// `path` as given on the command line: `-` reads standard input, a path that is not a
     /// regular file is read now, once; any other path stays a path.
-    pub fn open(path: &Path) -> Result<Input, ContractError> {
+    pub fn open(path: &Path) -> Result<Input, InputError> {
         if path == Path::new("-") {
             return read(path, STDIN.to_owned(), std::io::stdin().lock());
         }
@@ -48,7 +54,7 @@ impl Input {
                     Some(name) => format!("<{}>", name.to_string_lossy()),
                     None => STDIN.to_owned(),
                 };
-                let file = std::fs::File::open(path).map_err(|err| ContractError::Unreadable {
+                let file = std::fs::File::open(path).map_err(|err| InputError {
                     path: path.to_owned(),
                     reason: err.to_string(),
                 })?;
@@ -84,8 +90,8 @@ fn descriptor(path: &Path) -> bool {
             .any(|dir| path.parent() == Some(Path::new(dir)))
 }
 
-fn read(path: &Path, name: String, source: impl Read) -> Result<Input, ContractError> {
-    let unreadable = |reason: String| ContractError::Unreadable {
+fn read(path: &Path, name: String, source: impl Read) -> Result<Input, InputError> {
+    let unreadable = |reason: String| InputError {
         path: path.to_owned(),
         reason,
     };

@@ -37,7 +37,7 @@ const EVAL_STACK_BYTES: usize = 512 << 20;
 
 /// The child's report (a workspace of 10,000 routes is a few MB) and its error output are read
 /// up to these sizes; a child that writes more is stopped.
-pub const MAX_REPORT_BYTES: u64 = 64 << 20;
+pub const MAX_REPORT_BYTES: u64 = crate::input::MAX_TEXT_BYTES;
 const MAX_STDERR_BYTES: u64 = 1 << 20;
 /// What the agent itself is left, in a cgroup with a memory limit, when the child's cap is worked
 /// out from what the cgroup has left.
