@@ -449,6 +449,14 @@ impl KeepAlive {
         })
     }
 
+    /// How long a read waits for the server (5 s from [`KeepAlive::connect`]).
+    pub fn set_read_timeout(&mut self, timeout: Duration) -> Result<(), String> {
+        self.tls
+            .sock
+            .set_read_timeout(Some(timeout))
+            .map_err(|e| format!("read timeout: {e}"))
+    }
+
     /// Whether part of a response has arrived that [`KeepAlive::get`] has not returned: after an
     /// error, false means the server sent nothing for the request.
     pub fn is_response_started(&self) -> bool {

@@ -149,8 +149,9 @@ impl Load {
 
     /// `count` requests whose backend takes `duration` to answer, each on a new connection,
     /// sent now through the load balancer: to the pod, unless its endpoint is already removed.
-    /// Each request has been sent when this returns; the responses are awaited in the background.
-    pub fn send_slow_requests(&mut self, count: usize, duration: Duration) {
+    /// Each request has been sent when this returns; the responses are awaited in the background,
+    /// each for up to `patience` (a request answered later has failed).
+    pub fn send_slow_requests(&mut self, count: usize, duration: Duration, patience: Duration) {
         if !self.registered.load(Ordering::SeqCst) {
             return;
         }
@@ -158,6 +159,7 @@ impl Load {
         for i in 0..count {
             let target = self.targets[i % self.targets.len()].clone();
             let sent = KeepAlive::connect(self.address, &target.host).and_then(|mut conn| {
+                conn.set_read_timeout(patience)?;
                 conn.send(&path)?;
                 Ok(conn)
             });

@@ -24,6 +24,10 @@ const PRE_STOP: Duration = Duration::from_secs(3);
 /// When the emulated load balancer stops sending new connections, after the deletion: inside
 /// the preStop wait, as the preStop is meant to be sized.
 const ENDPOINT_REMOVAL: Duration = Duration::from_secs(2);
+/// The test workspace's termination grace: what the drain promises is that a request in flight
+/// at the SIGTERM is answered before the kubelet's kill at its end, so a slow request's client
+/// waits that long (on a busy machine sozu may answer seconds late, and still in time).
+const GRACE: Duration = Duration::from_secs(15);
 
 fn images() -> Images {
     Images::open(image_layout()).unwrap_or_else(|e| panic!("{e}"))
@@ -68,7 +72,8 @@ fn workspace(dir: &Path, backends: &[Backend], pre_stop_seconds: u64) -> std::pa
         "{{\n  zone = \"in.example.org\",\n  cluster_issuer = \"internal-ca\",\n  \
          allowed_sources = [\"127.0.0.0/8\"],\n  routes = [\n{routes}  ],\n  \
          deploy = {{ agent_image = \"{agent_image}\", sozu_image = \"{sozu_image}\", \
-         pre_stop_seconds = {pre_stop_seconds}, termination_grace_period_seconds = 15 }},\n}}\n"
+         pre_stop_seconds = {pre_stop_seconds}, termination_grace_period_seconds = {} }},\n}}\n",
+        GRACE.as_secs()
     );
     let path = dir.join("workspace.ncl");
     std::fs::write(&path, text).expect("write the workspace");
@@ -143,7 +148,11 @@ fn delete_under_load(
     std::thread::sleep(
         ENDPOINT_REMOVAL.saturating_sub(Duration::from_millis(300) + deleted.elapsed()),
     );
-    load.send_slow_requests(4, PRE_STOP - ENDPOINT_REMOVAL + Duration::from_millis(1500));
+    load.send_slow_requests(
+        4,
+        PRE_STOP - ENDPOINT_REMOVAL + Duration::from_millis(1500),
+        GRACE,
+    );
     let slow_sent = deleted.elapsed();
     std::thread::sleep(ENDPOINT_REMOVAL.saturating_sub(deleted.elapsed()));
     load.remove_endpoint();
@@ -169,7 +178,11 @@ fn delete_under_load(
 fn control_window(backends: &[Backend]) -> Report {
     let mut load = Load::start(https(), targets(backends), 4, 4);
     std::thread::sleep(Duration::from_secs(1) + ENDPOINT_REMOVAL - Duration::from_millis(300));
-    load.send_slow_requests(4, PRE_STOP - ENDPOINT_REMOVAL + Duration::from_millis(1500));
+    load.send_slow_requests(
+        4,
+        PRE_STOP - ENDPOINT_REMOVAL + Duration::from_millis(1500),
+        GRACE,
+    );
     std::thread::sleep(PRE_STOP + Duration::from_secs(2));
     load.stop()
 }
