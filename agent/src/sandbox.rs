@@ -318,11 +318,7 @@ pub fn child_main(path: &Path, root: Option<&Path>, memory_bytes: u64, name: Opt
     };
     // Best effort too: the import check of `contract` holds without it. A workspace read as
     // text reads from the current directory.
-    let entry = match &input {
-        Input::File(path) => path.clone(),
-        Input::Text { name, .. } => PathBuf::from(name),
-    };
-    if let Ok(tree) = crate::imports::Root::of(&entry, root) {
+    if let Ok(tree) = crate::imports::Root::of(&input.path(), root) {
         let _ = confine_reads(tree.real());
     }
     let root = root.map(Path::to_owned);
