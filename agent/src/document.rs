@@ -29,6 +29,52 @@ pub struct Document {
     /// With `tls_rotation = 'sozu_managed`: the ACME issuer, per host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issuer: Option<IssuerStatus>,
+    /// What sozu carries, from its per-request records: absent from an older agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic: Option<TrafficStatus>,
+}
+
+/// sozu's access-log stream as the agent receives it, and each route's requests over the last
+/// [`TrafficStatus::window_seconds`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct TrafficStatus {
+    /// The UDP address records are received on, once bound.
+    pub listen: Option<String>,
+    /// Why the agent receives nothing: the address cannot be bound, or no record has arrived
+    /// (sozu's configuration lacks the two lines, or nothing was requested yet).
+    pub problem: Option<String>,
+    /// Records taken since the agent started.
+    pub records: u64,
+    /// Datagrams that were not a record sozu sends (truncated, malformed), skipped.
+    pub malformed: u64,
+    /// Datagrams from an address that is neither loopback nor a `traffic.senders` one, dropped.
+    pub rejected: u64,
+    /// Datagrams the kernel dropped because the agent did not read them in time.
+    pub lost: u64,
+    /// Unix seconds of the latest record.
+    pub last_record: Option<i64>,
+    /// Where the JSON access log goes: `stdout`, a path, or `off`.
+    pub access_log: String,
+    /// Access-log lines not written because the output did not keep up (the metrics still
+    /// counted their requests).
+    pub access_log_dropped: u64,
+    /// The length of the window the per-route figures cover.
+    pub window_seconds: u64,
+    /// By route id; requests that matched no route under `unmatched`. Routes without a request
+    /// in the window are left out.
+    pub routes: BTreeMap<String, RouteTraffic>,
+}
+
+/// One route's requests over the window.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct RouteTraffic {
+    pub requests: u64,
+    pub requests_per_second: f64,
+    /// Share of the requests answered with a 5xx status, from 0 to 1.
+    pub error_ratio: f64,
+    /// The 99th percentile of the request duration, interpolated within the histogram's
+    /// buckets as Prometheus' `histogram_quantile` does.
+    pub p99_seconds: Option<f64>,
 }
 
 /// How readiness is decided (`--readiness`), and what it found.

@@ -48,4 +48,5 @@ pub mod sozu;
 pub mod sozu_state;
 pub mod supervisor;
 pub mod text;
+pub mod traffic;
 pub mod workspace;

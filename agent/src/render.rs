@@ -80,6 +80,11 @@ struct SozuConfig {
     command_socket_mode: &'static str,
     log_level: &'static str,
     log_target: &'static str,
+    /// Each request's record, sent to the agent (`traffic.listen`) over UDP: a datagram that
+    /// finds no room is dropped, so sozu never waits for the agent. `log_level` must stay `info`
+    /// or lower for sozu to write them.
+    access_logs_target: String,
+    access_logs_format: &'static str,
     worker_count: u16,
     worker_automatic_restart: bool,
     activate_listeners: bool,
@@ -282,6 +287,8 @@ impl SozuConfig {
             command_socket_mode: "0600",
             log_level: "info",
             log_target: "stdout",
+            access_logs_target: format!("udp://{}", workspace.traffic.target()),
+            access_logs_format: "protobuf",
             worker_count: settings.worker_count,
             worker_automatic_restart: true,
             activate_listeners: true,

@@ -131,6 +131,10 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
             clock.clone(),
         ),
     );
+    tasks.spawn(
+        "traffic",
+        crate::traffic::receiver::run(latest_rx.clone(), views.traffic.clone(), views.dns.clone()),
+    );
     let (certs, forwarder) = sources::tlsdir::spawn(
         args.tls_dir.clone(),
         latest_rx.clone(),

@@ -137,8 +137,8 @@ fn alive(pid: u32) -> bool {
 }
 
 /// A loopback HTTP/1.1 server that answers every request with its own name (after a pause for
-/// `/delay/<milliseconds>`), and `/healthz` with 200, or 503 once [`Backend::set_healthy`] said
-/// it is not.
+/// `/delay/<milliseconds>`, with the status asked for `/status/<code>`), and `/healthz` with
+/// 200, or 503 once [`Backend::set_healthy`] said it is not.
 pub struct Backend {
     pub name: String,
     pub address: SocketAddr,
@@ -228,10 +228,16 @@ fn serve(mut stream: TcpStream, body: &str, healthy: &AtomicBool) {
         let head = String::from_utf8_lossy(&buf[..end]).into_owned();
         let path = head.split_whitespace().nth(1).unwrap_or("/");
         let delay = path.strip_prefix("/delay/").and_then(|ms| ms.parse().ok());
+        // `GET /status/<code>` answers with that status: a failing backend, for as many
+        // requests as a test sends it.
+        let asked = path
+            .strip_prefix("/status/")
+            .and_then(|code| code.parse::<u16>().ok())
+            .map(|code| format!("{code} Asked"));
         let status = if path == "/healthz" && !healthy.load(Ordering::Relaxed) {
-            "503 Service Unavailable"
+            "503 Service Unavailable".to_owned()
         } else {
-            "200 OK"
+            asked.unwrap_or_else(|| "200 OK".to_owned())
         };
         buf.drain(..end);
         if let Some(ms) = delay {
@@ -608,6 +614,20 @@ impl Stack {
         let config = std::fs::read_to_string(&path).expect("read sozu.toml");
         let config = config.replace("log_level = \"info\"", &format!("log_level = \"{level}\""));
         std::fs::write(&path, config).expect("write sozu.toml");
+    }
+
+    /// Has sozu (from its next start) send its access-log records to a loopback UDP port, as a
+    /// rendered configuration does; returns the workspace field that has the agent receive them
+    /// there (`extra` for [`Stack::workspace_text_with`]).
+    pub fn send_traffic(&self) -> String {
+        let port = free_port();
+        let path = self.dir.path().join("sozu.toml");
+        let mut config = std::fs::read_to_string(&path).expect("read sozu.toml");
+        config.push_str(&format!(
+            "access_logs_target = \"udp://127.0.0.1:{port}\"\naccess_logs_format = \"protobuf\"\n"
+        ));
+        std::fs::write(&path, config).expect("write sozu.toml");
+        format!("  traffic = {{ listen = \"127.0.0.1:{port}\" }},\n")
     }
 
     pub fn tls_dir(&self) -> PathBuf {

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::document::{
     Counters, DnsNameStatus, Document, IssuerStatus, Readiness, RouteStatus, SozuStatus,
-    WorkspaceStatus,
+    TrafficStatus, WorkspaceStatus,
 };
 
 /// A route's status, with its metric lines rendered when it changed.
@@ -73,6 +73,7 @@ impl Snapshot {
             dns: dns.to_vec(),
             counters: self.head.counters.clone(),
             issuer: None,
+            traffic: None,
         }
     }
 }
@@ -89,6 +90,8 @@ pub struct StatusRef<'a> {
     counters: &'a Counters,
     #[serde(skip_serializing_if = "Option::is_none")]
     issuer: Option<&'a IssuerStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    traffic: Option<&'a TrafficStatus>,
 }
 
 struct RoutesRef<'a>(&'a imbl::OrdMap<RouteKey, Arc<RouteView>>);
@@ -125,6 +128,7 @@ pub struct Views {
     pub heartbeat: Heartbeat,
     pub dns: crate::sources::dns::DnsTable,
     pub issuer: crate::acme::handle::IssuerHandle,
+    pub traffic: crate::traffic::TrafficHandle,
     pub bodies: Arc<Bodies>,
 }
 
@@ -137,13 +141,16 @@ pub struct Bodies {
 }
 
 /// What a body was rendered from: the loop's snapshot (kept, so that it is compared by
-/// identity), and the DNS table's and the issuer's versions.
+/// identity), and the DNS table's, the issuer's and the traffic status's versions.
 #[derive(Clone)]
-struct Version(Arc<Snapshot>, u64, u64);
+struct Version(Arc<Snapshot>, u64, u64, u64);
 
 impl PartialEq for Version {
     fn eq(&self, other: &Version) -> bool {
-        Arc::ptr_eq(&self.0, &other.0) && self.1 == other.1 && self.2 == other.2
+        Arc::ptr_eq(&self.0, &other.0)
+            && self.1 == other.1
+            && self.2 == other.2
+            && self.3 == other.3
     }
 }
 
@@ -233,12 +240,18 @@ impl Views {
         let mut status = snapshot.status(&dns);
         status.counters = counters;
         status.issuer = self.issuer.snapshot();
+        status.traffic = self.traffic.status().map(|t| (*t).clone());
         status
     }
 
     fn version(&self) -> Version {
         let dns = self.dns.lock().unwrap_or_else(|p| p.into_inner()).version;
-        Version(self.status.load(), dns, self.issuer.version())
+        Version(
+            self.status.load(),
+            dns,
+            self.issuer.version(),
+            self.traffic.version(),
+        )
     }
 
     /// `/v1/state` as bytes to send: rendered once per change, on the blocking pool.
@@ -250,11 +263,23 @@ impl Views {
         .await
     }
 
-    /// `/metrics` as bytes to send: rendered once per change, on the blocking pool.
+    /// `/metrics` as bytes to send: the agent's own families rendered once per change, on the
+    /// blocking pool, and the traffic families, which move with every request, as they are now.
     pub async fn metrics_body(&self) -> Result<bytes::Bytes, serde_json::Error> {
         let views = self.clone();
-        self.cached(&self.bodies.metrics, move || Ok(views.metrics().into()))
-            .await
+        let own = self
+            .cached(&self.bodies.metrics, move || Ok(views.metrics().into()))
+            .await?;
+        let traffic = self.traffic.clone();
+        let body = tokio::task::spawn_blocking(move || {
+            let mut text = String::with_capacity(own.len() + 4096);
+            text.push_str(&String::from_utf8_lossy(&own));
+            traffic.write_metrics(&mut text);
+            bytes::Bytes::from(text)
+        })
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+        Ok(body)
     }
 
     async fn cached(
@@ -282,6 +307,7 @@ impl Views {
         let snapshot = self.status.load();
         let (dns, counters) = self.dns(&snapshot.head.counters);
         let issuer = self.issuer.snapshot();
+        let traffic = self.traffic.status();
         serde_json::to_vec(&StatusRef {
             ready: snapshot.head.readiness.ready,
             readiness: &snapshot.head.readiness,
@@ -291,6 +317,7 @@ impl Views {
             dns: &dns,
             counters: &counters,
             issuer: issuer.as_ref(),
+            traffic: traffic.as_deref(),
         })
     }
 

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use crate::document::{BackendHealth, Document, IssuerStatus, Waiting};
+use crate::document::{BackendHealth, Document, IssuerStatus, TrafficStatus, Waiting};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
@@ -233,6 +233,10 @@ pub fn table(status: &Document) -> String {
             &upstream_rows,
         );
     }
+    if let Some(traffic) = &status.traffic {
+        out.push('\n');
+        traffic_table(&mut out, status, traffic);
+    }
     if !status.dns.is_empty() {
         let dns_rows: Vec<[String; 4]> = status
             .dns
@@ -265,6 +269,72 @@ pub fn table(status: &Document) -> String {
         let _ = write!(out, "\n{}", issuer_table(issuer, now));
     }
     out
+}
+
+/// Each route's requests over the window the agent keeps, from sozu's records: a line about the
+/// stream (and why nothing arrives, when nothing does), then one row per route.
+fn traffic_table(out: &mut String, status: &Document, traffic: &TrafficStatus) {
+    let mut losses = Vec::new();
+    for (n, what) in [
+        (traffic.lost, "lost"),
+        (traffic.malformed, "malformed"),
+        (traffic.rejected, "rejected"),
+    ] {
+        if n > 0 {
+            losses.push(format!("{n} {what}"));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "traffic over the last {} s: {} records{}   access log: {}{}",
+        traffic.window_seconds,
+        traffic.records,
+        if losses.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", losses.join(", "))
+        },
+        traffic.access_log,
+        if traffic.access_log_dropped > 0 {
+            format!(" ({} lines dropped)", traffic.access_log_dropped)
+        } else {
+            String::new()
+        }
+    );
+    if let Some(problem) = &traffic.problem {
+        let line = format!("traffic: {problem}");
+        let _ = writeln!(
+            out,
+            "{}",
+            crate::text::clean_line(&line, crate::text::MAX_LINE_BYTES)
+        );
+    }
+    let row = |host: &str, path: &str, t: Option<&crate::document::RouteTraffic>| match t {
+        Some(t) => [
+            host.to_owned(),
+            path.to_owned(),
+            format!("{:.2}", t.requests_per_second),
+            format!("{:.1}%", t.error_ratio * 100.0),
+            t.p99_seconds
+                .map_or("-".into(), |s| format!("{:.0} ms", s * 1000.0)),
+        ],
+        None => [
+            host.to_owned(),
+            path.to_owned(),
+            "0".into(),
+            "-".into(),
+            "-".into(),
+        ],
+    };
+    let mut rows: Vec<[String; 5]> = status
+        .routes
+        .iter()
+        .map(|r| row(&r.host, &r.path_prefix, traffic.routes.get(&r.id)))
+        .collect();
+    if let Some(t) = traffic.routes.get(crate::traffic::stats::UNMATCHED) {
+        rows.push(row("(no route)", "-", Some(t)));
+    }
+    write_table(out, &["HOST", "PATH", "REQ/S", "5XX", "P99"], &rows);
 }
 
 /// The issuer's section of `private-ingress status`: one row per host.

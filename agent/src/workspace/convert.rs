@@ -3,7 +3,7 @@
 //! instead of trusting that, because the contract file and this code can drift apart.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use ipnet::IpNet;
 
@@ -40,6 +40,8 @@ pub enum ModelError {
     Hsts(String),
     #[error("deploy.load_balancer: {0}")]
     LoadBalancer(String),
+    #[error("traffic.{field}: `{value}` is not accepted")]
+    Traffic { field: &'static str, value: String },
 }
 
 /// The contract checked the combination; a value it let through that the model cannot hold is
@@ -184,8 +186,40 @@ impl Workspace {
             acme,
             hsts,
             allow_special_upstream_addresses: raw.allow_special_upstream_addresses,
+            traffic: Box::new(raw.traffic.map(traffic).transpose()?.unwrap_or_default()),
         })
     }
+}
+
+/// `traffic`, checked again: a listen address with a port, senders that are addresses.
+fn traffic(raw: RawTraffic) -> Result<Traffic, ModelError> {
+    let fail = |field: &'static str, value: &str| ModelError::Traffic {
+        field,
+        value: value.to_owned(),
+    };
+    let listen = match raw.listen.parse::<SocketAddr>() {
+        Ok(address) if address.port() != 0 => address,
+        _ => return Err(fail("listen", &raw.listen)),
+    };
+    let senders = raw
+        .senders
+        .iter()
+        .map(|s| s.parse::<IpAddr>().map_err(|_| fail("senders", s)))
+        .collect::<Result<_, _>>()?;
+    let path = match raw.access_log.path {
+        Some(path) if Path::new(&path).is_absolute() => Some(PathBuf::from(path)),
+        Some(path) => return Err(fail("access_log.path", &path)),
+        None => None,
+    };
+    Ok(Traffic {
+        listen,
+        senders,
+        access_log: AccessLog {
+            enabled: raw.access_log.enabled,
+            path,
+            query_string: raw.access_log.query_string,
+        },
+    })
 }
 
 /// A DNS server as the contract admits it: an IP address, with a port unless it is 53.

@@ -73,6 +73,71 @@ pub struct Workspace {
     /// upstream names (dropped otherwise).
     #[serde(default)]
     pub allow_special_upstream_addresses: bool,
+    /// Where sozu's per-request records arrive, and the access log made of them. Boxed, as
+    /// `deploy` is: the loop never reads it.
+    #[serde(default)]
+    pub traffic: Box<Traffic>,
+}
+
+/// sozu's access-log stream as the agent receives it (see [`crate::traffic`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Traffic {
+    /// The UDP address the agent receives records on.
+    pub listen: SocketAddr,
+    /// Sources accepted besides loopback addresses.
+    pub senders: Vec<IpAddr>,
+    pub access_log: AccessLog,
+}
+
+/// The JSON access log: one object per request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessLog {
+    pub enabled: bool,
+    /// `None`: the agent's standard output.
+    pub path: Option<PathBuf>,
+    /// Log the query string (off by default: it carries tokens).
+    pub query_string: bool,
+}
+
+/// The contract's default listen address, repeated for code that builds a workspace without
+/// evaluating one; a test keeps the two equal.
+pub const DEFAULT_TRAFFIC_LISTEN: SocketAddr =
+    SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9181);
+
+impl Default for Traffic {
+    fn default() -> Self {
+        Traffic {
+            listen: DEFAULT_TRAFFIC_LISTEN,
+            senders: Vec::new(),
+            access_log: AccessLog {
+                enabled: true,
+                path: None,
+                query_string: false,
+            },
+        }
+    }
+}
+
+impl Traffic {
+    /// Where sozu is told to send its records: the listen address, with loopback for an
+    /// unspecified address (sozu runs beside the agent).
+    pub fn target(&self) -> SocketAddr {
+        let ip = match self.listen.ip() {
+            IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+            ip => ip,
+        };
+        SocketAddr::new(ip, self.listen.port())
+    }
+
+    /// Whether a record from `source` is taken: loopback, or a sender the workspace names.
+    pub fn accepts(&self, source: IpAddr) -> bool {
+        let source = match source {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(source, IpAddr::V4),
+            v4 => v4,
+        };
+        source.is_loopback() || self.senders.contains(&source)
+    }
 }
 
 /// The policy `hsts = true` stands for, as the contract documents it: a year, this host only
@@ -426,6 +491,7 @@ pub(crate) fn test_workspace(tls_dir: &std::path::Path, routes: Vec<Route>) -> W
         acme: None,
         hsts: None,
         allow_special_upstream_addresses: false,
+        traffic: Box::default(),
     }
 }
 

@@ -31,6 +31,26 @@ pub struct RawWorkspace {
     pub hsts: Option<RawHsts>,
     #[serde(default)]
     pub allow_special_upstream_addresses: bool,
+    /// Absent from a workspace evaluated by an older contract, which then gets the defaults.
+    #[serde(default)]
+    pub traffic: Option<RawTraffic>,
+}
+
+/// `traffic`: where sozu's records arrive and where the access log goes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTraffic {
+    pub listen: String,
+    pub senders: Vec<String>,
+    pub access_log: RawAccessLog,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAccessLog {
+    pub enabled: bool,
+    pub path: Option<String>,
+    pub query_string: bool,
 }
 
 /// `false`, or a policy.

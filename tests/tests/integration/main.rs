@@ -35,6 +35,9 @@ mod pod;
 /// A seeded, randomised soak: rotations, bad pairs, edits, kills and restarts.
 mod soak;
 
+/// Traffic from sozu's access-log stream: request metrics per route and JSON access logs.
+mod traffic;
+
 /// `tls_rotation = 'sozu_managed`: certificates ordered from pebble over DNS-01 (BIND, Cloudflare).
 mod acme;
 

@@ -1,0 +1,187 @@
+//! One of sozu's access-log records, as it arrives: a datagram holding the protobuf
+//! `ProtobufAccessLog` of sozu-command-lib behind a varint length, then two zero bytes. Pure.
+//!
+//! Whatever arrives is taken apart defensively: a datagram is untrusted input (anything on the
+//! host can send to a loopback port), so a truncated or malformed one is an error to count,
+//! never a panic, and no field is trusted to be within a range it should be in.
+
+use std::net::SocketAddr;
+
+use prost::Message;
+use sozu_command_lib::proto::command::{protobuf_endpoint, ProtobufAccessLog};
+
+/// A datagram that is not a record sozu sends.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Malformed {
+    #[error("not a length-delimited access-log record: {0}")]
+    Decode(String),
+    #[error("{0} bytes follow the record")]
+    Trailing(usize),
+}
+
+/// A decoded record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record(pub ProtobufAccessLog);
+
+/// Decodes one datagram.
+pub fn decode(datagram: &[u8]) -> Result<Record, Malformed> {
+    let mut rest = datagram;
+    let record = ProtobufAccessLog::decode_length_delimited(&mut rest)
+        .map_err(|e| Malformed::Decode(e.to_string()))?;
+    // sozu ends every record with two zero bytes (the framing of its stream targets); nothing
+    // else may follow.
+    if !rest.iter().all(|b| *b == 0) || rest.len() > 2 {
+        return Err(Malformed::Trailing(rest.len()));
+    }
+    Ok(Record(record))
+}
+
+/// An HTTP method as a label: one of the methods HTTP defines, or `OTHER`, so that a client
+/// cannot grow a series per method it invents.
+pub fn method_label(method: Option<&str>) -> &'static str {
+    const KNOWN: [&str; 9] = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+    ];
+    match method {
+        Some(m) => KNOWN.iter().find(|k| **k == m).copied().unwrap_or("OTHER"),
+        None => "OTHER",
+    }
+}
+
+impl Record {
+    fn http(&self) -> Option<&sozu_command_lib::proto::command::HttpEndpoint> {
+        match &self.0.endpoint.inner {
+            Some(protobuf_endpoint::Inner::Http(http)) => Some(http),
+            _ => None,
+        }
+    }
+
+    /// The cluster sozu routed the request to: the route's id, for the agent's clusters.
+    pub fn cluster_id(&self) -> Option<&str> {
+        self.0.cluster_id.as_deref()
+    }
+
+    /// The backend sozu sent it to, by id (`<cluster>-<address>`, `<cluster>-unix`).
+    pub fn backend_id(&self) -> Option<&str> {
+        self.0.backend_id.as_deref()
+    }
+
+    pub fn method(&self) -> Option<&str> {
+        self.http().and_then(|h| h.method.as_deref())
+    }
+
+    /// The status sent to the client; `None` when none was (the client went away first), or
+    /// when the record holds a number that is no HTTP status.
+    pub fn status(&self) -> Option<u16> {
+        self.http()
+            .and_then(|h| h.status)
+            .and_then(|s| u16::try_from(s).ok())
+            .filter(|s| (100..=599).contains(s))
+    }
+
+    /// The request's `Host` (or `:authority`), as the client sent it.
+    pub fn authority(&self) -> Option<&str> {
+        self.http().and_then(|h| h.authority.as_deref())
+    }
+
+    /// The path with its query string, as the client sent it.
+    pub fn path(&self) -> Option<&str> {
+        self.http().and_then(|h| h.path.as_deref())
+    }
+
+    /// From the first byte of the request to the last byte of the response, in µs; the time
+    /// spent on the session where sozu has no request time.
+    pub fn duration_us(&self) -> u64 {
+        self.0.request_time.unwrap_or(self.0.service_time)
+    }
+
+    /// The backend's time to answer, in µs, when a backend answered.
+    pub fn backend_us(&self) -> Option<u64> {
+        self.0.response_time
+    }
+
+    pub fn bytes_in(&self) -> u64 {
+        self.0.bytes_in
+    }
+
+    pub fn bytes_out(&self) -> u64 {
+        self.0.bytes_out
+    }
+
+    pub fn client(&self) -> Option<SocketAddr> {
+        self.0.session_address.map(SocketAddr::from)
+    }
+
+    pub fn backend(&self) -> Option<SocketAddr> {
+        self.0.backend_address.map(SocketAddr::from)
+    }
+
+    /// POSIX nanoseconds when sozu wrote the record.
+    pub fn time_ns(&self) -> u128 {
+        u128::from(self.0.time)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use sozu_command_lib::proto::command::{HttpEndpoint, ProtobufEndpoint, Uint128};
+
+    /// A record as sozu writes it for a request routed to `cluster`.
+    pub(crate) fn record(cluster: Option<&str>, method: &str, status: u32, us: u64) -> Vec<u8> {
+        let log = ProtobufAccessLog {
+            request_id: Uint128 { low: 1, high: 2 },
+            cluster_id: cluster.map(Into::into),
+            protocol: "HTTPS".into(),
+            endpoint: ProtobufEndpoint {
+                inner: Some(protobuf_endpoint::Inner::Http(HttpEndpoint {
+                    method: Some(method.into()),
+                    authority: Some("a.in.example.org".into()),
+                    path: Some("/x?token=secret".into()),
+                    status: Some(status),
+                    reason: None,
+                })),
+            },
+            service_time: us / 2,
+            request_time: Some(us),
+            bytes_in: 100,
+            bytes_out: 2_000,
+            tag: "WRK-00".into(),
+            time: Uint128::from(1_800_000_000_000_000_000u128),
+            ..Default::default()
+        };
+        let mut datagram = log.encode_length_delimited_to_vec();
+        datagram.extend_from_slice(&[0, 0]);
+        datagram
+    }
+
+    #[test]
+    fn a_record_as_sozu_sends_it_is_read() {
+        let r = decode(&record(Some("pi-a"), "GET", 200, 1_500)).unwrap();
+        assert_eq!(r.cluster_id(), Some("pi-a"));
+        assert_eq!(r.status(), Some(200));
+        assert_eq!(r.duration_us(), 1_500);
+        assert_eq!(r.path(), Some("/x?token=secret"));
+    }
+
+    #[test]
+    fn truncated_and_trailing_bytes_are_malformed_not_a_panic() {
+        let whole = record(Some("pi-a"), "GET", 200, 1);
+        for cut in 0..whole.len() - 2 {
+            assert!(decode(&whole[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut more = whole.clone();
+        more.push(7);
+        assert!(matches!(decode(&more), Err(Malformed::Trailing(_))));
+        assert!(decode(&[0xff; 12]).is_err());
+    }
+
+    #[test]
+    fn invented_methods_and_statuses_are_bounded() {
+        assert_eq!(method_label(Some("GET")), "GET");
+        assert_eq!(method_label(Some("BREW")), "OTHER");
+        assert_eq!(method_label(Some("get")), "OTHER");
+        let r = decode(&record(None, "GET", 70_000, 1)).unwrap();
+        assert_eq!(r.status(), None);
+    }
+}

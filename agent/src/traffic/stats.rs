@@ -1,0 +1,504 @@
+//! The per-route counters made of sozu's records, and their Prometheus families. Pure.
+//!
+//! Label values come from the workspace only: a record names a cluster, which is a route's id
+//! or nothing the agent knows; either way the request lands in a series that exists because of
+//! the workspace (the route's) or in the one fixed `unmatched` series. The method and the status
+//! are bounded ([`super::record::method_label`], [`super::record::Record::status`]). So no
+//! `Host` header, path or method a client invents can grow a series.
+//!
+//! Each route's counts sit behind their own lock: the receiver takes one per record, a scrape
+//! one per route for as long as a copy takes, so a scrape never holds up the receiver for long.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+
+use super::record::{method_label, Record};
+use crate::workspace::{Route, Upstream, Workspace};
+
+/// The `route` and `host` label of requests that matched no route. Route ids start with `pi-`,
+/// hosts hold a dot: neither can be this.
+pub const UNMATCHED: &str = "unmatched";
+
+/// Upper bounds of the duration histograms' buckets, in µs: they separate 5 ms, 50 ms, 250 ms,
+/// 1 s and 5 s, with a bucket either side of each.
+pub const BUCKETS_US: [u64; 13] = [
+    1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000,
+    5_000_000, 10_000_000,
+];
+
+/// The same bounds as Prometheus writes them (`le`).
+const BUCKET_LABELS: [&str; 13] = [
+    "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5",
+    "10",
+];
+
+/// The bucket a duration falls in (the last one is `+Inf`).
+pub fn bucket(us: u64) -> usize {
+    BUCKETS_US.partition_point(|bound| *bound < us)
+}
+
+/// Counts per bucket (not cumulative), and the sum.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Histogram {
+    pub counts: [u64; BUCKETS_US.len() + 1],
+    pub sum_us: u64,
+}
+
+impl Histogram {
+    pub fn observe(&mut self, us: u64) {
+        self.counts[bucket(us)] += 1;
+        self.sum_us = self.sum_us.saturating_add(us);
+    }
+}
+
+/// One route's counts since the agent started.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// By (method, status); status 0 where no response was sent.
+    pub requests: BTreeMap<(&'static str, u16), u64>,
+    pub duration: Histogram,
+    pub backend: Histogram,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// By upstream as the workspace writes it, for routes with several; `other` for a backend
+    /// the agent cannot tell (an address its names no longer resolve to).
+    pub upstreams: BTreeMap<String, u64>,
+}
+
+/// A route's labels and counts.
+#[derive(Debug)]
+pub struct RouteCounts {
+    pub id: String,
+    pub host: String,
+    /// The route's upstreams as written, when it has several (else empty: no family).
+    upstreams: Vec<Upstream>,
+    counts: Mutex<Counts>,
+}
+
+impl RouteCounts {
+    fn new(id: &str, host: &str) -> RouteCounts {
+        RouteCounts {
+            id: id.to_owned(),
+            host: host.to_owned(),
+            upstreams: Vec::new(),
+            counts: Mutex::new(Counts::default()),
+        }
+    }
+
+    /// A copy of the counts.
+    pub fn counts(&self) -> Counts {
+        self.counts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Counts `record`; `resolve` gives the addresses an upstream name resolves to now.
+    pub fn observe(&self, record: &Record, resolve: &dyn Fn(&str) -> Vec<std::net::IpAddr>) {
+        let upstream = (!self.upstreams.is_empty()).then(|| self.upstream_of(record, resolve));
+        let key = (method_label(record.method()), record.status().unwrap_or(0));
+        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        *counts.requests.entry(key).or_default() += 1;
+        counts.duration.observe(record.duration_us());
+        if let Some(us) = record.backend_us() {
+            counts.backend.observe(us);
+        }
+        counts.bytes_in = counts.bytes_in.saturating_add(record.bytes_in());
+        counts.bytes_out = counts.bytes_out.saturating_add(record.bytes_out());
+        if let Some(Some(label)) = upstream {
+            *counts.upstreams.entry(label).or_default() += 1;
+        }
+    }
+
+    /// Which of the route's upstreams served `record`, from its backend id
+    /// (`<route id>-<address>` or `<route id>-unix`, see `desired::backend_id`); `None` when no
+    /// backend did (sozu answered itself).
+    fn upstream_of(
+        &self,
+        record: &Record,
+        resolve: &dyn Fn(&str) -> Vec<std::net::IpAddr>,
+    ) -> Option<String> {
+        let suffix = record
+            .backend_id()?
+            .strip_prefix(self.id.as_str())?
+            .strip_prefix('-')?;
+        let found = if suffix == "unix" {
+            self.upstreams
+                .iter()
+                .find(|u| matches!(u, Upstream::Unix { .. }))
+        } else {
+            let address: std::net::SocketAddr = suffix.parse().ok()?;
+            self.upstreams.iter().find(|u| match u {
+                Upstream::Ip { address: a } => *a == address,
+                Upstream::Dns { name, port } => {
+                    *port == address.port() && resolve(name).contains(&address.ip())
+                }
+                Upstream::Unix { .. } => false,
+            })
+        };
+        Some(found.map_or_else(|| "other".to_owned(), ToString::to_string))
+    }
+}
+
+/// Every route's counts, by cluster id, and the unmatched ones.
+#[derive(Debug)]
+pub struct Table {
+    routes: HashMap<String, Arc<RouteCounts>>,
+    pub unmatched: Arc<RouteCounts>,
+}
+
+impl Default for Table {
+    fn default() -> Table {
+        Table {
+            routes: HashMap::new(),
+            unmatched: Arc::new(RouteCounts::new(UNMATCHED, UNMATCHED)),
+        }
+    }
+}
+
+impl Table {
+    /// The table for `workspace`: the routes it keeps carry their counts on from `self` (an edit
+    /// does not reset a counter), the routes it drops lose theirs.
+    pub fn follow(&self, workspace: &Workspace) -> Table {
+        let routes = workspace
+            .routes
+            .iter()
+            .map(|route| (route.id.clone(), self.carried(route)))
+            .collect();
+        Table {
+            routes,
+            unmatched: self.unmatched.clone(),
+        }
+    }
+
+    fn carried(&self, route: &Route) -> Arc<RouteCounts> {
+        let upstreams: Vec<Upstream> = if route.upstreams.len() > 1 {
+            route.upstreams.iter().map(|u| u.upstream.clone()).collect()
+        } else {
+            Vec::new()
+        };
+        match self.routes.get(&route.id) {
+            Some(kept) if kept.host == route.host && kept.upstreams == upstreams => kept.clone(),
+            kept => {
+                let counts = kept.map(|k| {
+                    let mut c = k.counts();
+                    // An upstream no longer in the route has no series any more.
+                    let labels: Vec<String> = upstreams.iter().map(ToString::to_string).collect();
+                    c.upstreams
+                        .retain(|label, _| label == "other" || labels.contains(label));
+                    c
+                });
+                Arc::new(RouteCounts {
+                    id: route.id.clone(),
+                    host: route.host.clone(),
+                    upstreams,
+                    counts: Mutex::new(counts.unwrap_or_default()),
+                })
+            }
+        }
+    }
+
+    /// Where a record is counted: its route's counts, or the unmatched ones.
+    pub fn of(&self, record: &Record) -> &Arc<RouteCounts> {
+        record
+            .cluster_id()
+            .and_then(|id| self.routes.get(id))
+            .unwrap_or(&self.unmatched)
+    }
+
+    /// Whether `id` is one of the workspace's routes.
+    pub fn contains(&self, id: &str) -> bool {
+        self.routes.contains_key(id)
+    }
+
+    /// Every route's counts, in the order of their ids, then the unmatched ones.
+    pub fn all(&self) -> Vec<Arc<RouteCounts>> {
+        let mut all: Vec<_> = self.routes.values().cloned().collect();
+        all.sort_by(|a, b| a.id.cmp(&b.id));
+        all.push(self.unmatched.clone());
+        all
+    }
+}
+
+/// The stream's own counters, as `/metrics` shows them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamFigures {
+    pub records: u64,
+    pub malformed: u64,
+    pub rejected: u64,
+    pub lost: u64,
+    pub access_log_dropped: u64,
+    /// Unix seconds of the latest record.
+    pub last_record: Option<i64>,
+}
+
+/// The traffic families, appended to the `/metrics` text: one series per route (and per
+/// method and status) that has had a request, the unmatched ones, and the stream's own.
+pub fn render(out: &mut String, routes: &[(Arc<RouteCounts>, Counts)], stream: &StreamFigures) {
+    for (name, help, value) in [
+        (
+            "private_ingress_traffic_records_total",
+            "Records of sozu's access-log stream taken since the agent started",
+            stream.records,
+        ),
+        (
+            "private_ingress_traffic_records_malformed_total",
+            "Datagrams on the traffic address that were not a record sozu sends, skipped",
+            stream.malformed,
+        ),
+        (
+            "private_ingress_traffic_records_rejected_total",
+            "Datagrams from an address that is neither loopback nor one of traffic.senders, dropped",
+            stream.rejected,
+        ),
+        (
+            "private_ingress_traffic_records_lost_total",
+            "Records the kernel dropped because the agent did not read them in time",
+            stream.lost,
+        ),
+        (
+            "private_ingress_access_log_lines_dropped_total",
+            "Access-log lines not written because the output did not keep up (their requests are counted)",
+            stream.access_log_dropped,
+        ),
+    ] {
+        header(out, name, "counter", help);
+        let _ = writeln!(out, "{name} {value}");
+    }
+    if let Some(t) = stream.last_record {
+        let name = "private_ingress_traffic_last_record_timestamp_seconds";
+        header(
+            out,
+            name,
+            "gauge",
+            "When the latest record arrived, Unix seconds",
+        );
+        let _ = writeln!(out, "{name} {t}");
+    }
+    let active: Vec<&(Arc<RouteCounts>, Counts)> = routes
+        .iter()
+        .filter(|(_, c)| !c.requests.is_empty())
+        .collect();
+    if active.is_empty() {
+        return;
+    }
+    let name = "private_ingress_http_requests_total";
+    header(
+        out,
+        name,
+        "counter",
+        "HTTP requests per route, by method and by the status sent to the client (sozu's own answers included; 0: none was sent)",
+    );
+    for (route, counts) in &active {
+        for ((method, code), n) in &counts.requests {
+            let _ = writeln!(
+                out,
+                "{name}{{code=\"{code}\",host=\"{}\",method=\"{method}\",route=\"{}\"}} {n}",
+                Escaped(&route.host),
+                Escaped(&route.id)
+            );
+        }
+    }
+    for (name, help, histogram) in [
+        (
+            "private_ingress_http_request_duration_seconds",
+            "From the first byte of the request to the last byte of the response, per route",
+            (|c: &Counts| &c.duration) as fn(&Counts) -> &Histogram,
+        ),
+        (
+            "private_ingress_http_backend_response_duration_seconds",
+            "The backend's time to respond, per route (requests a backend answered)",
+            |c: &Counts| &c.backend,
+        ),
+    ] {
+        header(out, name, "histogram", help);
+        for (route, counts) in &active {
+            let h = histogram(counts);
+            let labels = format!(
+                "host=\"{}\",route=\"{}\"",
+                Escaped(&route.host),
+                Escaped(&route.id)
+            );
+            let mut cumulative = 0;
+            for (i, le) in BUCKET_LABELS.iter().enumerate() {
+                cumulative += h.counts[i];
+                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+            }
+            cumulative += h.counts[BUCKETS_US.len()];
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
+            let _ = writeln!(out, "{name}_sum{{{labels}}} {}", seconds(h.sum_us));
+            let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
+        }
+    }
+    for (name, help, value) in [
+        (
+            "private_ingress_http_request_bytes_total",
+            "Bytes received from clients, per route",
+            (|c: &Counts| c.bytes_in) as fn(&Counts) -> u64,
+        ),
+        (
+            "private_ingress_http_response_bytes_total",
+            "Bytes sent to clients, per route",
+            |c: &Counts| c.bytes_out,
+        ),
+    ] {
+        header(out, name, "counter", help);
+        for (route, counts) in &active {
+            let _ = writeln!(
+                out,
+                "{name}{{host=\"{}\",route=\"{}\"}} {}",
+                Escaped(&route.host),
+                Escaped(&route.id),
+                value(counts)
+            );
+        }
+    }
+    let name = "private_ingress_http_upstream_requests_total";
+    let mut upstreams = active
+        .iter()
+        .filter(|(_, c)| !c.upstreams.is_empty())
+        .peekable();
+    if upstreams.peek().is_some() {
+        header(
+            out,
+            name,
+            "counter",
+            "Requests per upstream, for routes with several (`other`: a backend no upstream resolves to any more)",
+        );
+        for (route, counts) in upstreams {
+            for (upstream, n) in &counts.upstreams {
+                let _ = writeln!(
+                    out,
+                    "{name}{{host=\"{}\",route=\"{}\",upstream=\"{}\"}} {n}",
+                    Escaped(&route.host),
+                    Escaped(&route.id),
+                    Escaped(upstream)
+                );
+            }
+        }
+    }
+}
+
+/// Microseconds as decimal seconds, exactly.
+fn seconds(us: u64) -> String {
+    format!("{}.{:06}", us / 1_000_000, us % 1_000_000)
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// A label value as the text format quotes it.
+struct Escaped<'a>(&'a str);
+
+impl std::fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for c in self.0.chars() {
+            match c {
+                '\\' => f.write_str("\\\\")?,
+                '"' => f.write_str("\\\"")?,
+                '\n' => f.write_str("\\n")?,
+                c => f.write_char(c)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::traffic::record::{decode, tests::record};
+    use crate::workspace::{test_route, test_workspace};
+
+    fn table() -> Table {
+        let ws = test_workspace(
+            std::path::Path::new("/tls"),
+            vec![test_route(
+                "a.in.example.org",
+                Upstream::Ip {
+                    address: "127.0.0.1:80".parse().unwrap(),
+                },
+            )],
+        );
+        Table::default().follow(&ws)
+    }
+
+    fn text(table: &Table) -> String {
+        let routes: Vec<_> = table
+            .all()
+            .into_iter()
+            .map(|r| {
+                let c = r.counts();
+                (r, c)
+            })
+            .collect();
+        let mut out = String::new();
+        render(&mut out, &routes, &StreamFigures::default());
+        out
+    }
+
+    #[test]
+    fn requests_are_counted_per_route_method_and_status() {
+        let table = table();
+        let none = |_: &str| Vec::new();
+        for (cluster, status, us) in [
+            (Some("pi-a.in.example.org"), 200, 4_000),
+            (Some("pi-a.in.example.org"), 200, 60_000),
+            (Some("pi-a.in.example.org"), 503, 100),
+            (Some("pi-unknown"), 404, 100),
+            (None, 404, 100),
+        ] {
+            let r = decode(&record(cluster, "GET", status, us)).unwrap();
+            table.of(&r).observe(&r, &none);
+        }
+        let out = text(&table);
+        for line in [
+            "private_ingress_http_requests_total{code=\"200\",host=\"a.in.example.org\",method=\"GET\",route=\"pi-a.in.example.org\"} 2\n",
+            "private_ingress_http_requests_total{code=\"503\",host=\"a.in.example.org\",method=\"GET\",route=\"pi-a.in.example.org\"} 1\n",
+            "private_ingress_http_requests_total{code=\"404\",host=\"unmatched\",method=\"GET\",route=\"unmatched\"} 2\n",
+            "private_ingress_http_request_duration_seconds_bucket{host=\"a.in.example.org\",route=\"pi-a.in.example.org\",le=\"0.005\"} 2\n",
+            "private_ingress_http_request_duration_seconds_bucket{host=\"a.in.example.org\",route=\"pi-a.in.example.org\",le=\"0.05\"} 2\n",
+            "private_ingress_http_request_duration_seconds_bucket{host=\"a.in.example.org\",route=\"pi-a.in.example.org\",le=\"0.1\"} 3\n",
+            "private_ingress_http_request_duration_seconds_sum{host=\"a.in.example.org\",route=\"pi-a.in.example.org\"} 0.064100\n",
+            "private_ingress_http_response_bytes_total{host=\"a.in.example.org\",route=\"pi-a.in.example.org\"} 6000\n",
+        ] {
+            assert!(out.contains(line), "{line} missing from\n{out}");
+        }
+    }
+
+    #[test]
+    fn bucket_bounds_are_inclusive_as_le_says() {
+        assert_eq!(bucket(0), 0);
+        assert_eq!(bucket(1_000), 0);
+        assert_eq!(bucket(1_001), 1);
+        assert_eq!(bucket(10_000_000), 12);
+        assert_eq!(bucket(10_000_001), 13);
+    }
+
+    #[test]
+    fn an_edit_keeps_the_counts_of_the_routes_it_keeps() {
+        let table = table();
+        let r = decode(&record(Some("pi-a.in.example.org"), "GET", 200, 1)).unwrap();
+        table.of(&r).observe(&r, &|_| Vec::new());
+        let mut ws = test_workspace(std::path::Path::new("/tls"), Vec::new());
+        ws.routes.push(test_route(
+            "a.in.example.org",
+            Upstream::Ip {
+                address: "127.0.0.2:80".parse().unwrap(),
+            },
+        ));
+        ws.routes.push(test_route(
+            "b.in.example.org",
+            Upstream::Ip {
+                address: "127.0.0.2:80".parse().unwrap(),
+            },
+        ));
+        let next = table.follow(&ws);
+        assert_eq!(next.of(&r).counts().requests.values().sum::<u64>(), 1);
+        let gone = test_workspace(std::path::Path::new("/tls"), Vec::new());
+        let last = next.follow(&gone);
+        assert!(Arc::ptr_eq(last.of(&r), &last.unmatched));
+    }
+}

@@ -1,0 +1,314 @@
+//! Traffic seen through sozu's own access-log stream: every request counted once per route,
+//! method and status (sozu's own answers included), slow ones in the right buckets, clients that
+//! cannot grow a series, counters that survive sozu's death, and JSON access-log lines.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use private_ingress_tests::live::{
+    certificate, eventually, https_get, promtool_check, Backend, Stack,
+};
+
+const READY: Duration = Duration::from_secs(30);
+/// How long records may take to be counted: a busy machine's scheduling, never a product delay
+/// (a record is sent when its response ends).
+const COUNTED: Duration = Duration::from_secs(30);
+const A: &str = "a.in.example.org";
+const D: &str = "drained.in.example.org";
+
+/// The value of one series (`name{labels}` exactly as rendered), if the scrape has it.
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        let (key, value) = line.rsplit_once(' ')?;
+        (key == series).then(|| value.parse().ok()).flatten()
+    })
+}
+
+fn requests(route: &str, host: &str, method: &str, code: u16) -> String {
+    format!(
+        "private_ingress_http_requests_total{{code=\"{code}\",host=\"{host}\",method=\"{method}\",route=\"{route}\"}}"
+    )
+}
+
+fn route_id(host: &str) -> String {
+    format!("pi-{host}")
+}
+
+/// Waits until every series has exactly its count, and returns the scrape.
+fn wait_counts(stack: &Stack, expected: &BTreeMap<String, f64>) -> String {
+    eventually(
+        COUNTED,
+        "the traffic counters to reach their counts",
+        || {
+            let metrics = stack.metrics();
+            expected
+                .iter()
+                .all(|(series, n)| sample(&metrics, series) == Some(*n))
+                .then_some(metrics)
+        },
+    )
+}
+
+/// A plain HTTP/1.1 request with its own `Host`, on a connection of its own; the status.
+fn http_get(address: SocketAddr, host: &str, path: &str) -> u16 {
+    let mut stream = TcpStream::connect(address).expect("connect to sozu's http listener");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("read timeout");
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send a request");
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {response:?}"))
+}
+
+/// Two routes, `a` to a live backend and `drained` with its only upstream drained (sozu answers
+/// 503 itself), with sozu sending its records to the agent.
+fn serving(stack: &mut Stack, backend: &Backend, extra: &str) {
+    certificate(&stack.tls_dir(), A);
+    certificate(&stack.tls_dir(), D);
+    let traffic = stack.send_traffic();
+    let upstream = |drain: bool| {
+        format!(
+            "upstreams = [{{ upstream = \"{}\", port = {}, drain = {drain} }}]",
+            backend.address.ip(),
+            backend.address.port()
+        )
+    };
+    let routes = [
+        format!("{{ host = \"{A}\", {} }}", upstream(false)),
+        format!("{{ host = \"{D}\", {} }}", upstream(true)),
+    ];
+    let extra = format!("{traffic}{extra}");
+    stack.write_workspace(&stack.workspace_text_of(&routes, &extra));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(READY);
+}
+
+fn get(stack: &Stack, host: &str, path: &str) -> u16 {
+    https_get(stack.https, host, path)
+        .unwrap_or_else(|e| panic!("{host}{path}: {e}\n{}", stack.logs()))
+        .status
+}
+
+#[test]
+fn every_request_is_counted_once_by_route_method_and_status() {
+    let backend = Backend::start("a");
+    let mut stack = Stack::new();
+    serving(&mut stack, &backend, "");
+    for _ in 0..5 {
+        assert_eq!(get(&stack, A, "/"), 200);
+    }
+    for _ in 0..3 {
+        assert_eq!(get(&stack, A, "/status/500"), 500);
+    }
+    for _ in 0..4 {
+        assert_eq!(
+            get(&stack, D, "/"),
+            503,
+            "sozu's own answer for a drained route"
+        );
+    }
+    for _ in 0..2 {
+        assert_eq!(http_get(stack.http, "nowhere.in.example.org", "/"), 404);
+    }
+    let (a, d) = (route_id(A), route_id(D));
+    let expected = BTreeMap::from([
+        (requests(&a, A, "GET", 200), 5.0),
+        (requests(&a, A, "GET", 500), 3.0),
+        (requests(&d, D, "GET", 503), 4.0),
+        (requests("unmatched", "unmatched", "GET", 404), 2.0),
+        ("private_ingress_traffic_records_total".to_owned(), 14.0),
+    ]);
+    let metrics = wait_counts(&stack, &expected);
+    promtool_check(&metrics).unwrap_or_else(|e| panic!("{e}\n{metrics}"));
+    let count = |series: &str| sample(&metrics, series).unwrap_or(-1.0);
+    let labels = format!("host=\"{A}\",route=\"{a}\"");
+    assert_eq!(
+        count(&format!(
+            "private_ingress_http_request_duration_seconds_count{{{labels}}}"
+        )),
+        8.0
+    );
+    assert!(
+        count(&format!(
+            "private_ingress_http_response_bytes_total{{{labels}}}"
+        )) > 0.0
+    );
+    assert!(
+        count(&format!(
+            "private_ingress_http_request_bytes_total{{{labels}}}"
+        )) > 0.0
+    );
+    assert_eq!(
+        count("private_ingress_traffic_records_malformed_total"),
+        0.0
+    );
+    assert_eq!(count("private_ingress_traffic_records_lost_total"), 0.0);
+
+    // status shows the window: requests per second, the share of 5xx and p99 (published each
+    // second while records arrive).
+    let state = eventually(COUNTED, "the window in /v1/state", || {
+        stack
+            .state()
+            .filter(|s| s["traffic"]["routes"][route_id(A).as_str()]["requests"] == 8)
+    });
+    let traffic = &state["traffic"];
+    assert_eq!(traffic["window_seconds"], 60, "{traffic}");
+    assert!(traffic["problem"].is_null(), "{traffic}");
+    let route = &traffic["routes"][a.as_str()];
+    assert_eq!(route["requests"], 8, "{traffic}");
+    let ratio = route["error_ratio"].as_f64().expect("error_ratio");
+    assert!((ratio - 3.0 / 8.0).abs() < 1e-9, "{traffic}");
+    let (code, out, err) = private_ingress_tests::run(
+        std::process::Command::new(private_ingress_tests::agent_bin())
+            .arg("status")
+            .arg("--admin-address")
+            .arg(stack.admin.to_string()),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("traffic over the last 60 s"), "{out}");
+    let row = out
+        .lines()
+        .find(|l| l.starts_with(A) && l.contains('%'))
+        .unwrap_or_else(|| panic!("no traffic row for {A}:\n{out}"));
+    assert!(row.contains("37.5%"), "{row}");
+}
+
+#[test]
+fn slow_requests_land_in_their_buckets() {
+    let backend = Backend::start("a");
+    let mut stack = Stack::new();
+    serving(&mut stack, &backend, "");
+    // 300 ms: above the 0.25 s bound, within 0.5 s (the backend's pause is a floor).
+    for _ in 0..2 {
+        assert_eq!(get(&stack, A, "/delay/300"), 200);
+    }
+    let a = route_id(A);
+    let bucket = |le: &str| {
+        format!(
+            "private_ingress_http_request_duration_seconds_bucket{{host=\"{A}\",route=\"{a}\",le=\"{le}\"}}"
+        )
+    };
+    let metrics = wait_counts(&stack, &BTreeMap::from([(bucket("+Inf"), 2.0)]));
+    assert_eq!(sample(&metrics, &bucket("0.25")), Some(0.0), "{metrics}");
+    let backend_bucket = format!(
+        "private_ingress_http_backend_response_duration_seconds_bucket{{host=\"{A}\",route=\"{a}\",le=\"0.25\"}}"
+    );
+    assert_eq!(sample(&metrics, &backend_bucket), Some(0.0), "{metrics}");
+    // Up to 10 s: a busy machine may stretch a 300 ms pause, not shorten it.
+    assert_eq!(sample(&metrics, &bucket("10")), Some(2.0), "{metrics}");
+}
+
+#[test]
+fn hosts_a_client_invents_grow_no_series() {
+    let backend = Backend::start("a");
+    let mut stack = Stack::new();
+    serving(&mut stack, &backend, "");
+    for i in 0..25 {
+        let host = format!("random-{i}-{}.example.com", std::process::id());
+        assert_eq!(http_get(stack.http, &host, &format!("/p{i}")), 404);
+    }
+    let expected = BTreeMap::from([(requests("unmatched", "unmatched", "GET", 404), 25.0)]);
+    let metrics = wait_counts(&stack, &expected);
+    assert!(!metrics.contains("random-"), "{metrics}");
+    let series = metrics
+        .lines()
+        .filter(|l| l.starts_with("private_ingress_http_requests_total{"))
+        .count();
+    assert_eq!(series, 1, "{metrics}");
+}
+
+#[test]
+fn counters_never_go_down_when_sozu_is_killed_and_started_again() {
+    let backend = Backend::start("a");
+    let mut stack = Stack::new();
+    serving(&mut stack, &backend, "");
+    for _ in 0..3 {
+        assert_eq!(get(&stack, A, "/"), 200);
+    }
+    let a = route_id(A);
+    let series = requests(&a, A, "GET", 200);
+    wait_counts(&stack, &BTreeMap::from([(series.clone(), 3.0)]));
+    stack.kill_sozu();
+    stack.start_sozu();
+    // Served again once the agent has programmed the new sozu.
+    eventually(READY, "the route served by the new sozu", || {
+        https_get(stack.https, A, "/")
+            .ok()
+            .filter(|seen| seen.status == 200)
+    });
+    // The request that found it served, plus two more.
+    for _ in 0..2 {
+        assert_eq!(get(&stack, A, "/"), 200);
+    }
+    let metrics = wait_counts(&stack, &BTreeMap::from([(series.clone(), 6.0)]));
+    assert!(sample(&metrics, &series) >= Some(6.0));
+}
+
+#[test]
+fn access_log_lines_are_json_without_the_query_string() {
+    let backend = Backend::start("a");
+    let mut stack = Stack::new();
+    let log = stack.dir.path().join("access.log");
+    let extra = format!("  traffic.access_log.path = \"{}\",\n", log.display());
+    serving(&mut stack, &backend, &extra);
+    assert_eq!(get(&stack, A, "/hello?token=s3cr3t"), 200);
+    assert_eq!(
+        http_get(stack.http, "nowhere.in.example.org", "/x?k=v"),
+        404
+    );
+    let lines = eventually(COUNTED, "two access-log lines", || {
+        let text = std::fs::read_to_string(&log).ok()?;
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect();
+        (lines.len() >= 2).then_some((text, lines))
+    });
+    let (text, lines) = lines;
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(!text.contains("s3cr3t") && !text.contains("k=v"), "{text}");
+    let routed = lines
+        .iter()
+        .find(|l| l["route"] == route_id(A))
+        .unwrap_or_else(|| panic!("no line for {A}: {text}"));
+    for field in [
+        "time",
+        "route",
+        "host",
+        "method",
+        "path",
+        "status",
+        "duration_ms",
+        "backend_ms",
+        "bytes_in",
+        "bytes_out",
+        "client",
+        "backend",
+        "request_id",
+        "tls_version",
+    ] {
+        assert!(!routed[field].is_null(), "{field} missing: {routed}");
+    }
+    assert_eq!(routed["path"], "/hello");
+    assert_eq!(routed["host"], A);
+    assert_eq!(routed["status"], 200);
+    assert_eq!(routed["backend"], backend.address.to_string());
+    let unmatched = lines
+        .iter()
+        .find(|l| l["route"].is_null())
+        .unwrap_or_else(|| panic!("no line for the unknown host: {text}"));
+    assert_eq!(unmatched["status"], 404);
+    assert_eq!(unmatched["path"], "/x");
+}
