@@ -25,6 +25,28 @@ pub const EXPIRY_FRACTION: f64 = 0.2;
 /// …or less than this, whatever its lifetime: a last call that leaves time to act.
 pub const EXPIRY_FLOOR: Duration = Duration::from_secs(6 * 3600);
 
+/// A route alerts on errors once more than this share of its requests over 5 minutes got a 5xx
+/// status (from its backends, or sozu's own 502, 503 and 504 when a backend cannot be reached,
+/// fails or times out): one request in twenty, for 10 minutes. A healthy internal service
+/// answers almost none with 5xx, so that is a failing backend, not noise; 1 % would page on the
+/// few errors a backend's restart or a client's bad request leaves behind.
+pub const ROUTE_ERROR_RATIO: f64 = 0.05;
+
+/// A route alerts on latency once its 99th percentile over 5 minutes, from the request's first
+/// byte to the response's last, is above this many seconds. An interactive service (Grafana,
+/// Prometheus' UI, an internal API) answers in tens of milliseconds; a second is where its users
+/// notice. It is also a bucket bound of `private_ingress_http_request_duration_seconds`, so
+/// `histogram_quantile` does not interpolate at the threshold: the p99 is above 1 s exactly when
+/// more than 1 % of the requests took longer than 1 s.
+pub const ROUTE_LATENCY_P99_SECONDS: f64 = 1.0;
+
+/// Neither route alert fires for a route with fewer requests a second than this over 5 minutes:
+/// 0.1 is 30 requests in the window. Above 5 % is then at least two failures in every window for
+/// the 10 minutes of `for:`, so one failed request among three (someone trying a route) does
+/// not page. At that rate the p99 is the slowest request of the window: a route that sees one
+/// slow request in every 5 minutes for 10 minutes alerts, which is what its few users see.
+pub const ROUTE_MIN_RATE: f64 = 0.1;
+
 /// How the rules are rendered.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AlertSettings {
@@ -92,6 +114,9 @@ const fn min(m: u64) -> Duration {
 pub fn rules(settings: &AlertSettings) -> Vec<Rule> {
     let floor = EXPIRY_FLOOR.as_secs();
     let fraction = EXPIRY_FRACTION;
+    let ratio = ROUTE_ERROR_RATIO;
+    let latency = ROUTE_LATENCY_P99_SECONDS;
+    let min_rate = ROUTE_MIN_RATE;
     let rule = |alert: &'static str,
                 expr: String,
                 hold: Duration,
@@ -177,6 +202,35 @@ pub fn rules(settings: &AlertSettings) -> Vec<Rule> {
             "private-ingress {{ $labels.instance }} keeps failing reconcile passes",
             "Passes fail or sozu refuses requests ({{ $value | humanize }} a second); what sozu refused waits and is retried with back-off.",
         ),
+        // Per route across every agent instance: clients see the route, whichever replica
+        // answers. `code="0"` (no response sent, mostly a client that went away) is not an
+        // error.
+        rule(
+            "PrivateIngressRouteErrorRatioHigh",
+            format!(
+                "(\n  sum by (route, host) (rate(private_ingress_http_requests_total{{route!=\"unmatched\", code=~\"5..\"}}[5m]))\n    \
+                 /\n  sum by (route, host) (rate(private_ingress_http_requests_total{{route!=\"unmatched\"}}[5m]))\n) > {ratio}\n\
+                 and\n\
+                 sum by (route, host) (rate(private_ingress_http_requests_total{{route!=\"unmatched\"}}[5m])) >= {min_rate}\n"
+            ),
+            min(10),
+            "warning",
+            "Route {{ $labels.route }} of {{ $labels.host }} answers {{ $value | humanizePercentage }} of its requests with a 5xx status",
+            "Over 5 minutes, {{ $value | humanizePercentage }} of the requests to {{ $labels.host }} got a 5xx status, from its backends or from sozu (502, 503 or 504 when a backend cannot be reached, fails or times out); the other requests are served.",
+        ),
+        // The minimum rate is the histogram's own count: the requests the quantile is over.
+        rule(
+            "PrivateIngressRouteLatencyHigh",
+            format!(
+                "histogram_quantile(0.99,\n  sum by (route, host, le) (rate(private_ingress_http_request_duration_seconds_bucket{{route!=\"unmatched\"}}[5m]))\n) > {latency}\n\
+                 and\n\
+                 sum by (route, host) (rate(private_ingress_http_request_duration_seconds_count{{route!=\"unmatched\"}}[5m])) >= {min_rate}\n"
+            ),
+            min(10),
+            "warning",
+            "Route {{ $labels.route }} of {{ $labels.host }} is slow: 99th percentile {{ $value | humanizeDuration }}",
+            "Over 5 minutes, more than 1 % of the requests to {{ $labels.host }} took longer than 1 s from their first byte to the response's last: slow backends, or responses that are large or streamed by nature.",
+        ),
     ]
 }
 
@@ -235,6 +289,20 @@ mod tests {
         let yaml = rules_file(&AlertSettings::default()).unwrap_or_default();
         assert!(yaml.contains("for: 10m\n"), "{yaml}");
         assert!(yaml.contains("for: 15m\n"), "{yaml}");
+    }
+
+    #[test]
+    fn every_traffic_selector_leaves_out_the_unmatched_requests() {
+        let traffic: Vec<Rule> = rules(&AlertSettings::default())
+            .into_iter()
+            .filter(|r| r.expr.contains("private_ingress_http_"))
+            .collect();
+        assert_eq!(traffic.len(), 2);
+        for rule in traffic {
+            let selectors = rule.expr.matches("private_ingress_http_").count();
+            let unmatched = rule.expr.matches("{route!=\"unmatched\"").count();
+            assert_eq!(selectors, unmatched, "{}", rule.expr);
+        }
     }
 
     #[test]
