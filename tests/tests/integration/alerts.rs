@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use private_ingress_tests::corpus::{Kind, Volume, HOST};
 use private_ingress_tests::live::{
-    eventually_every, free_port, Backend, Process, RouteSpec, Stack,
+    certificate, eventually_every, free_port, https_get, Backend, Process, RouteSpec, Stack,
 };
 use serde_json::Value;
 
@@ -231,18 +231,23 @@ fn a_refused_pair_fires_its_alert_in_prometheus_and_a_good_pair_resolves_it() {
     volume.write_good();
     // Upstream by name (`localhost`, from /etc/hosts), so that the DNS families are exported;
     // a loopback answer is a backend only when the workspace allows it.
+    // sozu sends its records, so that the traffic families are exported once a request is made.
+    let traffic = stack.send_traffic();
     stack.write_workspace(&stack.workspace_text_with(
         &[RouteSpec {
             host: HOST.into(),
             upstream: "localhost".into(),
             port: Some(backend.address.port()),
         }],
-        "  allow_special_upstream_addresses = true,",
+        &format!("  allow_special_upstream_addresses = true,\n{traffic}"),
     ));
     stack.start_sozu();
     stack.start_agent();
     stack.wait_ready(Duration::from_secs(60));
     let prometheus = Prometheus::start(stack.admin, &rendered_rules(&stack.workspace_path()));
+    for path in ["/", "/status/500"] {
+        https_get(stack.https, HOST, path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    }
 
     // Scraped, evaluated, quiet.
     eventually_every(
@@ -345,4 +350,64 @@ fn a_refused_pair_fires_its_alert_in_prometheus_and_a_good_pair_resolves_it() {
          written → pending {:?}, firing {firing:?}; good pair written → resolved {resolved:?}",
         pending.unwrap_or_default()
     );
+}
+
+/// A route whose backend answers 5xx fires the error-ratio alert in Prometheus, named by route
+/// and host; a route beside it that answers 200 does not.
+#[test]
+fn a_failing_route_fires_the_error_ratio_alert_and_a_healthy_one_does_not() {
+    const FAILING: &str = "failing.in.example.org";
+    const HEALTHY: &str = "healthy.in.example.org";
+    let mut stack = Stack::new();
+    let backend = Backend::start("traffic-backend");
+    certificate(&stack.tls_dir(), FAILING);
+    certificate(&stack.tls_dir(), HEALTHY);
+    let traffic = stack.send_traffic();
+    let route = |host: &str| RouteSpec {
+        host: host.into(),
+        upstream: backend.address.ip().to_string(),
+        port: Some(backend.address.port()),
+    };
+    stack.write_workspace(&stack.workspace_text_with(&[route(FAILING), route(HEALTHY)], &traffic));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(Duration::from_secs(60));
+    let prometheus = Prometheus::start(stack.admin, &rendered_rules(&stack.workspace_path()));
+
+    // Requests keep coming, as they would from users: one in four fails on the failing route.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let https = stack.https;
+    let load = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let path = if i % 4 == 0 { "/status/503" } else { "/" };
+                let _ = https_get(https, FAILING, path);
+                let _ = https_get(https, HEALTHY, "/");
+                i += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    let alert_for = |host: &str| {
+        prometheus.alerts().into_iter().find(|a| {
+            a["labels"]["alertname"] == "PrivateIngressRouteErrorRatioHigh"
+                && a["labels"]["host"] == host
+        })
+    };
+    let alert = eventually_every(
+        Duration::from_millis(200),
+        Duration::from_secs(120),
+        "PrivateIngressRouteErrorRatioHigh firing for the failing route",
+        || alert_for(FAILING).filter(|a| a["state"] == "firing"),
+    );
+    assert_eq!(
+        alert["labels"]["route"],
+        format!("pi-{FAILING}"),
+        "{alert:#}"
+    );
+    assert!(alert_for(HEALTHY).is_none(), "{:#?}", prometheus.alerts());
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = load.join();
 }
