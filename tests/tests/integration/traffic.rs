@@ -73,10 +73,16 @@ fn http_get(address: SocketAddr, host: &str, path: &str) -> u16 {
 
 /// Two routes, `a` to a live backend and `drained` with its only upstream drained (sozu answers
 /// 503 itself), with sozu sending its records to the agent.
-fn serving(stack: &mut Stack, backend: &Backend, extra: &str) {
+/// Returns the port sozu sends to; `extra` is given it, for more workspace fields.
+fn serving(stack: &mut Stack, backend: &Backend, extra: impl Fn(u16) -> String) -> u16 {
     certificate(&stack.tls_dir(), A);
     certificate(&stack.tls_dir(), D);
     let traffic = stack.send_traffic();
+    let port: u16 = traffic
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.split('"').next()?.parse().ok())
+        .expect("the traffic port");
     let upstream = |drain: bool| {
         format!(
             "upstreams = [{{ upstream = \"{}\", port = {}, drain = {drain} }}]",
@@ -88,11 +94,12 @@ fn serving(stack: &mut Stack, backend: &Backend, extra: &str) {
         format!("{{ host = \"{A}\", {} }}", upstream(false)),
         format!("{{ host = \"{D}\", {} }}", upstream(true)),
     ];
-    let extra = format!("{traffic}{extra}");
+    let extra = format!("{traffic}{}", extra(port));
     stack.write_workspace(&stack.workspace_text_of(&routes, &extra));
     stack.start_sozu();
     stack.start_agent();
     stack.wait_ready(READY);
+    port
 }
 
 fn get(stack: &Stack, host: &str, path: &str) -> u16 {
@@ -105,7 +112,7 @@ fn get(stack: &Stack, host: &str, path: &str) -> u16 {
 fn every_request_is_counted_once_by_route_method_and_status() {
     let backend = Backend::start("a");
     let mut stack = Stack::new();
-    serving(&mut stack, &backend, "");
+    serving(&mut stack, &backend, |_| String::new());
     for _ in 0..5 {
         assert_eq!(get(&stack, A, "/"), 200);
     }
@@ -189,7 +196,7 @@ fn every_request_is_counted_once_by_route_method_and_status() {
 fn slow_requests_land_in_their_buckets() {
     let backend = Backend::start("a");
     let mut stack = Stack::new();
-    serving(&mut stack, &backend, "");
+    serving(&mut stack, &backend, |_| String::new());
     // 300 ms: above the 0.25 s bound, within 0.5 s (the backend's pause is a floor).
     for _ in 0..2 {
         assert_eq!(get(&stack, A, "/delay/300"), 200);
@@ -214,7 +221,7 @@ fn slow_requests_land_in_their_buckets() {
 fn hosts_a_client_invents_grow_no_series() {
     let backend = Backend::start("a");
     let mut stack = Stack::new();
-    serving(&mut stack, &backend, "");
+    serving(&mut stack, &backend, |_| String::new());
     for i in 0..25 {
         let host = format!("random-{i}-{}.example.com", std::process::id());
         assert_eq!(http_get(stack.http, &host, &format!("/p{i}")), 404);
@@ -233,7 +240,7 @@ fn hosts_a_client_invents_grow_no_series() {
 fn counters_never_go_down_when_sozu_is_killed_and_started_again() {
     let backend = Backend::start("a");
     let mut stack = Stack::new();
-    serving(&mut stack, &backend, "");
+    serving(&mut stack, &backend, |_| String::new());
     for _ in 0..3 {
         assert_eq!(get(&stack, A, "/"), 200);
     }
@@ -262,7 +269,7 @@ fn access_log_lines_are_json_without_the_query_string() {
     let mut stack = Stack::new();
     let log = stack.dir.path().join("access.log");
     let extra = format!("  traffic.access_log.path = \"{}\",\n", log.display());
-    serving(&mut stack, &backend, &extra);
+    serving(&mut stack, &backend, |_| extra.clone());
     assert_eq!(get(&stack, A, "/hello?token=s3cr3t"), 200);
     assert_eq!(
         http_get(stack.http, "nowhere.in.example.org", "/x?k=v"),
@@ -311,4 +318,53 @@ fn access_log_lines_are_json_without_the_query_string() {
         .unwrap_or_else(|| panic!("no line for the unknown host: {text}"));
     assert_eq!(unmatched["status"], 404);
     assert_eq!(unmatched["path"], "/x");
+}
+
+/// A non-loopback IPv4 address of this machine, to send from.
+fn global_address() -> std::net::IpAddr {
+    let out = std::process::Command::new("ip")
+        .args(["-4", "-o", "addr", "show", "scope", "global"])
+        .output()
+        .expect("ip (iproute2, which scripts/test installs)");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .skip_while(|w| *w != "inet")
+        .nth(1)
+        .and_then(|cidr| cidr.split('/').next()?.parse().ok())
+        .expect("this test needs a non-loopback IPv4 address on the machine")
+}
+
+#[test]
+fn garbage_and_strangers_are_counted_and_skipped() {
+    let backend = Backend::start("a");
+    let mut stack = Stack::new();
+    // Listening on every address: loopback (sozu) and a stranger can both reach it.
+    let port = serving(&mut stack, &backend, |port| {
+        format!("  traffic.listen | force = \"0.0.0.0:{port}\",\n")
+    });
+    let loopback = std::net::UdpSocket::bind("127.0.0.1:0").expect("a loopback socket");
+    for garbage in [&b""[..], b"\x05abc", &[0xff; 64]] {
+        loopback
+            .send_to(garbage, ("127.0.0.1", port))
+            .expect("send garbage");
+    }
+    let stranger = std::net::UdpSocket::bind((global_address(), 0)).expect("a global socket");
+    stranger
+        .send_to(b"\x02\x08\x01\x00\x00", (global_address(), port))
+        .expect("send from a stranger");
+    assert_eq!(get(&stack, A, "/"), 200);
+    let expected = BTreeMap::from([
+        (
+            "private_ingress_traffic_records_malformed_total".to_owned(),
+            3.0,
+        ),
+        (
+            "private_ingress_traffic_records_rejected_total".to_owned(),
+            1.0,
+        ),
+        ("private_ingress_traffic_records_total".to_owned(), 1.0),
+        (requests(&route_id(A), A, "GET", 200), 1.0),
+    ]);
+    wait_counts(&stack, &expected);
+    assert!(stack.ready(), "{}", stack.logs());
 }
