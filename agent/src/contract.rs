@@ -461,6 +461,8 @@ mod tests {
         assert_eq!(ws.tls_dir, Path::new("/etc/sozu/tls"));
         assert_eq!(ws.listeners.https.to_string(), "0.0.0.0:443");
         assert_eq!(ws.listeners.http.to_string(), "0.0.0.0:80");
+        // The contract's traffic defaults are the model's own (`Traffic::default`).
+        assert_eq!(*ws.traffic, crate::workspace::Traffic::default());
         let summary: Vec<_> = ws
             .routes
             .iter()

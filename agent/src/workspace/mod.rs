@@ -537,6 +537,27 @@ mod tests {
     }
 
     #[test]
+    fn records_come_from_loopback_or_a_named_sender_and_sozu_is_told_a_loopback_target() {
+        let mut traffic = Traffic {
+            listen: "0.0.0.0:9181".parse().unwrap(),
+            ..Traffic::default()
+        };
+        assert_eq!(traffic.target().to_string(), "127.0.0.1:9181");
+        for source in ["127.0.0.1", "127.9.9.9", "::1", "::ffff:127.0.0.1"] {
+            assert!(traffic.accepts(source.parse().unwrap()), "{source}");
+        }
+        let sozu: IpAddr = "10.0.0.7".parse().unwrap();
+        assert!(!traffic.accepts(sozu));
+        traffic.senders.push(sozu);
+        assert!(traffic.accepts(sozu));
+        assert!(!traffic.accepts("10.0.0.8".parse().unwrap()));
+        traffic.listen = "[::]:9181".parse().unwrap();
+        assert_eq!(traffic.target().to_string(), "[::1]:9181");
+        traffic.listen = "10.0.0.1:9181".parse().unwrap();
+        assert_eq!(traffic.target().to_string(), "10.0.0.1:9181");
+    }
+
+    #[test]
     fn route_ids_are_stable_and_distinct_per_path() {
         assert_eq!(route_id("a.z", "/"), "pi-a.z");
         let api = route_id("a.z", "/api");
