@@ -433,6 +433,8 @@ fn record_kinds() -> Vec<RecordKind> {
             ..kind::<model::RawDns01>(&["dns01"], "`acme.dns01`")
         },
         kind::<model::RawPropagation>(&["propagation"], "`acme.propagation`"),
+        kind::<model::RawTraffic>(&["traffic"], "`traffic`"),
+        kind::<model::RawAccessLog>(&["access_log"], "`traffic.access_log`"),
     ]
 }
 

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use private_ingress_tests::live::{certificate, eventually, Backend, KeepAlive, Stack};
+use private_ingress_tests::live::{certificate, eventually, free_port, Backend, KeepAlive, Stack};
 
 const HOST: &str = "bench.in.example.org";
 
@@ -56,6 +56,9 @@ enum Mode {
     None,
     /// sozu's default: a text line per request on its standard output (a file here).
     Text,
+    /// The stream sent to a port nobody reads: sozu's own part of the stream (encoding, one
+    /// `sendto` per request), without the agent's use of the machine's cores.
+    Unread,
     /// The stream: protobuf records over UDP to the agent.
     Stream,
 }
@@ -65,6 +68,7 @@ impl Mode {
         match self {
             Mode::None => "no access log",
             Mode::Text => "sozu's text log",
+            Mode::Unread => "stream, unread",
             Mode::Stream => "stream to the agent",
         }
     }
@@ -74,6 +78,16 @@ impl Mode {
 fn configure(stack: &Stack, base: &str, mode: Mode) {
     let config: String = match mode {
         Mode::Stream => base.to_owned(),
+        Mode::Unread => base
+            .lines()
+            .map(|l| {
+                if l.starts_with("access_logs_target") {
+                    format!("access_logs_target = \"udp://127.0.0.1:{}\"\n", free_port())
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect(),
         Mode::Text | Mode::None => base
             .lines()
             .filter(|l| !l.starts_with("access_logs_"))
@@ -236,7 +250,7 @@ fn main() {
         args.rounds,
         private_ingress_tests::bench::report::machine()
     );
-    let modes = [Mode::None, Mode::Text, Mode::Stream];
+    let modes = [Mode::None, Mode::Text, Mode::Unread, Mode::Stream];
     let mut results: Vec<(Mode, Measured, Duration, f64)> = Vec::new();
     for round in 0..args.rounds {
         for mode in modes {

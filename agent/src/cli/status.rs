@@ -286,7 +286,7 @@ fn traffic_table(out: &mut String, status: &Document, traffic: &TrafficStatus) {
     }
     let _ = writeln!(
         out,
-        "traffic over the last {} s: {} records{}   access log: {}{}",
+        "traffic over the last {} s   records since the agent started: {}{}   access log: {}{}",
         traffic.window_seconds,
         traffic.records,
         if losses.is_empty() {

@@ -3,15 +3,16 @@
 //! never renamed, and every field is present in every line (`null` where the record has no
 //! value), so that Loki, Vector or Elastic read it without a parser of their own.
 //!
-//! Writing never holds up the receiver: lines go through a bounded queue to a thread of their
-//! own, and a line that finds the queue full is dropped and counted. A slow disk or a reader of
-//! stdout that stops costs lines of the log, never a record's count.
+//! Writing never holds up the receiver: the lines of each batch of records the receiver reads go
+//! in one piece to a thread of their own (one hand-over per batch, not per line), through a queue
+//! bounded in bytes; a batch that finds it full is dropped and its lines counted. A slow disk or
+//! a reader of stdout that stops costs lines of the log, never a record's count.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,8 +21,8 @@ use serde::Serialize;
 use super::record::Record;
 use crate::workspace::AccessLog;
 
-/// Lines waiting to be written; beyond, lines are dropped.
-pub const QUEUE: usize = 16_384;
+/// Bytes of lines waiting to be written; beyond, batches are dropped.
+pub const QUEUE_BYTES: usize = 8 << 20;
 
 /// One line, field for field.
 #[derive(Serialize)]
@@ -57,6 +58,13 @@ struct Line<'a> {
 /// The line for `record`, routed to `route` (`None`: unmatched), with a trailing newline. The
 /// query string is cut off the path unless `query_string`.
 pub fn line(record: &Record, route: Option<(&str, &str)>, query_string: bool) -> String {
+    let mut out = Vec::with_capacity(512);
+    append(&mut out, record, route, query_string);
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// [`line`], appended to `out`.
+pub fn append(out: &mut Vec<u8>, record: &Record, route: Option<(&str, &str)>, query_string: bool) {
     let r = &record.0;
     let path = record.path().map(|p| {
         if query_string {
@@ -93,9 +101,12 @@ pub fn line(record: &Record, route: Option<(&str, &str)>, query_string: bool) ->
         error: r.message.as_deref(),
         worker: &r.tag,
     };
-    let mut out = serde_json::to_string(&line).unwrap_or_default();
-    out.push('\n');
-    out
+    let start = out.len();
+    if serde_json::to_writer(&mut *out, &line).is_ok() {
+        out.push(b'\n');
+    } else {
+        out.truncate(start);
+    }
 }
 
 /// RFC 3339 in UTC with microseconds, from POSIX nanoseconds.
@@ -117,7 +128,9 @@ fn timestamp(ns: u128) -> String {
 
 /// Where lines go, and how many were dropped.
 pub struct Sink {
-    queue: SyncSender<String>,
+    queue: Sender<Vec<u8>>,
+    /// Bytes queued and not written yet.
+    queued: Arc<AtomicUsize>,
     pub settings: AccessLog,
     dropped: Arc<AtomicU64>,
     /// Set by the writer when it gives up.
@@ -128,30 +141,37 @@ impl Sink {
     /// Starts the writer thread for `settings` (enabled).
     pub fn start(settings: AccessLog, dropped: Arc<AtomicU64>) -> std::io::Result<Sink> {
         let output = Output::open(settings.path.clone())?;
-        let (queue, lines) = mpsc::sync_channel(QUEUE);
+        let (queue, batches) = mpsc::channel();
         let closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = closed.clone();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let (flag, written) = (closed.clone(), queued.clone());
         std::thread::Builder::new()
             .name("access-log".into())
             .spawn(move || {
-                write(lines, output);
+                write(batches, output, &written);
                 flag.store(true, Ordering::Relaxed);
             })?;
         Ok(Sink {
             queue,
+            queued,
             settings,
             dropped,
             closed,
         })
     }
 
-    /// Queues a line; drops it, counted, when the queue is full or the writer is gone.
-    pub fn send(&self, line: String) {
-        match self.queue.try_send(line) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-            }
+    /// Queues a batch of `lines` lines; drops it, counted, when the queue is full or the writer
+    /// is gone.
+    pub fn send(&self, batch: Vec<u8>, lines: u64) {
+        if batch.is_empty() {
+            return;
+        }
+        let len = batch.len();
+        if self.queued.fetch_add(len, Ordering::Relaxed) + len > QUEUE_BYTES
+            || self.queue.send(batch).is_err()
+        {
+            self.queued.fetch_sub(len, Ordering::Relaxed);
+            self.dropped.fetch_add(lines, Ordering::Relaxed);
         }
     }
 
@@ -179,7 +199,7 @@ impl Output {
         Ok(match path {
             None => Output::Stdout(BufWriter::with_capacity(64 * 1024, std::io::stdout())),
             Some(path) => Output::File {
-                file: BufWriter::with_capacity(64 * 1024, append(&path)?),
+                file: BufWriter::with_capacity(64 * 1024, open_append(&path)?),
                 path,
                 checked: Instant::now(),
             },
@@ -215,7 +235,7 @@ impl Output {
         };
         if !same {
             let _ = file.flush();
-            match append(path) {
+            match open_append(path) {
                 Ok(new) => *file = BufWriter::with_capacity(64 * 1024, new),
                 Err(e) => {
                     tracing::warn!(path = %path.display(), error = %e, "cannot open the access log again")
@@ -225,7 +245,7 @@ impl Output {
     }
 }
 
-fn append(path: &std::path::Path) -> std::io::Result<File> {
+fn open_append(path: &std::path::Path) -> std::io::Result<File> {
     std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -234,16 +254,18 @@ fn append(path: &std::path::Path) -> std::io::Result<File> {
 
 /// The writer thread: writes what is queued, flushes whenever the queue runs dry, and stops when
 /// the sink is dropped or the output fails.
-fn write(lines: Receiver<String>, mut output: Output) {
-    while let Ok(first) = lines.recv() {
+fn write(batches: Receiver<Vec<u8>>, mut output: Output, queued: &AtomicUsize) {
+    while let Ok(first) = batches.recv() {
         output.follow_rotation();
         let mut next = Some(first);
-        while let Some(line) = next {
-            if let Err(e) = output.writer().write_all(line.as_bytes()) {
+        while let Some(batch) = next {
+            let written = output.writer().write_all(&batch);
+            queued.fetch_sub(batch.len(), Ordering::Relaxed);
+            if let Err(e) = written {
                 tracing::error!(error = %e, "cannot write the access log; access-log lines are dropped");
                 return;
             }
-            next = lines.try_recv().ok();
+            next = batches.try_recv().ok();
         }
         if let Err(e) = output.writer().flush() {
             tracing::error!(error = %e, "cannot write the access log; access-log lines are dropped");

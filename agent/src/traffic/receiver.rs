@@ -34,12 +34,17 @@ use crate::sources::dns::DnsTable;
 use crate::sources::WorkspaceWatch;
 use crate::workspace::{Traffic, Workspace};
 
-/// The receive buffer asked for: about 30,000 records, a tenth of a second of sozu's fastest
-/// pace on one core, or a pause of the agent's of that length.
+/// The receive buffer asked for, to ride out a pause of the agent (a scheduling hiccup, a
+/// long scrape): the kernel charges each datagram its bookkeeping besides its few hundred bytes,
+/// so this holds a few thousand records; the traffic bench measures what a freeze loses.
 pub const RECEIVE_BUFFER: usize = 8 << 20;
 
 /// Datagrams read in one go before the task yields to the others.
 const BATCH: usize = 512;
+
+/// How long records gather on the socket between two reads while they arrive: 1 ms holds a few
+/// dozen at sozu's fastest, far within the socket's buffer.
+const GATHER: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// How often the status is published while records arrive (and every [`SLOT`] regardless).
 const PUBLISH: std::time::Duration = std::time::Duration::from_secs(1);
@@ -70,7 +75,13 @@ pub async fn run(mut workspaces: WorkspaceWatch, handle: TrafficHandle, dns: Dns
             }
             _ = tick.tick() => receiver.tick(),
             readable = readable(receiver.socket.as_ref()) => match readable {
-                Ok(()) => receiver.drain(&mut buffer, &mut control),
+                Ok(()) => {
+                    if receiver.drain(&mut buffer, &mut control) > 0 {
+                        // Let the next records gather: one wake-up reads many of them, instead
+                        // of one each (a wake-up costs several times what a record does).
+                        tokio::time::sleep(GATHER).await;
+                    }
+                }
                 Err(e) => receiver.unbind(e),
             },
         }
@@ -223,13 +234,14 @@ impl Receiver {
         self.publish();
     }
 
-    /// Reads what is queued on the socket, up to [`BATCH`] datagrams.
-    fn drain(&mut self, buffer: &mut [u8], control: &mut [u8]) {
+    /// Reads what is queued on the socket, up to [`BATCH`] datagrams; how many it read.
+    fn drain(&mut self, buffer: &mut [u8], control: &mut [u8]) -> usize {
         let Some(socket) = self.socket.take() else {
-            return;
+            return 0;
         };
-        self.drain_from(&socket, buffer, control);
+        let read = self.drain_from(&socket, buffer, control);
         self.socket = Some(socket);
+        read
     }
 
     fn drain_from(
@@ -237,8 +249,11 @@ impl Receiver {
         socket: &tokio::net::UdpSocket,
         buffer: &mut [u8],
         control: &mut [u8],
-    ) {
+    ) -> usize {
         let fd = socket.as_raw_fd();
+        let mut lines = Vec::new();
+        let mut count = 0;
+        let mut read = 0;
         for _ in 0..BATCH {
             let datagram = socket.try_io(Interest::READABLE, || receive(fd, buffer, control));
             match datagram {
@@ -250,20 +265,42 @@ impl Receiver {
                             .lost
                             .store(self.lost_before + u64::from(drops), Ordering::Relaxed);
                     }
-                    self.take(&buffer[..d.len], d.from, d.truncated);
+                    read += 1;
+                    count +=
+                        u64::from(self.take(&buffer[..d.len], d.from, d.truncated, &mut lines));
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     // ICMP errors and the like are the socket's, not the stream's: skip.
                     tracing::debug!(error = %e, "traffic socket");
-                    return;
+                    break;
                 }
             }
         }
+        match &self.sink {
+            Some(sink) => sink.send(lines, count),
+            // Enabled, but its output could not be opened: the lines are lost, and counted.
+            None if count > 0 => {
+                self.handle
+                    .0
+                    .access_log_dropped
+                    .fetch_add(count, Ordering::Relaxed);
+            }
+            None => {}
+        }
+        read
     }
 
-    fn take(&mut self, datagram: &[u8], from: Option<SocketAddr>, truncated: bool) {
+    /// Counts one datagram; appends its access-log line to `lines` when the log is on. Whether
+    /// it made a line (or would have, for an access log that cannot be written).
+    fn take(
+        &mut self,
+        datagram: &[u8],
+        from: Option<SocketAddr>,
+        truncated: bool,
+        lines: &mut Vec<u8>,
+    ) -> bool {
         let shared = &self.handle.0;
         let accepted = match (&self.settings, from) {
             (Some(settings), Some(from)) => settings.accepts(from.ip()),
@@ -271,13 +308,13 @@ impl Receiver {
         };
         if !accepted {
             shared.rejected.fetch_add(1, Ordering::Relaxed);
-            return;
+            return false;
         }
         let record = match (truncated, record::decode(datagram)) {
             (false, Ok(record)) => record,
             _ => {
                 shared.malformed.fetch_add(1, Ordering::Relaxed);
-                return;
+                return false;
             }
         };
         shared.records.fetch_add(1, Ordering::Relaxed);
@@ -290,10 +327,14 @@ impl Receiver {
         route.observe(&record, &|name| resolved(dns, name));
         self.windows
             .observe(&route.id, record.status(), record.duration_us());
-        if let Some(sink) = &self.sink {
-            let labels = (route.id != UNMATCHED).then(|| (route.id.as_str(), route.host.as_str()));
-            let query = sink.settings.query_string;
-            sink.send(access_log::line(&record, labels, query));
+        match &self.settings {
+            Some(settings) if settings.access_log.enabled => {
+                let labels =
+                    (route.id != UNMATCHED).then(|| (route.id.as_str(), route.host.as_str()));
+                access_log::append(lines, &record, labels, settings.access_log.query_string);
+                true
+            }
+            _ => false,
         }
     }
 

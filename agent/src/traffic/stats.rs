@@ -469,6 +469,53 @@ mod tests {
     }
 
     #[test]
+    fn a_route_with_several_upstreams_counts_each_by_its_backends() {
+        use crate::workspace::RouteUpstream;
+        let mut route = test_route(
+            "a.in.example.org",
+            Upstream::Ip {
+                address: "10.0.0.1:80".parse().unwrap(),
+            },
+        );
+        route.upstreams.push(RouteUpstream {
+            upstream: Upstream::Dns {
+                name: "b.svc".into(),
+                port: 80,
+            },
+            weight: 1,
+            drain: false,
+        });
+        let table =
+            Table::default().follow(&test_workspace(std::path::Path::new("/tls"), vec![route]));
+        let resolve = |name: &str| {
+            if name == "b.svc" {
+                vec!["10.0.0.2".parse().unwrap()]
+            } else {
+                Vec::new()
+            }
+        };
+        for backend in [
+            Some("pi-a.in.example.org-10.0.0.1:80"),
+            Some("pi-a.in.example.org-10.0.0.2:80"),
+            Some("pi-a.in.example.org-10.0.0.2:80"),
+            Some("pi-a.in.example.org-10.0.0.9:80"),
+            None,
+        ] {
+            let mut r = decode(&record(Some("pi-a.in.example.org"), "GET", 200, 1)).unwrap();
+            r.0.backend_id = backend.map(Into::into);
+            table.of(&r).observe(&r, &resolve);
+        }
+        let out = text(&table);
+        for line in [
+            "private_ingress_http_upstream_requests_total{host=\"a.in.example.org\",route=\"pi-a.in.example.org\",upstream=\"10.0.0.1:80\"} 1\n",
+            "private_ingress_http_upstream_requests_total{host=\"a.in.example.org\",route=\"pi-a.in.example.org\",upstream=\"b.svc:80\"} 2\n",
+            "private_ingress_http_upstream_requests_total{host=\"a.in.example.org\",route=\"pi-a.in.example.org\",upstream=\"other\"} 1\n",
+        ] {
+            assert!(out.contains(line), "{line} missing from\n{out}");
+        }
+    }
+
+    #[test]
     fn bucket_bounds_are_inclusive_as_le_says() {
         assert_eq!(bucket(0), 0);
         assert_eq!(bucket(1_000), 0);

@@ -31,8 +31,9 @@ struct Window {
 pub struct Windows {
     routes: HashMap<String, Window>,
     current: usize,
-    /// Slots turned since the agent started, up to [`SLOTS`]: a window younger than a minute
-    /// divides by what it covers.
+    /// Full slots the window holds besides the current one, up to `SLOTS - 1`: the rate divides
+    /// by the time the window covers, which is less than a minute until the agent has run one,
+    /// and between 55 and 60 s after.
     turned: usize,
 }
 
@@ -57,7 +58,7 @@ impl Windows {
     /// forgotten, and so are those `keep` says are gone from the workspace.
     pub fn turn(&mut self, keep: impl Fn(&str) -> bool) {
         self.current = (self.current + 1) % SLOTS;
-        self.turned = (self.turned + 1).min(SLOTS);
+        self.turned = (self.turned + 1).min(SLOTS - 1);
         let current = self.current;
         self.routes.retain(|id, w| {
             w.slots[current] = Slot::default();
@@ -65,7 +66,7 @@ impl Windows {
         });
     }
 
-    /// Each route's figures over the window; `into_current` is how far the newest slot has run.
+    /// Each route's figures over the window; `into_current` is how far the current slot has run.
     pub fn figures(
         &self,
         into_current: Duration,

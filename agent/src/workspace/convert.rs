@@ -204,7 +204,11 @@ fn traffic(raw: RawTraffic) -> Result<Traffic, ModelError> {
     let senders = raw
         .senders
         .iter()
-        .map(|s| s.parse::<IpAddr>().map_err(|_| fail("senders", s)))
+        .map(|s| match s.parse::<IpAddr>() {
+            // A source is compared as IPv4 when it is an IPv4-mapped IPv6 address, so is a sender.
+            Ok(ip) if !ip.is_unspecified() => Ok(ip.to_canonical()),
+            _ => Err(fail("senders", s)),
+        })
         .collect::<Result<_, _>>()?;
     let path = match raw.access_log.path {
         Some(path) if Path::new(&path).is_absolute() => Some(PathBuf::from(path)),

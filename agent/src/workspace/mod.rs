@@ -132,10 +132,7 @@ impl Traffic {
 
     /// Whether a record from `source` is taken: loopback, or a sender the workspace names.
     pub fn accepts(&self, source: IpAddr) -> bool {
-        let source = match source {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(source, IpAddr::V4),
-            v4 => v4,
-        };
+        let source = source.to_canonical();
         source.is_loopback() || self.senders.contains(&source)
     }
 }

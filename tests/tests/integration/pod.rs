@@ -277,9 +277,11 @@ fn ready_serves_rotates_and_drains() -> Result<(), String> {
     // them: each request just made has its access-log line in the agent's container log.
     for host in HOSTS {
         let route = format!("\"route\":\"pi-{host}\"");
-        eventually(Duration::from_secs(30), "an access-log line per host", || {
-            pod.logs("agent").contains(&route).then_some(())
-        });
+        eventually(
+            Duration::from_secs(30),
+            "an access-log line per host",
+            || pod.logs("agent").contains(&route).then_some(()),
+        );
     }
 
     // A renewal by the CSI driver is served.
