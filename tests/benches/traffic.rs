@@ -102,6 +102,13 @@ fn configure(stack: &Stack, base: &str, mode: Mode) {
     std::fs::write(stack.dir.path().join("sozu.toml"), config).expect("write sozu.toml");
 }
 
+/// One round of one configuration.
+struct Round {
+    mode: Mode,
+    measured: Measured,
+    agent_cpu: Duration,
+}
+
 /// What a load of `clients` for `length` saw.
 struct Measured {
     requests: u64,
@@ -251,7 +258,7 @@ fn main() {
         private_ingress_tests::bench::report::machine()
     );
     let modes = [Mode::None, Mode::Text, Mode::Unread, Mode::Stream];
-    let mut results: Vec<(Mode, Measured, Duration, f64)> = Vec::new();
+    let mut results: Vec<Round> = Vec::new();
     for round in 0..args.rounds {
         for mode in modes {
             stack.kill_sozu();
@@ -277,7 +284,12 @@ fn main() {
                 measured.requests,
                 agent_cpu
             );
-            results.push((mode, measured, agent_cpu, records));
+            results.push(Round {
+                mode,
+                measured,
+                agent_cpu,
+            });
+            let _ = records;
         }
     }
     println!(
@@ -288,13 +300,12 @@ fn main() {
         v.sort_by(|a, b| a.total_cmp(b));
         v[v.len() / 2]
     };
-    let of = |mode: Mode, f: &dyn Fn(&(Mode, Measured, Duration, f64)) -> f64| {
-        median(results.iter().filter(|r| r.0 == mode).map(f).collect())
+    let of = |mode: Mode, f: &dyn Fn(&Round) -> f64| {
+        median(results.iter().filter(|r| r.mode == mode).map(f).collect())
     };
-    let rate =
-        |r: &(Mode, Measured, Duration, f64)| r.1.requests as f64 / r.1.elapsed.as_secs_f64();
-    let p50 = |r: &(Mode, Measured, Duration, f64)| percentile(&r.1.latencies, 0.5);
-    let p99 = |r: &(Mode, Measured, Duration, f64)| percentile(&r.1.latencies, 0.99);
+    let rate = |r: &Round| r.measured.requests as f64 / r.measured.elapsed.as_secs_f64();
+    let p50 = |r: &Round| percentile(&r.measured.latencies, 0.5);
+    let p99 = |r: &Round| percentile(&r.measured.latencies, 0.99);
     let none = (
         of(Mode::None, &rate),
         of(Mode::None, &p50),
@@ -313,10 +324,10 @@ fn main() {
             b - none.2
         );
     }
-    let stream: Vec<_> = results.iter().filter(|r| r.0 == Mode::Stream).collect();
-    let requests: u64 = stream.iter().map(|r| r.1.requests).sum();
-    let agent_cpu: Duration = stream.iter().map(|r| r.2).sum();
-    let busy: Duration = stream.iter().map(|r| r.1.elapsed).sum();
+    let stream: Vec<_> = results.iter().filter(|r| r.mode == Mode::Stream).collect();
+    let requests: u64 = stream.iter().map(|r| r.measured.requests).sum();
+    let agent_cpu: Duration = stream.iter().map(|r| r.agent_cpu).sum();
+    let busy: Duration = stream.iter().map(|r| r.measured.elapsed).sum();
     println!(
         "  agent: {:.1} ms of CPU per 10,000 requests, {:.1} % of one core at sozu's rate",
         agent_cpu.as_secs_f64() * 1000.0 / requests as f64 * 10_000.0,

@@ -382,7 +382,11 @@ fn a_failing_route_fires_the_error_ratio_alert_and_a_healthy_one_does_not() {
         std::thread::spawn(move || {
             let mut i = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let path = if i % 4 == 0 { "/status/503" } else { "/" };
+                let path = if i.is_multiple_of(4) {
+                    "/status/503"
+                } else {
+                    "/"
+                };
                 let _ = https_get(https, FAILING, path);
                 let _ = https_get(https, HEALTHY, "/");
                 i += 1;
