@@ -368,3 +368,43 @@ fn garbage_and_strangers_are_counted_and_skipped() {
     wait_counts(&stack, &expected);
     assert!(stack.ready(), "{}", stack.logs());
 }
+
+/// A hand-written sozu configuration without the two lines: requests are served, and the agent
+/// says, on `/v1/state` and in `status`, that no record arrives and which lines are missing.
+#[test]
+fn without_the_two_lines_the_agent_says_it_receives_no_records() {
+    let backend = Backend::start("a");
+    let mut stack = Stack::new();
+    certificate(&stack.tls_dir(), A);
+    let port = private_ingress_tests::live::free_port();
+    let routes = [format!(
+        "{{ host = \"{A}\", upstream = \"{}\", port = {} }}",
+        backend.address.ip(),
+        backend.address.port()
+    )];
+    let extra = format!("  traffic.listen = \"127.0.0.1:{port}\",\n");
+    stack.write_workspace(&stack.workspace_text_of(&routes, &extra));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(READY);
+    assert_eq!(get(&stack, A, "/"), 200);
+    let state = eventually(COUNTED, "the traffic status", || {
+        stack.state().filter(|s| s["traffic"]["listen"].is_string())
+    });
+    let problem = state["traffic"]["problem"].as_str().unwrap_or_default();
+    let expected = format!("access_logs_target = \"udp://127.0.0.1:{port}\"");
+    assert!(problem.contains(&expected), "{problem}");
+    assert!(
+        problem.contains("access_logs_format = \"protobuf\""),
+        "{problem}"
+    );
+    assert_eq!(state["traffic"]["records"], 0);
+    let (code, out, err) = private_ingress_tests::run(
+        std::process::Command::new(private_ingress_tests::agent_bin())
+            .arg("status")
+            .arg("--admin-address")
+            .arg(stack.admin.to_string()),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("traffic: no record received yet"), "{out}");
+}
