@@ -168,7 +168,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let settings = Settings {
         resync: (args.resync_interval > 0).then(|| Duration::from_secs(args.resync_interval)),
         expiry_warning: Duration::from_secs(args.expiry_warning_days.saturating_mul(86_400)),
-        seed: u64::from(std::process::id()),
+        seed: instance_seed(),
         readiness: args.readiness.into(),
         ..Settings::default()
     };
@@ -310,9 +310,36 @@ async fn issue_when_sozu_managed(
         written: Some(Box::new(move |host: &str| certs.changed(host))),
         status,
         clock: Arc::new(SystemClock),
-        seed: u64::from(std::process::id()),
+        seed: instance_seed(),
     };
     crate::acme::run(workspaces, options).await
+}
+
+/// The seed of this agent's jitter (the renewal times, the back-offs). Not the process id
+/// alone: in a pod the agent is the first process of its own PID namespace, so every replica
+/// would have the same id, draw the same renewal time for a host, and order it in the same
+/// minute. The host name (the pod's name) and the start time make replicas, and restarts,
+/// draw apart.
+fn instance_seed() -> u64 {
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    seed_of(&host, std::process::id(), started)
+}
+
+fn seed_of(host: &str, pid: u32, started_ns: u128) -> u64 {
+    use sha2::Digest;
+    let mut hash = sha2::Sha256::new();
+    hash.update(host.as_bytes());
+    hash.update(pid.to_le_bytes());
+    hash.update(started_ns.to_le_bytes());
+    let digest = hash.finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_le_bytes(first)
 }
 
 /// SIGTERM and SIGINT, installed once.
@@ -335,5 +362,21 @@ impl Signals {
             _ = self.term.recv() => {}
             _ = self.int.recv() => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::seed_of;
+
+    /// Two replicas: the same process id (each the first of its PID namespace), started in the
+    /// same nanosecond, on pods of different names.
+    #[test]
+    fn replicas_that_share_a_process_id_draw_different_seeds() {
+        let a = seed_of("private-ingress-0", 1, 1_800_000_000_000_000_000);
+        let b = seed_of("private-ingress-1", 1, 1_800_000_000_000_000_000);
+        assert_ne!(a, b);
+        assert_eq!(a, seed_of("private-ingress-0", 1, 1_800_000_000_000_000_000));
+        assert_ne!(a, seed_of("private-ingress-0", 1, 1_800_000_000_000_000_001));
     }
 }

@@ -678,3 +678,66 @@ fn a_restarted_agent_reuses_its_account_and_certificates_and_orders_nothing() {
         .count();
     assert_eq!(accounts, 1);
 }
+
+/// Two replicas of `'sozu_managed`, each with its own sozu and its own state (as a StatefulSet
+/// with a volume per pod runs them), started at the same moment for the same hosts against one
+/// CA and one DNS server: each validates with its own TXT value beside the other's, both serve
+/// CA-issued certificates for every host, no order fails, and no challenge value is left.
+#[test]
+fn two_replicas_ordering_the_same_hosts_at_once_both_serve_and_leave_no_txt() {
+    let mut setup = Setup::new(3);
+    let acme = setup.rfc2136(ZONE, "");
+    let mut other = Stack::new();
+    let other_state = other.dir.path().join("acme-state");
+    let other_acme = acme.replace(
+        &setup.state_dir().display().to_string(),
+        &other_state.display().to_string(),
+    );
+    assert_ne!(acme, other_acme);
+    setup.write_workspace(&acme);
+    other.write_workspace(&other.workspace_text_with(&setup.routes(), &other_acme));
+    setup.stack.start_sozu();
+    other.start_sozu();
+    let env = [("RUST_LOG", "info,private_ingress=debug")];
+    setup.start_agent(&[]);
+    other.start_agent_with(&[], &env);
+    setup.stack.wait_ready(Duration::from_secs(120));
+    other.wait_ready(Duration::from_secs(120));
+
+    let root = setup.pebble.root_pem();
+    let mine = setup.served_by_pebble();
+    let theirs: Vec<String> = setup
+        .hosts
+        .iter()
+        .map(|h| {
+            let seen = https_get_verified(other.https, h, "/", &root)
+                .unwrap_or_else(|e| panic!("{h} on the other replica: {e}\n{}", other.logs()));
+            assert_eq!((seen.status, seen.body.as_str()), (200, "app"));
+            seen.fingerprint
+        })
+        .collect();
+    // Each ordered its own certificate: two orders per host at the CA, one per replica.
+    for (h, (a, b)) in setup.hosts.iter().zip(mine.iter().zip(&theirs)) {
+        assert_ne!(a, b, "{h}: both replicas serve one certificate");
+    }
+    for (stack, who) in [(&setup.stack, "first"), (&other, "second")] {
+        let state = stack.state().expect("/v1/state");
+        for h in &setup.hosts {
+            let issuer = &state["issuer"]["hosts"][h.as_str()];
+            assert_eq!(issuer["state"], "valid", "{who} {h}: {issuer}");
+            assert_eq!(issuer["orders_placed"], 1, "{who} {h}: {issuer}");
+            assert!(
+                issuer["orders_failed"]
+                    .as_object()
+                    .is_none_or(|failed| failed.is_empty()),
+                "{who} {h}: {issuer}"
+            );
+        }
+    }
+    for h in &setup.hosts {
+        assert!(
+            dig(setup.bind.address, &format!("_acme-challenge.{h}"), "TXT").is_empty(),
+            "{h}: a challenge value is left"
+        );
+    }
+}
