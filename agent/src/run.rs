@@ -376,7 +376,13 @@ mod tests {
         let a = seed_of("private-ingress-0", 1, 1_800_000_000_000_000_000);
         let b = seed_of("private-ingress-1", 1, 1_800_000_000_000_000_000);
         assert_ne!(a, b);
-        assert_eq!(a, seed_of("private-ingress-0", 1, 1_800_000_000_000_000_000));
-        assert_ne!(a, seed_of("private-ingress-0", 1, 1_800_000_000_000_000_001));
+        assert_eq!(
+            a,
+            seed_of("private-ingress-0", 1, 1_800_000_000_000_000_000)
+        );
+        assert_ne!(
+            a,
+            seed_of("private-ingress-0", 1, 1_800_000_000_000_000_001)
+        );
     }
 }
