@@ -67,12 +67,18 @@ struct Soak {
     rng: Rng,
     log: VecDeque<String>,
     report: SoakReport,
+    /// The workspace's `traffic` field: sozu sends its records to the agent throughout.
+    traffic: String,
+    /// The agent's record count at the last checkpoint of this agent's run: it must never go
+    /// down while the agent runs, whatever sozu does (`None` after the agent restarts).
+    records_floor: Option<f64>,
 }
 
 const AGENT_ARGS: [&str; 2] = ["--resync-interval", "0"];
 
 pub fn run(config: &SoakConfig) -> SoakReport {
     let stack = Stack::new();
+    let traffic = stack.send_traffic();
     let hosts: Vec<String> = (0..config.hosts)
         .map(|i| format!("soak{i}.in.example.org"))
         .collect();
@@ -97,6 +103,8 @@ pub fn run(config: &SoakConfig) -> SoakReport {
         rng: Rng(config.seed.max(1)),
         log: VecDeque::new(),
         report: SoakReport::default(),
+        traffic,
+        records_floor: None,
     };
     for host in 0..config.hosts {
         let fingerprint = soak.write_good(host);
@@ -177,12 +185,14 @@ impl Soak {
                 self.note("kill sozu", String::new());
             }
             80..=89 => {
+                self.records_floor = None;
                 self.stack.kill_agent();
                 self.stack
                     .start_agent_with(&AGENT_ARGS, &[("RUST_LOG", "info")]);
                 self.note("kill agent", String::new());
             }
             _ => {
+                self.records_floor = None;
                 let stopped = self.stack.stop_agent();
                 self.stack
                     .start_agent_with(&AGENT_ARGS, &[("RUST_LOG", "info")]);
@@ -290,7 +300,7 @@ impl Soak {
                 ),
             })
             .collect();
-        let text = self.stack.workspace_text_of(&routes, "");
+        let text = self.stack.workspace_text_of(&routes, &self.traffic);
         self.stack.write_workspace(&text);
     }
 
@@ -314,6 +324,7 @@ impl Soak {
             if wrong.is_empty() {
                 let took = started.elapsed();
                 self.report.slowest_convergence = self.report.slowest_convergence.max(took);
+                self.check_traffic();
                 return;
             }
             if started.elapsed() > bound {
@@ -324,6 +335,30 @@ impl Soak {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The agent's count of sozu's records never goes down while it runs: not when sozu is
+    /// killed, not when the workspace changes.
+    fn check_traffic(&mut self) {
+        // An agent just started may not listen yet while sozu already serves: nothing to check.
+        let Ok(metrics) = ureq::get(&format!("http://{}/metrics", self.stack.admin))
+            .call()
+            .and_then(|mut r| r.body_mut().read_to_string())
+        else {
+            return;
+        };
+        let records = metrics.lines().find_map(|l| {
+            l.strip_prefix("private_ingress_traffic_records_total ")?
+                .parse::<f64>()
+                .ok()
+        });
+        match (records, self.records_floor) {
+            (Some(now), Some(floor)) if now < floor => {
+                self.fail(format!("the record count went down from {floor} to {now}"));
+            }
+            (Some(now), _) => self.records_floor = Some(now),
+            (None, _) => self.fail("no private_ingress_traffic_records_total in /metrics".into()),
         }
     }
 
