@@ -11,6 +11,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use private_ingress::api::metrics::write_traffic;
 use private_ingress::traffic::{access_log, record, stats};
 use private_ingress::workspace::{route_id, Route, RouteUpstream, Upstream, Workspace};
 use prost::Message;
@@ -164,16 +165,8 @@ fn main() {
             (0..runs)
                 .map(|_| {
                     let t = Instant::now();
-                    let all: Vec<_> = table
-                        .all()
-                        .into_iter()
-                        .map(|r| {
-                            let c = r.counts();
-                            (r, c)
-                        })
-                        .collect();
                     let mut out = String::new();
-                    stats::render(&mut out, &all, &figures);
+                    write_traffic(&mut out, &table.snapshot(), &figures);
                     bytes = out.len();
                     t.elapsed()
                 })

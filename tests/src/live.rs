@@ -885,6 +885,18 @@ impl Stack {
     }
 
     /// The agent's `/metrics` text.
+    /// `private-ingress status` against the running agent, which must answer (exit 0).
+    pub fn status_text(&self) -> String {
+        let (code, out, err) = crate::run(
+            Command::new(agent_bin())
+                .arg("status")
+                .arg("--admin-address")
+                .arg(self.admin.to_string()),
+        );
+        assert_eq!(code, 0, "status: {out}{err}");
+        out
+    }
+
     pub fn metrics(&self) -> String {
         ureq::get(&format!("http://{}/metrics", self.admin))
             .call()

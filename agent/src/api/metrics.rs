@@ -6,12 +6,14 @@
 //! nothing and takes the CPU from a rotation for a few milliseconds at most.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use super::Snapshot;
 use crate::document::{
     BackendHealth, Counters, DnsNameStatus, HostStatus, IssuerStatus, RenewalBasis, RouteState,
     RouteStatus,
 };
+use crate::traffic::stats::{Counts, Histogram, RouteCounts, StreamFigures, BUCKET_LABELS};
 
 /// The families whose lines come from each route: (name, type, help). Host-wide ones are
 /// rendered by a host's first route only.
@@ -416,6 +418,159 @@ pub fn write_issuer(out: &mut String, status: &IssuerStatus) {
     }
 }
 
+/// The traffic families ([`crate::traffic`]), appended to the `/metrics` text: one series per
+/// route (and per method and status) that has had a request, the unmatched ones, and the
+/// stream's own.
+pub fn write_traffic(
+    out: &mut String,
+    routes: &[(Arc<RouteCounts>, Counts)],
+    stream: &StreamFigures,
+) {
+    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    for (name, help, value) in [
+        (
+            "private_ingress_traffic_records_total",
+            "Records of sozu's access-log stream taken since the agent started",
+            stream.records,
+        ),
+        (
+            "private_ingress_traffic_records_malformed_total",
+            "Datagrams on the traffic address that were not a record sozu sends, skipped",
+            stream.malformed,
+        ),
+        (
+            "private_ingress_traffic_records_rejected_total",
+            "Datagrams from an address that is neither loopback nor one of traffic.senders, dropped",
+            stream.rejected,
+        ),
+        (
+            "private_ingress_traffic_records_lost_total",
+            "Records the kernel dropped because the agent did not read them in time",
+            stream.lost,
+        ),
+        (
+            "private_ingress_access_log_lines_dropped_total",
+            "Access-log lines not written because the output did not keep up (their requests are counted)",
+            stream.access_log_dropped,
+        ),
+    ] {
+        header(out, name, "counter", help);
+        sample(out, name, &[], count(value));
+    }
+    if let Some(t) = stream.last_record {
+        gauge(
+            out,
+            "private_ingress_traffic_last_record_timestamp_seconds",
+            "When the latest record arrived, Unix seconds",
+            t,
+        );
+    }
+    let active: Vec<&(Arc<RouteCounts>, Counts)> = routes
+        .iter()
+        .filter(|(_, c)| !c.requests.is_empty())
+        .collect();
+    if active.is_empty() {
+        return;
+    }
+    let name = "private_ingress_http_requests_total";
+    header(
+        out,
+        name,
+        "counter",
+        "HTTP requests per route, by method and by the status sent to the client (sozu's own answers included; 0: none was sent)",
+    );
+    for (route, counts) in &active {
+        for ((method, code), n) in &counts.requests {
+            let code = code.to_string();
+            let labels = [
+                ("code", code.as_str()),
+                ("host", route.host.as_str()),
+                ("method", method),
+                ("route", route.id.as_str()),
+            ];
+            sample(out, name, &labels, count(*n));
+        }
+    }
+    type Of = fn(&Counts) -> &Histogram;
+    let histograms: [(&str, &str, Of); 2] = [
+        (
+            "private_ingress_http_request_duration_seconds",
+            "From the first byte of the request to the last byte of the response, per route",
+            |c| &c.duration,
+        ),
+        (
+            "private_ingress_http_backend_response_duration_seconds",
+            "The backend's time to respond, per route (requests a backend answered)",
+            |c| &c.backend,
+        ),
+    ];
+    for (name, help, histogram) in histograms {
+        header(out, name, "histogram", help);
+        let (bucket, sum, total) = (
+            format!("{name}_bucket"),
+            format!("{name}_sum"),
+            format!("{name}_count"),
+        );
+        for (route, counts) in &active {
+            let h = histogram(counts);
+            let labels = [("host", route.host.as_str()), ("route", route.id.as_str())];
+            let mut cumulative = 0;
+            for (le, n) in BUCKET_LABELS.iter().chain(["+Inf"].iter()).zip(h.counts) {
+                cumulative += n;
+                let [host, route] = labels;
+                sample(out, &bucket, &[host, route, ("le", le)], count(cumulative));
+            }
+            // Microseconds as decimal seconds, exactly.
+            let seconds = format!("{}.{:06}", h.sum_us / 1_000_000, h.sum_us % 1_000_000);
+            sample(out, &sum, &labels, seconds);
+            sample(out, &total, &labels, count(cumulative));
+        }
+    }
+    type Bytes = fn(&Counts) -> u64;
+    let bytes: [(&str, &str, Bytes); 2] = [
+        (
+            "private_ingress_http_request_bytes_total",
+            "Bytes received from clients, per route",
+            |c| c.bytes_in,
+        ),
+        (
+            "private_ingress_http_response_bytes_total",
+            "Bytes sent to clients, per route",
+            |c| c.bytes_out,
+        ),
+    ];
+    for (name, help, value) in bytes {
+        header(out, name, "counter", help);
+        for (route, counts) in &active {
+            let labels = [("host", route.host.as_str()), ("route", route.id.as_str())];
+            sample(out, name, &labels, count(value(counts)));
+        }
+    }
+    let name = "private_ingress_http_upstream_requests_total";
+    let mut upstreams = active
+        .iter()
+        .filter(|(_, c)| !c.upstreams.is_empty())
+        .peekable();
+    if upstreams.peek().is_some() {
+        header(
+            out,
+            name,
+            "counter",
+            "Requests per upstream, for routes with several (`other`: a backend no upstream resolves to any more)",
+        );
+        for (route, counts) in upstreams {
+            for (upstream, n) in &counts.upstreams {
+                let labels = [
+                    ("host", route.host.as_str()),
+                    ("route", route.id.as_str()),
+                    ("upstream", upstream.as_str()),
+                ];
+                sample(out, name, &labels, count(*n));
+            }
+        }
+    }
+}
+
 /// A family with a line per upstream name: (name, type, help, the value of a name).
 type DnsFamily = (
     &'static str,
@@ -435,8 +590,9 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
-/// One sample; labels in the order given (sorted by name, as exposition readers expect).
-fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: i64) {
+/// One sample; labels in the order given (sorted by name, as exposition readers expect, but
+/// for a histogram's `le`, last by custom).
+fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
     out.push_str(name);
     if !labels.is_empty() {
         out.push('{');
@@ -557,5 +713,47 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn traffic_is_written_per_route_method_and_status() {
+        let ws = crate::workspace::test_workspace(
+            std::path::Path::new("/tls"),
+            vec![crate::workspace::test_route(
+                "a.in.example.org",
+                crate::workspace::Upstream::Ip {
+                    address: "127.0.0.1:80".parse().unwrap(),
+                },
+            )],
+        );
+        let table = crate::traffic::stats::Table::default().follow(&ws);
+        let none = |_: &str| Vec::new();
+        for (cluster, status, us) in [
+            (Some("pi-a.in.example.org"), 200, 4_000),
+            (Some("pi-a.in.example.org"), 200, 60_000),
+            (Some("pi-a.in.example.org"), 503, 100),
+            (Some("pi-unknown"), 404, 100),
+            (None, 404, 100),
+        ] {
+            let r = crate::traffic::record::decode(&crate::traffic::record::tests::record(
+                cluster, "GET", status, us,
+            ))
+            .unwrap();
+            table.of(&r).observe(&r, &none);
+        }
+        let mut out = String::new();
+        write_traffic(&mut out, &table.snapshot(), &StreamFigures::default());
+        for line in [
+            "private_ingress_http_requests_total{code=\"200\",host=\"a.in.example.org\",method=\"GET\",route=\"pi-a.in.example.org\"} 2\n",
+            "private_ingress_http_requests_total{code=\"503\",host=\"a.in.example.org\",method=\"GET\",route=\"pi-a.in.example.org\"} 1\n",
+            "private_ingress_http_requests_total{code=\"404\",host=\"unmatched\",method=\"GET\",route=\"unmatched\"} 2\n",
+            "private_ingress_http_request_duration_seconds_bucket{host=\"a.in.example.org\",route=\"pi-a.in.example.org\",le=\"0.005\"} 2\n",
+            "private_ingress_http_request_duration_seconds_bucket{host=\"a.in.example.org\",route=\"pi-a.in.example.org\",le=\"0.05\"} 2\n",
+            "private_ingress_http_request_duration_seconds_bucket{host=\"a.in.example.org\",route=\"pi-a.in.example.org\",le=\"0.1\"} 3\n",
+            "private_ingress_http_request_duration_seconds_sum{host=\"a.in.example.org\",route=\"pi-a.in.example.org\"} 0.064100\n",
+            "private_ingress_http_response_bytes_total{host=\"a.in.example.org\",route=\"pi-a.in.example.org\"} 6000\n",
+        ] {
+            assert!(out.contains(line), "{line} missing from\n{out}");
+        }
     }
 }

@@ -272,10 +272,12 @@ impl Views {
             .await?;
         let traffic = self.traffic.clone();
         let body = tokio::task::spawn_blocking(move || {
-            let mut text = String::with_capacity(own.len() + 4096);
-            text.push_str(&String::from_utf8_lossy(&own));
-            traffic.write_metrics(&mut text);
-            bytes::Bytes::from(text)
+            let mut text = String::new();
+            metrics::write_traffic(&mut text, &traffic.table().snapshot(), &traffic.figures());
+            let mut body = bytes::BytesMut::with_capacity(own.len() + text.len());
+            body.extend_from_slice(&own);
+            body.extend_from_slice(text.as_bytes());
+            body.freeze()
         })
         .await
         .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));

@@ -11,7 +11,7 @@
 //! never go down while it runs, whatever happens to sozu's workers.
 //!
 //! - [`record`]: a datagram decoded (pure);
-//! - [`stats`]: the counts per route and their Prometheus families (pure);
+//! - [`stats`]: the counts per route, which `api::metrics` renders with the other families (pure);
 //! - [`window`]: each route's last minute for `status` (pure);
 //! - [`access_log`]: the JSON lines and the thread that writes them;
 //! - [`receiver`]: the socket and the task that reads it.
@@ -71,20 +71,6 @@ impl TrafficHandle {
             access_log_dropped: self.0.access_log_dropped.load(Ordering::Relaxed),
             last_record: (last > 0).then_some(last),
         }
-    }
-
-    /// Appends the traffic families to a `/metrics` text, as they are now.
-    pub fn write_metrics(&self, out: &mut String) {
-        let table = self.table();
-        let routes: Vec<_> = table
-            .all()
-            .into_iter()
-            .map(|r| {
-                let counts = r.counts();
-                (r, counts)
-            })
-            .collect();
-        stats::render(out, &routes, &self.figures());
     }
 
     /// The status last published; `None` before the receiver first ran.

@@ -1,4 +1,5 @@
-//! The per-route counters made of sozu's records, and their Prometheus families. Pure.
+//! The per-route counters made of sozu's records (`api::metrics::write_traffic` renders them).
+//! Pure.
 //!
 //! Label values come from the workspace only: a record names a cluster, which is a route's id
 //! or nothing the agent knows; either way the request lands in a series that exists because of
@@ -10,7 +11,6 @@
 //! one per route for as long as a copy takes, so a scrape never holds up the receiver for long.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
 use super::record::{method_label, Record};
@@ -21,14 +21,14 @@ use crate::workspace::{Route, Upstream, Workspace};
 pub const UNMATCHED: &str = "unmatched";
 
 /// Upper bounds of the duration histograms' buckets, in µs: they separate 5 ms, 50 ms, 250 ms,
-/// 1 s and 5 s, with a bucket either side of each.
+/// 1 s and 5 s, with a bucket either side of each. `api::metrics` writes them as `le`.
 pub const BUCKETS_US: [u64; 13] = [
     1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000,
     5_000_000, 10_000_000,
 ];
 
 /// The same bounds as Prometheus writes them (`le`).
-const BUCKET_LABELS: [&str; 13] = [
+pub const BUCKET_LABELS: [&str; 13] = [
     "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5",
     "10",
 ];
@@ -212,12 +212,18 @@ impl Table {
         self.routes.contains_key(id)
     }
 
-    /// Every route's counts, in the order of their ids, then the unmatched ones.
-    pub fn all(&self) -> Vec<Arc<RouteCounts>> {
+    /// Every route with a copy of its counts, in the order of their ids, then the unmatched
+    /// ones: what a scrape renders, each route's lock held only for its copy.
+    pub fn snapshot(&self) -> Vec<(Arc<RouteCounts>, Counts)> {
         let mut all: Vec<_> = self.routes.values().cloned().collect();
         all.sort_by(|a, b| a.id.cmp(&b.id));
         all.push(self.unmatched.clone());
-        all
+        all.into_iter()
+            .map(|r| {
+                let counts = r.counts();
+                (r, counts)
+            })
+            .collect()
     }
 }
 
@@ -231,179 +237,6 @@ pub struct StreamFigures {
     pub access_log_dropped: u64,
     /// Unix seconds of the latest record.
     pub last_record: Option<i64>,
-}
-
-/// The traffic families, appended to the `/metrics` text: one series per route (and per
-/// method and status) that has had a request, the unmatched ones, and the stream's own.
-pub fn render(out: &mut String, routes: &[(Arc<RouteCounts>, Counts)], stream: &StreamFigures) {
-    for (name, help, value) in [
-        (
-            "private_ingress_traffic_records_total",
-            "Records of sozu's access-log stream taken since the agent started",
-            stream.records,
-        ),
-        (
-            "private_ingress_traffic_records_malformed_total",
-            "Datagrams on the traffic address that were not a record sozu sends, skipped",
-            stream.malformed,
-        ),
-        (
-            "private_ingress_traffic_records_rejected_total",
-            "Datagrams from an address that is neither loopback nor one of traffic.senders, dropped",
-            stream.rejected,
-        ),
-        (
-            "private_ingress_traffic_records_lost_total",
-            "Records the kernel dropped because the agent did not read them in time",
-            stream.lost,
-        ),
-        (
-            "private_ingress_access_log_lines_dropped_total",
-            "Access-log lines not written because the output did not keep up (their requests are counted)",
-            stream.access_log_dropped,
-        ),
-    ] {
-        header(out, name, "counter", help);
-        let _ = writeln!(out, "{name} {value}");
-    }
-    if let Some(t) = stream.last_record {
-        let name = "private_ingress_traffic_last_record_timestamp_seconds";
-        header(
-            out,
-            name,
-            "gauge",
-            "When the latest record arrived, Unix seconds",
-        );
-        let _ = writeln!(out, "{name} {t}");
-    }
-    let active: Vec<&(Arc<RouteCounts>, Counts)> = routes
-        .iter()
-        .filter(|(_, c)| !c.requests.is_empty())
-        .collect();
-    if active.is_empty() {
-        return;
-    }
-    let name = "private_ingress_http_requests_total";
-    header(
-        out,
-        name,
-        "counter",
-        "HTTP requests per route, by method and by the status sent to the client (sozu's own answers included; 0: none was sent)",
-    );
-    for (route, counts) in &active {
-        for ((method, code), n) in &counts.requests {
-            let _ = writeln!(
-                out,
-                "{name}{{code=\"{code}\",host=\"{}\",method=\"{method}\",route=\"{}\"}} {n}",
-                Escaped(&route.host),
-                Escaped(&route.id)
-            );
-        }
-    }
-    for (name, help, histogram) in [
-        (
-            "private_ingress_http_request_duration_seconds",
-            "From the first byte of the request to the last byte of the response, per route",
-            (|c: &Counts| &c.duration) as fn(&Counts) -> &Histogram,
-        ),
-        (
-            "private_ingress_http_backend_response_duration_seconds",
-            "The backend's time to respond, per route (requests a backend answered)",
-            |c: &Counts| &c.backend,
-        ),
-    ] {
-        header(out, name, "histogram", help);
-        for (route, counts) in &active {
-            let h = histogram(counts);
-            let labels = format!(
-                "host=\"{}\",route=\"{}\"",
-                Escaped(&route.host),
-                Escaped(&route.id)
-            );
-            let mut cumulative = 0;
-            for (i, le) in BUCKET_LABELS.iter().enumerate() {
-                cumulative += h.counts[i];
-                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
-            }
-            cumulative += h.counts[BUCKETS_US.len()];
-            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
-            let _ = writeln!(out, "{name}_sum{{{labels}}} {}", seconds(h.sum_us));
-            let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
-        }
-    }
-    for (name, help, value) in [
-        (
-            "private_ingress_http_request_bytes_total",
-            "Bytes received from clients, per route",
-            (|c: &Counts| c.bytes_in) as fn(&Counts) -> u64,
-        ),
-        (
-            "private_ingress_http_response_bytes_total",
-            "Bytes sent to clients, per route",
-            |c: &Counts| c.bytes_out,
-        ),
-    ] {
-        header(out, name, "counter", help);
-        for (route, counts) in &active {
-            let _ = writeln!(
-                out,
-                "{name}{{host=\"{}\",route=\"{}\"}} {}",
-                Escaped(&route.host),
-                Escaped(&route.id),
-                value(counts)
-            );
-        }
-    }
-    let name = "private_ingress_http_upstream_requests_total";
-    let mut upstreams = active
-        .iter()
-        .filter(|(_, c)| !c.upstreams.is_empty())
-        .peekable();
-    if upstreams.peek().is_some() {
-        header(
-            out,
-            name,
-            "counter",
-            "Requests per upstream, for routes with several (`other`: a backend no upstream resolves to any more)",
-        );
-        for (route, counts) in upstreams {
-            for (upstream, n) in &counts.upstreams {
-                let _ = writeln!(
-                    out,
-                    "{name}{{host=\"{}\",route=\"{}\",upstream=\"{}\"}} {n}",
-                    Escaped(&route.host),
-                    Escaped(&route.id),
-                    Escaped(upstream)
-                );
-            }
-        }
-    }
-}
-
-/// Microseconds as decimal seconds, exactly.
-fn seconds(us: u64) -> String {
-    format!("{}.{:06}", us / 1_000_000, us % 1_000_000)
-}
-
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-}
-
-/// A label value as the text format quotes it.
-struct Escaped<'a>(&'a str);
-
-impl std::fmt::Display for Escaped<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for c in self.0.chars() {
-            match c {
-                '\\' => f.write_str("\\\\")?,
-                '"' => f.write_str("\\\"")?,
-                '\n' => f.write_str("\\n")?,
-                c => f.write_char(c)?,
-            }
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -423,49 +256,6 @@ mod tests {
             )],
         );
         Table::default().follow(&ws)
-    }
-
-    fn text(table: &Table) -> String {
-        let routes: Vec<_> = table
-            .all()
-            .into_iter()
-            .map(|r| {
-                let c = r.counts();
-                (r, c)
-            })
-            .collect();
-        let mut out = String::new();
-        render(&mut out, &routes, &StreamFigures::default());
-        out
-    }
-
-    #[test]
-    fn requests_are_counted_per_route_method_and_status() {
-        let table = table();
-        let none = |_: &str| Vec::new();
-        for (cluster, status, us) in [
-            (Some("pi-a.in.example.org"), 200, 4_000),
-            (Some("pi-a.in.example.org"), 200, 60_000),
-            (Some("pi-a.in.example.org"), 503, 100),
-            (Some("pi-unknown"), 404, 100),
-            (None, 404, 100),
-        ] {
-            let r = decode(&record(cluster, "GET", status, us)).unwrap();
-            table.of(&r).observe(&r, &none);
-        }
-        let out = text(&table);
-        for line in [
-            "private_ingress_http_requests_total{code=\"200\",host=\"a.in.example.org\",method=\"GET\",route=\"pi-a.in.example.org\"} 2\n",
-            "private_ingress_http_requests_total{code=\"503\",host=\"a.in.example.org\",method=\"GET\",route=\"pi-a.in.example.org\"} 1\n",
-            "private_ingress_http_requests_total{code=\"404\",host=\"unmatched\",method=\"GET\",route=\"unmatched\"} 2\n",
-            "private_ingress_http_request_duration_seconds_bucket{host=\"a.in.example.org\",route=\"pi-a.in.example.org\",le=\"0.005\"} 2\n",
-            "private_ingress_http_request_duration_seconds_bucket{host=\"a.in.example.org\",route=\"pi-a.in.example.org\",le=\"0.05\"} 2\n",
-            "private_ingress_http_request_duration_seconds_bucket{host=\"a.in.example.org\",route=\"pi-a.in.example.org\",le=\"0.1\"} 3\n",
-            "private_ingress_http_request_duration_seconds_sum{host=\"a.in.example.org\",route=\"pi-a.in.example.org\"} 0.064100\n",
-            "private_ingress_http_response_bytes_total{host=\"a.in.example.org\",route=\"pi-a.in.example.org\"} 6000\n",
-        ] {
-            assert!(out.contains(line), "{line} missing from\n{out}");
-        }
     }
 
     #[test]
@@ -505,14 +295,13 @@ mod tests {
             r.0.backend_id = backend.map(Into::into);
             table.of(&r).observe(&r, &resolve);
         }
-        let out = text(&table);
-        for line in [
-            "private_ingress_http_upstream_requests_total{host=\"a.in.example.org\",route=\"pi-a.in.example.org\",upstream=\"10.0.0.1:80\"} 1\n",
-            "private_ingress_http_upstream_requests_total{host=\"a.in.example.org\",route=\"pi-a.in.example.org\",upstream=\"b.svc:80\"} 2\n",
-            "private_ingress_http_upstream_requests_total{host=\"a.in.example.org\",route=\"pi-a.in.example.org\",upstream=\"other\"} 1\n",
-        ] {
-            assert!(out.contains(line), "{line} missing from\n{out}");
-        }
+        let upstreams = table
+            .of(&decode(&record(Some("pi-a.in.example.org"), "GET", 200, 1)).unwrap())
+            .counts()
+            .upstreams;
+        let expected = [("10.0.0.1:80", 1), ("b.svc:80", 2), ("other", 1)]
+            .map(|(upstream, n)| (upstream.to_owned(), n));
+        assert_eq!(upstreams, BTreeMap::from(expected));
     }
 
     #[test]

@@ -97,18 +97,6 @@ fn backend_health(stack: &Stack, host: &str, backend: &Backend) -> (String, Stri
     )
 }
 
-/// `private-ingress status` against the running agent.
-fn status_text(stack: &Stack) -> String {
-    let (code, out, err) = private_ingress_tests::run(
-        std::process::Command::new(private_ingress_tests::agent_bin())
-            .arg("status")
-            .arg("--admin-address")
-            .arg(stack.admin.to_string()),
-    );
-    assert_eq!(code, 0, "status: {out}{err}");
-    out
-}
-
 #[test]
 fn a_failing_health_check_takes_its_backend_out_and_recovery_brings_it_back() {
     let mut stack = Stack::new();
@@ -184,7 +172,7 @@ fn a_failing_health_check_takes_its_backend_out_and_recovery_brings_it_back() {
         )),
         "{metrics}"
     );
-    let status = status_text(&stack);
+    let status = stack.status_text();
     assert!(status.contains(&format!("{} down", a.address)), "{status}");
 
     // A back within its healthy threshold: `healthy` passed probes. sozu spaces the probes of
@@ -297,7 +285,7 @@ fn drain(extra: &str) {
             .is_some_and(|s| s.starts_with("draining"))
             .then_some(())
     });
-    let draining = status_text(&stack);
+    let draining = stack.status_text();
     // A session count only where sozu was asked to close them.
     let shown = if closes_sessions {
         "draining ("
@@ -338,7 +326,7 @@ fn drain(extra: &str) {
     eventually(Duration::from_secs(5), "a shown drained", || {
         (upstream_state(&stack, HOST, &a)["state"] == "drained").then_some(())
     });
-    let drained = status_text(&stack);
+    let drained = stack.status_text();
     assert!(drained.contains("drained"), "{drained}");
 
     // Every upstream drained: sozu answers 503, and the agent says why.

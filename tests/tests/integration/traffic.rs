@@ -180,13 +180,7 @@ fn every_request_is_counted_once_by_route_method_and_status() {
     assert_eq!(route["requests"], 9, "{traffic}");
     let ratio = route["error_ratio"].as_f64().expect("error_ratio");
     assert!((ratio - 3.0 / 9.0).abs() < 1e-9, "{traffic}");
-    let (code, out, err) = private_ingress_tests::run(
-        std::process::Command::new(private_ingress_tests::agent_bin())
-            .arg("status")
-            .arg("--admin-address")
-            .arg(stack.admin.to_string()),
-    );
-    assert_eq!(code, 0, "{err}");
+    let out = stack.status_text();
     assert!(out.contains("traffic over the last 60 s"), "{out}");
     let row = out
         .lines()
@@ -402,12 +396,6 @@ fn without_the_two_lines_the_agent_says_it_receives_no_records() {
         "{problem}"
     );
     assert_eq!(state["traffic"]["records"], 0);
-    let (code, out, err) = private_ingress_tests::run(
-        std::process::Command::new(private_ingress_tests::agent_bin())
-            .arg("status")
-            .arg("--admin-address")
-            .arg(stack.admin.to_string()),
-    );
-    assert_eq!(code, 0, "{err}");
+    let out = stack.status_text();
     assert!(out.contains("traffic: no record received yet"), "{out}");
 }
