@@ -99,8 +99,8 @@ struct Receiver {
     handle: TrafficHandle,
     dns: DnsTable,
     settings: Option<Traffic>,
+    /// Bound to `settings.listen`, when binding it succeeded.
     socket: Option<tokio::net::UdpSocket>,
-    bound: Option<SocketAddr>,
     /// Why `settings.listen` is not bound.
     bind_error: Option<String>,
     table: Arc<Table>,
@@ -123,7 +123,6 @@ impl Receiver {
             dns,
             settings: None,
             socket: None,
-            bound: None,
             bind_error: None,
             windows: Windows::default(),
             slot_started: Instant::now(),
@@ -141,7 +140,8 @@ impl Receiver {
         self.handle.set_table(table);
         self.table = self.handle.table();
         let settings = Traffic::clone(&workspace.traffic);
-        if self.bound != Some(settings.listen) {
+        let listen = self.settings.as_ref().map(|s| s.listen);
+        if self.socket.is_none() || listen != Some(settings.listen) {
             self.bind(settings.listen);
         }
         let log = &settings.access_log;
@@ -179,7 +179,6 @@ impl Receiver {
             Ok(socket) => {
                 tracing::info!(address = %address, "receiving sozu's access-log records");
                 self.socket = Some(socket);
-                self.bound = Some(address);
                 self.bind_error = None;
             }
             Err(e) => {
@@ -197,7 +196,6 @@ impl Receiver {
             self.lost_before += u64::from(self.lost_here);
             self.lost_here = 0;
         }
-        self.bound = None;
     }
 
     fn unbind(&mut self, error: std::io::Error) {
@@ -363,7 +361,11 @@ impl Receiver {
             None => "stdout".to_owned(),
         };
         self.handle.publish(TrafficStatus {
-            listen: self.bound.map(|a| a.to_string()),
+            listen: self
+                .socket
+                .is_some()
+                .then(|| listen.map(|a| a.to_string()))
+                .flatten(),
             problem,
             records: figures.records,
             malformed: figures.malformed,

@@ -399,3 +399,36 @@ fn without_the_two_lines_the_agent_says_it_receives_no_records() {
     let out = stack.status_text();
     assert!(out.contains("traffic: no record received yet"), "{out}");
 }
+
+/// The traffic address taken by something else: the agent serves all the same, says why it
+/// receives nothing, and takes the address once it is free, without a restart.
+#[test]
+fn an_address_in_use_is_shown_and_taken_once_free() {
+    let backend = Backend::start("a");
+    let mut stack = Stack::new();
+    let squatter = std::net::UdpSocket::bind("127.0.0.1:0").expect("a UDP socket");
+    let taken = squatter.local_addr().expect("its address");
+    let port = serving(&mut stack, &backend, |_| {
+        format!("  traffic.listen | force = \"{taken}\",\n")
+    });
+    assert_ne!(port, taken.port());
+    assert_eq!(get(&stack, A, "/"), 200);
+    let state = eventually(COUNTED, "the bind failure in /v1/state", || {
+        stack.state().filter(|s| {
+            s["traffic"]["problem"]
+                .as_str()
+                .is_some_and(|p| p.starts_with(&format!("cannot receive on {taken}")))
+        })
+    });
+    assert!(state["traffic"]["listen"].is_null(), "{state}");
+    drop(squatter);
+    eventually(
+        Duration::from_secs(60),
+        "the address taken once free",
+        || {
+            stack
+                .state()
+                .filter(|s| s["traffic"]["listen"] == taken.to_string())
+        },
+    );
+}
