@@ -572,6 +572,9 @@ pub struct Stack {
     pub https: SocketAddr,
     pub http: SocketAddr,
     pub admin: SocketAddr,
+    /// Where this stack's agent receives sozu's records: a port of its own, so that agents of
+    /// tests run side by side never contend for the default one.
+    traffic: SocketAddr,
     sozu: Option<Process>,
     agent: Option<Process>,
     agent_runs: usize,
@@ -586,6 +589,7 @@ impl Stack {
         let https = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let traffic = SocketAddr::from(([127, 0, 0, 1], free_port()));
         std::fs::write(
             dir.path().join("sozu.toml"),
             format!(
@@ -601,6 +605,7 @@ impl Stack {
             https,
             http,
             admin,
+            traffic,
             sozu: None,
             agent: None,
             agent_runs: 0,
@@ -620,14 +625,19 @@ impl Stack {
     /// rendered configuration does; returns the workspace field that has the agent receive them
     /// there (`extra` for [`Stack::workspace_text_with`]).
     pub fn send_traffic(&self) -> String {
-        let port = free_port();
         let path = self.dir.path().join("sozu.toml");
         let mut config = std::fs::read_to_string(&path).expect("read sozu.toml");
         config.push_str(&format!(
-            "access_logs_target = \"udp://127.0.0.1:{port}\"\naccess_logs_format = \"protobuf\"\n"
+            "access_logs_target = \"udp://{}\"\naccess_logs_format = \"protobuf\"\n",
+            self.traffic
         ));
         std::fs::write(&path, config).expect("write sozu.toml");
-        format!("  traffic = {{ listen = \"127.0.0.1:{port}\" }},\n")
+        self.traffic_field()
+    }
+
+    /// The workspace field that has the agent receive sozu's records on this stack's port.
+    fn traffic_field(&self) -> String {
+        format!("  traffic = {{ listen = \"{}\" }},\n", self.traffic)
     }
 
     pub fn tls_dir(&self) -> PathBuf {
@@ -664,7 +674,13 @@ impl Stack {
 
     /// A workspace of routes written as Nickel records (`routes`), with more workspace fields
     /// (`extra`, as for [`Stack::workspace_text_with`]).
+    /// Unless `extra` sets `traffic`, the agent receives sozu's records on this stack's port.
     pub fn workspace_text_of(&self, routes: &[String], extra: &str) -> String {
+        let extra = if extra.contains("traffic =") {
+            extra.to_owned()
+        } else {
+            format!("{extra}{}", self.traffic_field())
+        };
         let mut text = format!(
             "{{\n  zone = \"in.example.org\",\n  cluster_issuer = \"internal-ca\",\n  tls_dir = \"{}\",\n  \
              listeners = {{ https = \"{}\", http = \"{}\" }},\n{extra}\n  routes = [\n",

@@ -8,6 +8,12 @@
 //! - **Bounds.** Every exchange has a deadline that covers connecting, the answer's headers and
 //!   its whole body, and a body larger than [`MAX_BODY_BYTES`] is refused: a server that hangs or
 //!   streams without end costs one failed request, never a stuck issuer.
+//! - **HTTP/1.1 only.** Over HTTP/2 every request to a server shares one connection, so one
+//!   connection that stops moving fails every order in flight at once, each after its whole
+//!   deadline and each with a backoff after it. That was seen once: ten orders against pebble
+//!   (a Go server, which offers HTTP/2) on a busy machine, five of them timing out within the
+//!   same 2 ms. Over HTTP/1.1 a stalled connection costs its own request. The issuer sends a few
+//!   requests a minute, for which one connection each is nothing.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -22,7 +28,7 @@ use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::rt::TokioExecutor;
 use instant_acme::BodyWrapper;
 
-/// The client: HTTPS only, HTTP/1.1 or HTTP/2.
+/// The client: HTTPS only, HTTP/1.1.
 pub type Https = HyperClient<HttpsConnector<HttpConnector>, BodyWrapper<Bytes>>;
 
 /// An answer's body beyond this is refused. ACME objects and DNS API answers are a few KiB; a
@@ -91,11 +97,7 @@ pub fn client(roots: Roots<'_>) -> Result<Https, HttpError> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_connect_timeout(Some(CONNECT_TIMEOUT));
-    let connector = builder
-        .https_only()
-        .enable_http1()
-        .enable_http2()
-        .wrap_connector(http);
+    let connector = builder.https_only().enable_http1().wrap_connector(http);
     Ok(HyperClient::builder(TokioExecutor::new()).build(connector))
 }
 
