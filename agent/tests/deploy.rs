@@ -72,10 +72,12 @@ fn find<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
     docs.iter().filter(|d| d["kind"] == kind).collect()
 }
 
+/// The pod template of the one workload: a Deployment, or with `'sozu_managed` a StatefulSet.
 fn pod_spec(docs: &[Value]) -> &Value {
-    let deployments = find(docs, "Deployment");
-    assert_eq!(deployments.len(), 1);
-    &deployments[0]["spec"]["template"]["spec"]
+    let mut workloads = find(docs, "Deployment");
+    workloads.extend(find(docs, "StatefulSet"));
+    assert_eq!(workloads.len(), 1);
+    &workloads[0]["spec"]["template"]["spec"]
 }
 
 fn container<'a>(docs: &'a [Value], list: &str, name: &str) -> &'a Value {
@@ -365,9 +367,10 @@ fn render_refuses_to_ship_a_file_from_outside_the_workspace_tree() {
 }
 
 /// `tls_rotation = 'sozu_managed`: no certificate volume per host, a memory-backed tls dir the
-/// agent fills, the ACME state on a PersistentVolumeClaim, the credentials from the Secret
-/// `private-ingress-acme` mounted as the files the workspace names, one replica, recreated on
-/// rollout. Appending a route adds no volume, and `--format dns` is the same as in other modes.
+/// agent fills, and a StatefulSet of two replicas, each with its ACME state on a claim of its
+/// own, rolled one replica at a time, spread over nodes, named by a headless Service; the
+/// credentials from the Secret `private-ingress-acme` mounted as the files the workspace names.
+/// Appending a route adds no volume, and `--format dns` is the same as in other modes.
 #[test]
 fn sozu_managed_mode_has_a_memory_tls_dir_a_state_claim_and_the_credentials_as_files() {
     let dir = tempfile::tempdir().unwrap();
@@ -381,20 +384,47 @@ fn sozu_managed_mode_has_a_memory_tls_dir_a_state_claim_and_the_credentials_as_f
     let yaml = render(&workspace, "k8s");
     let docs = documents(&yaml);
     let passed = kubernetes_validate(&yaml).unwrap_or_else(|report| panic!("{report}"));
-    assert!(
-        passed.contains(&"persistentvolumeclaim".to_owned()),
-        "{passed:?}"
-    );
+    assert!(passed.contains(&"statefulset".to_owned()), "{passed:?}");
     assert!(find(&docs, "Certificate").is_empty());
-    let claim = find(&docs, "PersistentVolumeClaim")[0];
+    assert!(find(&docs, "Deployment").is_empty());
+    // No claim of its own: each replica's comes from the template.
+    assert!(find(&docs, "PersistentVolumeClaim").is_empty());
+
+    let set = find(&docs, "StatefulSet")[0];
+    assert_eq!(set["spec"]["replicas"], 2, "two replicas by default");
+    assert_eq!(set["spec"]["podManagementPolicy"], "Parallel");
+    assert_eq!(
+        set["spec"]["updateStrategy"],
+        serde_json::json!({ "type": "RollingUpdate", "rollingUpdate": { "maxUnavailable": 1 } })
+    );
+    assert_eq!(set["spec"]["minReadySeconds"], 10, "the preStop wait");
+    let claims = set["spec"]["volumeClaimTemplates"].as_array().unwrap();
+    assert_eq!(claims.len(), 1);
+    let claim = &claims[0];
     assert_eq!(
         claim["spec"]["accessModes"],
         serde_json::json!(["ReadWriteOnce"])
     );
+    assert_eq!(
+        set["spec"]["persistentVolumeClaimRetentionPolicy"],
+        serde_json::json!({ "whenDeleted": "Retain", "whenScaled": "Retain" })
+    );
+    let governing = find(&docs, "Service")
+        .into_iter()
+        .find(|s| s["metadata"]["name"] == set["spec"]["serviceName"])
+        .expect("the StatefulSet's governing Service");
+    assert_eq!(governing["spec"]["clusterIP"], "None");
+    let spread = &pod_spec(&docs)["topologySpreadConstraints"][0];
+    assert_eq!(spread["whenUnsatisfiable"], "DoNotSchedule");
+    assert!(
+        spread.get("matchLabelKeys").is_none(),
+        "spread against the replicas that stay: {spread}"
+    );
+    assert_eq!(
+        find(&docs, "PodDisruptionBudget")[0]["spec"]["maxUnavailable"],
+        1
+    );
 
-    let deployment = find(&docs, "Deployment")[0];
-    assert_eq!(deployment["spec"]["replicas"], 1);
-    assert_eq!(deployment["spec"]["strategy"]["type"], "Recreate");
     let volumes = pod_spec(&docs)["volumes"].as_array().unwrap().clone();
     assert!(
         volumes.iter().all(|v| v.get("csi").is_none()),
@@ -407,8 +437,12 @@ fn sozu_managed_mode_has_a_memory_tls_dir_a_state_claim_and_the_credentials_as_f
             .iter()
             .find(|m| m["mountPath"] == path)
             .unwrap_or_else(|| panic!("nothing mounted at {path}"));
-        let volume = volumes.iter().find(|v| v["name"] == mount["name"]).unwrap();
-        (mount.clone(), volume.clone())
+        let volume = volumes
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .cloned()
+            .unwrap_or(Value::Null);
+        (mount.clone(), volume)
     };
     let (tls_mount, tls) = mounted("/etc/sozu/tls");
     assert_eq!(tls["emptyDir"]["medium"], "Memory");
@@ -420,11 +454,9 @@ fn sozu_managed_mode_has_a_memory_tls_dir_a_state_claim_and_the_credentials_as_f
         .as_str()
         .unwrap()
         .starts_with("/etc/sozu/tls/")));
-    let (_, state) = mounted("/var/lib/acme");
-    assert_eq!(
-        state["persistentVolumeClaim"]["claimName"],
-        claim["metadata"]["name"]
-    );
+    let (state_mount, state) = mounted("/var/lib/acme");
+    assert_eq!(state, Value::Null, "not a volume of the pod: {state}");
+    assert_eq!(state_mount["name"], claim["metadata"]["name"]);
     let (secrets_mount, secrets) = mounted("/run/secrets/acme");
     assert_eq!(secrets_mount["readOnly"], true);
     assert_eq!(secrets["secret"]["secretName"], "private-ingress-acme");

@@ -1,5 +1,5 @@
-//! Certificates per host: cert-manager Certificates (`'reloader`), or with `'sozu_managed` the ACME
-//! state's PersistentVolumeClaim and the files its Secret is mounted as.
+//! Certificates per host: cert-manager Certificates (`'reloader`), or with `'sozu_managed` the
+//! claim template of each replica's ACME state and the files its Secret is mounted as.
 
 use super::*;
 
@@ -22,13 +22,14 @@ pub(super) fn certificate(workspace: &Workspace, host: &str) -> Value {
         },
     })
 }
-/// `'sozu_managed`: the account, the certificates and the order state outlive the pod here, so
-/// a restarted pod neither creates a second account nor orders again.
-pub(super) fn acme_state_claim(workspace: &Workspace) -> Value {
+/// `'sozu_managed`: the claim template of the StatefulSet, one claim per replica. The account,
+/// the certificates and the order state outlive the pod there, so a replica restarted or
+/// rescheduled neither creates a second account nor orders again; the claims stay when the
+/// StatefulSet is scaled down or deleted (Kubernetes' default, written out), so scaling back up
+/// costs no order either.
+pub(super) fn acme_state_claim_template() -> Value {
     json!({
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": metadata(workspace, ACME_STATE_CLAIM),
+        "metadata": { "name": ACME_STATE_VOLUME, "labels": labels() },
         "spec": {
             "accessModes": ["ReadWriteOnce"],
             "resources": { "requests": { "storage": ACME_STATE_SIZE } },

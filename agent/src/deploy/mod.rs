@@ -5,10 +5,10 @@
 //! | module | makes |
 //! |---|---|
 //! | here | the manifest list in its order, and what every object shares (names, labels) |
-//! | `pod` | the Deployment (sozu, the agent as a native sidecar) and its PodDisruptionBudget |
+//! | `pod` | the Deployment or, with ACME, StatefulSet (sozu, the agent as a native sidecar), its PodDisruptionBudget |
 //! | `certificates` | per host: a CSI volume or a Certificate; with ACME, its state and Secret |
 //! | `config` | the Namespace, the ServiceAccount, the ConfigMap |
-//! | `network` | the LoadBalancer Service and the NetworkPolicy |
+//! | `network` | the LoadBalancer Service, the replicas' headless Service, the NetworkPolicy |
 //! | `monitoring` | the metrics Service, ServiceMonitor, PrometheusRule, dashboard |
 //! | `files` | the workspace and its imports, as the ConfigMap ships them (the only I/O) |
 //! | `dns` | the DNS records |
@@ -16,8 +16,9 @@
 //! One route entry drives everything a new private service needs: its certificate volume (a
 //! cert-manager CSI volume, or a Certificate and its Secret), the mount of that volume at
 //! `<tls_dir>/<host>`, and its DNS record. With `tls_rotation = 'sozu_managed` there is no
-//! per-host volume: the agent orders the certificates itself into a memory-backed tls dir, keeps
-//! its ACME state on a PersistentVolumeClaim, and reads its DNS credentials from a Secret. Every
+//! per-host volume: each replica orders the certificates itself into a memory-backed tls dir,
+//! keeps its ACME state on a claim of its own (a StatefulSet), and reads its DNS credentials
+//! from a Secret. Every
 //! per-host name is derived from the host alone, never from a position in a list, and nothing is
 //! aligned across lines, so appending one route adds exactly those lines to the rendered output
 //! and changes no other.
@@ -52,6 +53,9 @@ use crate::workspace::{ContainerResources, Dns01, LbProvider, TlsRotation, Upstr
 
 /// Name of every object, and the `app.kubernetes.io/name` label that selects the pods.
 const APP: &str = "private-ingress";
+/// `'sozu_managed`: the headless Service that governs the StatefulSet, which names each replica
+/// `private-ingress-<ordinal>.private-ingress-replicas.<namespace>.svc`.
+const REPLICAS_SERVICE: &str = "private-ingress-replicas";
 /// The Grafana dashboard over the agent's `/metrics`, as Grafana imports it.
 pub const DASHBOARD: &str = include_str!("../../../deploy/grafana-dashboard.json");
 /// The user and group both containers run as: the `nonroot` user of distroless images. sozu
@@ -79,12 +83,12 @@ const CSI_DRIVER: &str = "csi.cert-manager.io";
 /// with an RSA key, so ten thousand routes take some 50 MB. Memory is used only while a worker
 /// starts, and counts against sozu's limit.
 const SOZU_TMP_SIZE: &str = "128Mi";
-/// `'sozu_managed`: the PersistentVolumeClaim of `acme.state_dir`, and the Secret (created by the
-/// operator, never rendered: it holds the credentials) whose keys are mounted as the files the
-/// workspace names.
-const ACME_STATE_CLAIM: &str = "private-ingress-acme-state";
+/// `'sozu_managed`: the claim template of `acme.state_dir` (each replica's claim is
+/// `acme-state-private-ingress-<ordinal>`), and the Secret (created by the operator, never
+/// rendered: it holds the credentials) whose keys are mounted as the files the workspace names.
+const ACME_STATE_VOLUME: &str = "acme-state";
 const ACME_SECRET: &str = "private-ingress-acme";
-/// The claim's size: an account and a few KiB per host.
+/// Each claim's size: an account and a few KiB per host.
 const ACME_STATE_SIZE: &str = "1Gi";
 /// The memory-backed tls dir: a pair is about 5 KiB, so room for ten thousand hosts.
 const TLS_DIR_SIZE: &str = "64Mi";
@@ -189,10 +193,10 @@ use network::*;
 use pod::*;
 
 /// The Kubernetes manifests of the workspace, as one multi-document YAML stream in apply order:
-/// Namespace, ServiceAccount, ConfigMap, Certificates (`'reloader`), the ACME state's
-/// PersistentVolumeClaim (`'sozu_managed`), Services, ServiceMonitor, PrometheusRule and the
-/// Grafana dashboard's ConfigMap (each when asked for), NetworkPolicy, Deployment,
-/// PodDisruptionBudget. Object keys are sorted, like `kubectl get -o yaml` prints them. `alerts`
+/// Namespace, ServiceAccount, ConfigMap, Certificates (`'reloader`), Services (with
+/// `'sozu_managed`, the replicas' headless one too), ServiceMonitor, PrometheusRule and the
+/// Grafana dashboard's ConfigMap (each when asked for), NetworkPolicy, the Deployment (with
+/// `'sozu_managed`, a StatefulSet), PodDisruptionBudget. Object keys are sorted, like `kubectl get -o yaml` prints them. `alerts`
 /// renders the PrometheusRule's rules.
 pub fn k8s(
     workspace: &Workspace,
@@ -225,13 +229,13 @@ pub fn k8s(
         docs.extend(pod.hosts.iter().map(|host| certificate(workspace, host)));
     }
     let acme = match workspace.acme.as_deref() {
-        Some(acme) if workspace.tls_rotation == TlsRotation::SozuManaged => {
-            docs.push(acme_state_claim(workspace));
-            Some(acme_files(acme)?)
-        }
+        Some(acme) if workspace.tls_rotation == TlsRotation::SozuManaged => Some(acme_files(acme)?),
         _ => None,
     };
     docs.push(load_balancer(workspace));
+    if acme.is_some() {
+        docs.push(replicas_service(workspace));
+    }
     if workspace.deploy.service_monitor {
         docs.push(metrics_service(workspace));
         docs.push(service_monitor(workspace));
@@ -243,7 +247,7 @@ pub fn k8s(
         docs.push(grafana_dashboard(workspace));
     }
     docs.push(network_policy(workspace));
-    docs.push(deployment(workspace, &pod, acme.as_ref()));
+    docs.push(workload(workspace, &pod, acme.as_ref()));
     docs.push(pod_disruption_budget(workspace));
 
     let mut out = format!(

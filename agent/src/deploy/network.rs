@@ -31,6 +31,23 @@ pub(super) fn provider_name(provider: LbProvider) -> &'static str {
     }
 }
 
+/// `'sozu_managed`: the StatefulSet's governing Service. Headless, so it carries no traffic (the
+/// LoadBalancer does): it gives each replica a stable DNS name, at which an operator reaches
+/// that replica's `/v1/state`, unready ones included, since each orders and fails on its own.
+pub(super) fn replicas_service(workspace: &Workspace) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(workspace, REPLICAS_SERVICE),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": true,
+            "selector": selector(),
+            "ports": [{ "name": "admin", "port": ADMIN_PORT, "protocol": "TCP", "targetPort": "admin" }],
+        },
+    })
+}
+
 pub(super) fn load_balancer(workspace: &Workspace) -> Value {
     let lb = &workspace.deploy.load_balancer;
     let mut metadata = metadata(workspace, APP);

@@ -1,4 +1,10 @@
-//! The Deployment (sozu with the agent as a native sidecar) and its PodDisruptionBudget.
+//! The workload (sozu with the agent as a native sidecar) and its PodDisruptionBudget.
+//!
+//! Without ACME, a Deployment: every replica is alike, and a rollout starts a new pod before an
+//! old one stops. With `'sozu_managed`, a StatefulSet: each replica is an ACME client with its
+//! own account and state on a claim of its own, which follows it through restarts and
+//! rescheduling. A StatefulSet cannot start a replica's new pod before its old one has stopped
+//! (one claim, one pod), so a rollout replaces one replica at a time while the others serve.
 
 use super::*;
 
@@ -38,7 +44,7 @@ pub(super) fn security_context(bind_low_ports: bool) -> Value {
         "runAsNonRoot": true,
     })
 }
-pub(super) fn deployment(workspace: &Workspace, pod: &Pod, acme: Option<&AcmeFiles>) -> Value {
+pub(super) fn workload(workspace: &Workspace, pod: &Pod, acme: Option<&AcmeFiles>) -> Value {
     let https = workspace.listeners.https.port();
     let http = workspace.listeners.http.port();
     let low_port = https.min(http);
@@ -115,9 +121,10 @@ pub(super) fn deployment(workspace: &Workspace, pod: &Pod, acme: Option<&AcmeFil
         );
         acme_mounts
             .push(json!({ "name": "tls", "mountPath": workspace.tls_dir.to_string_lossy() }));
-        volumes.push(json!({ "name": "acme-state", "persistentVolumeClaim": { "claimName": ACME_STATE_CLAIM } }));
-        acme_mounts
-            .push(json!({ "name": "acme-state", "mountPath": acme.state_dir.to_string_lossy() }));
+        // The volume itself comes from the StatefulSet's claim template.
+        acme_mounts.push(
+            json!({ "name": ACME_STATE_VOLUME, "mountPath": acme.state_dir.to_string_lossy() }),
+        );
         for (dir, files) in &acme.dirs {
             let name = acme_files_volume(dir);
             let items: Vec<Value> = files
@@ -236,15 +243,63 @@ pub(super) fn deployment(workspace: &Workspace, pod: &Pod, acme: Option<&AcmeFil
         annotations["prometheus.io/port"] = json!(ADMIN_PORT.to_string());
         annotations["prometheus.io/path"] = json!("/metrics");
     }
-    let strategy = if acme.is_some() {
-        // The one pod holds the ACME state's claim (ReadWriteOnce) and its lock: a new pod can
-        // only start once the old one is gone.
-        json!({ "type": "Recreate" })
-    } else {
-        // A new pod serves before an old one stops: adding a route adds a volume, which rolls
-        // the pods.
-        json!({ "type": "RollingUpdate", "rollingUpdate": { "maxSurge": 1, "maxUnavailable": 0 } })
-    };
+    // Replicas on different nodes, or not scheduled: two replicas on one node are one node loss
+    // from none. Only nodes the pods may run on count (taints honoured), so a cluster of one
+    // schedulable node still runs them all.
+    let mut spread = json!({
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "nodeTaintsPolicy": "Honor",
+        "labelSelector": { "matchLabels": selector() },
+    });
+    if acme.is_none() {
+        // Spread the pods of one revision: during a rollout, the old pods leaving must not skew
+        // where the new ones go. A StatefulSet has no surge: its new pod replaces an old one,
+        // and is spread against the replicas that stay.
+        spread["matchLabelKeys"] = json!(["pod-template-hash"]);
+    }
+    let template = json!({
+        "metadata": { "labels": labels(), "annotations": annotations },
+        "spec": {
+            "serviceAccountName": APP,
+            // From the deletion to the kill: the preStop wait, then the soft stop. The agent, a
+            // sidecar, is stopped once sozu has exited.
+            "terminationGracePeriodSeconds": workspace.deploy.termination_grace_period_seconds,
+            "automountServiceAccountToken": false,
+            "enableServiceLinks": false,
+            "securityContext": pod_security,
+            "topologySpreadConstraints": [spread],
+            "initContainers": [agent],
+            "containers": [sozu],
+            "volumes": volumes,
+        },
+    });
+    if acme.is_some() {
+        return json!({
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": metadata(workspace, APP),
+            "spec": {
+                "replicas": workspace.deploy.replicas,
+                "selector": { "matchLabels": selector() },
+                "serviceName": REPLICAS_SERVICE,
+                // The replicas start, and first order, together; a rollout still replaces one
+                // at a time.
+                "podManagementPolicy": "Parallel",
+                // One replica at a time (a StatefulSet cannot take 0): the others serve
+                // meanwhile, and the PodDisruptionBudget keeps evictions to one as well.
+                "updateStrategy": { "type": "RollingUpdate", "rollingUpdate": { "maxUnavailable": 1 } },
+                // A new pod is Ready before the load balancer sends it anything, which takes
+                // about as long as its removal takes after a deletion (what the preStop wait is
+                // sized for): the next replica is replaced only once the new one is in.
+                "minReadySeconds": workspace.deploy.pre_stop_seconds,
+                "persistentVolumeClaimRetentionPolicy": { "whenDeleted": "Retain", "whenScaled": "Retain" },
+                "volumeClaimTemplates": [acme_state_claim_template()],
+                "template": template,
+            },
+        });
+    }
     json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -252,35 +307,10 @@ pub(super) fn deployment(workspace: &Workspace, pod: &Pod, acme: Option<&AcmeFil
         "spec": {
             "replicas": workspace.deploy.replicas,
             "selector": { "matchLabels": selector() },
-            "strategy": strategy,
-            "template": {
-                "metadata": { "labels": labels(), "annotations": annotations },
-                "spec": {
-                    "serviceAccountName": APP,
-                    // From the deletion to the kill: the preStop wait, then the soft stop. The
-                    // agent, a sidecar, is stopped once sozu has exited.
-                    "terminationGracePeriodSeconds": workspace.deploy.termination_grace_period_seconds,
-                    "automountServiceAccountToken": false,
-                    "enableServiceLinks": false,
-                    "securityContext": pod_security,
-                    // Replicas on different nodes, or not scheduled: two replicas on one node
-                    // are one node loss from none. Only nodes the pods may run on count (taints
-                    // honoured), so a cluster of one schedulable node still runs them all.
-                    "topologySpreadConstraints": [{
-                        "maxSkew": 1,
-                        "topologyKey": "kubernetes.io/hostname",
-                        "whenUnsatisfiable": "DoNotSchedule",
-                        "nodeTaintsPolicy": "Honor",
-                        "labelSelector": { "matchLabels": selector() },
-                        // Spread the pods of one revision: during a rollout, the old pods
-                        // leaving must not skew where the new ones go.
-                        "matchLabelKeys": ["pod-template-hash"],
-                    }],
-                    "initContainers": [agent],
-                    "containers": [sozu],
-                    "volumes": volumes,
-                },
-            },
+            // A new pod serves before an old one stops: adding a route adds a volume, which
+            // rolls the pods.
+            "strategy": { "type": "RollingUpdate", "rollingUpdate": { "maxSurge": 1, "maxUnavailable": 0 } },
+            "template": template,
         },
     })
 }
