@@ -457,6 +457,19 @@ fn sozu_managed_mode_has_a_memory_tls_dir_a_state_claim_and_the_credentials_as_f
     let (state_mount, state) = mounted("/var/lib/acme");
     assert_eq!(state, Value::Null, "not a volume of the pod: {state}");
     assert_eq!(state_mount["name"], claim["metadata"]["name"]);
+    // `just install-private-ingress` waits for the StatefulSet's rollout, and switching from a
+    // Deployment prunes it.
+    let (code, stdout, err) = just_with(
+        &dir.path().join("out"),
+        Some(&workspace),
+        &["install-private-ingress", "update"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        stdout.contains("rollout status statefulset/private-ingress")
+            && stdout.contains("--prune-allowlist=apps/v1/Deployment"),
+        "{stdout}"
+    );
     let (secrets_mount, secrets) = mounted("/run/secrets/acme");
     assert_eq!(secrets_mount["readOnly"], true);
     assert_eq!(secrets["secret"]["secretName"], "private-ingress-acme");
@@ -1339,14 +1352,24 @@ fn sozu_accepts_the_bootstrap_configuration() {
 
 /// Runs a justfile recipe with kubectl (and the image build) printed instead of run.
 fn just(out: &Path, args: &[&str]) -> (i32, String, String) {
-    run(Command::new("just")
+    just_with(out, None, args)
+}
+
+/// [`just`] on `workspace` (`WORKSPACE`) instead of the reference.
+fn just_with(out: &Path, workspace: Option<&Path>, args: &[&str]) -> (i32, String, String) {
+    let mut command = Command::new("just");
+    command
         .arg("--justfile")
         .arg(repo().join("deploy/justfile"))
         .args(args)
         .env("PRIVATE_INGRESS", env!("CARGO_BIN_EXE_private-ingress"))
         .env("OUT", out)
         .env("DRY_RUN", "1")
-        .env_remove("WORKSPACE"))
+        .env_remove("WORKSPACE");
+    if let Some(workspace) = workspace {
+        command.env("WORKSPACE", workspace);
+    }
+    run(&mut command)
 }
 
 #[test]
@@ -1381,7 +1404,7 @@ fn the_justfile_recipes_run() {
     let (code, stdout, err) = just(out, &["install-private-ingress", "update"]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        stdout.contains(&format!("kubectl apply --server-side --field-manager=private-ingress --prune -l app.kubernetes.io/name=private-ingress --prune-allowlist=cert-manager.io/v1/Certificate --prune-allowlist=core/v1/ConfigMap -f {manifests_path}")),
+        stdout.contains(&format!("kubectl apply --server-side --field-manager=private-ingress --prune -l app.kubernetes.io/name=private-ingress --prune-allowlist=cert-manager.io/v1/Certificate --prune-allowlist=core/v1/ConfigMap --prune-allowlist=apps/v1/Deployment --prune-allowlist=apps/v1/StatefulSet -f {manifests_path}")),
         "{stdout}"
     );
     assert!(

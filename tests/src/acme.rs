@@ -154,6 +154,15 @@ impl Pebble {
         }
     }
 
+    /// How many certificates this pebble has issued since it (last) started, as its log says:
+    /// the orders the CA saw through, whoever placed them.
+    pub fn issued(&self) -> usize {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .matches("Issued certificate serial")
+            .count()
+    }
+
     /// The root that signs the certificates this pebble issues (new on every start).
     pub fn root_pem(&self) -> String {
         https_text(self.management, "/roots/0", &self.ca_pem)

@@ -682,9 +682,11 @@ fn a_restarted_agent_reuses_its_account_and_certificates_and_orders_nothing() {
 /// Two replicas of `'sozu_managed`, each with its own sozu and its own state (as a StatefulSet
 /// with a volume per pod runs them), started at the same moment for the same hosts against one
 /// CA and one DNS server: each validates with its own TXT value beside the other's, both serve
-/// CA-issued certificates for every host, no order fails, and no challenge value is left.
+/// CA-issued certificates for every host, no order fails, no challenge value is left, and the
+/// CA issued one certificate per host per replica. One of them rescheduled (new sozu, empty tls
+/// dir, same state) serves the same certificates and costs no order.
 #[test]
-fn two_replicas_ordering_the_same_hosts_at_once_both_serve_and_leave_no_txt() {
+fn two_replicas_ordering_the_same_hosts_at_once_both_serve_and_a_rescheduled_one_orders_nothing() {
     let mut setup = Setup::new(3);
     let acme = setup.rfc2136(ZONE, "");
     let mut other = Stack::new();
@@ -740,4 +742,25 @@ fn two_replicas_ordering_the_same_hosts_at_once_both_serve_and_leave_no_txt() {
             "{h}: a challenge value is left"
         );
     }
+    // What the design costs at the CA: one certificate per host per replica.
+    assert_eq!(setup.pebble.issued(), 2 * setup.hosts.len());
+
+    // The second replica rescheduled: a new pod, so a new sozu and an empty memory-backed tls
+    // dir, with the same claim. It serves the certificates it had, from its state, and the CA
+    // issues nothing more.
+    assert!(other.stop_agent());
+    other.kill_sozu();
+    std::fs::remove_dir_all(other.tls_dir()).unwrap();
+    std::fs::create_dir_all(other.tls_dir()).unwrap();
+    other.start_sozu();
+    other.start_agent_with(&[], &env);
+    other.wait_ready(Duration::from_secs(60));
+    for (h, before) in setup.hosts.iter().zip(&theirs) {
+        let seen = https_get_verified(other.https, h, "/", &root)
+            .unwrap_or_else(|e| panic!("{h} on the rescheduled replica: {e}\n{}", other.logs()));
+        assert_eq!(&seen.fingerprint, before, "{h}: the same certificate");
+        let issuer = &other.state().expect("/v1/state")["issuer"]["hosts"][h.as_str()];
+        assert_eq!(issuer["orders_placed"], 0, "{h}: {issuer}");
+    }
+    assert_eq!(setup.pebble.issued(), 2 * setup.hosts.len(), "no new order");
 }

@@ -827,6 +827,11 @@ mod tests {
 
     /// The issuer, for `hosts`, against the fake CA: 2026-06-01 and paused time.
     fn start(hosts: &[&str], script: &[(&str, Vec<Script>)]) -> Running {
+        start_seeded(hosts, script, 7)
+    }
+
+    /// [`start`] with the jitter's seed, which each agent draws for itself.
+    fn start_seeded(hosts: &[&str], script: &[(&str, Vec<Script>)], seed: u64) -> Running {
         let clock =
             TokioClock::starting_at(SystemTime::UNIX_EPOCH + Duration::from_secs(1_780_272_000));
         let ca = FakeCa {
@@ -877,7 +882,7 @@ mod tests {
             written: None,
             status: status.clone(),
             clock: Arc::new(clock),
-            seed: 7,
+            seed,
         };
         tokio::spawn(run_with(ca.clone(), workspaces, options));
         Running {
@@ -946,6 +951,39 @@ mod tests {
             orders[1] >= due && orders[1] <= due + 2,
             "{orders:?} due {due}"
         );
+    }
+
+    /// Replicas of `'sozu_managed` renewing the same host: each is an issuer of its own, with a
+    /// seed of its own (`run::instance_seed`: the pod's name and its start), so their renewals
+    /// of one 90-day certificate fall apart in the 3-day window instead of in the same minute,
+    /// and each orders once, at its own time.
+    #[tokio::test(start_paused = true)]
+    async fn replicas_renew_the_same_host_each_once_at_its_own_time() {
+        let replicas = [
+            start_seeded(&[A], &[], 0x5eed_0001),
+            start_seeded(&[A], &[], 0x5eed_0002),
+        ];
+        for replica in &replicas {
+            replica.until(A, "issued", |h| h.state == "valid").await;
+        }
+        let dues: Vec<i64> = replicas
+            .iter()
+            .map(|r| r.host(A).renewal_due.unwrap())
+            .collect();
+        assert!((dues[0] - dues[1]).abs() >= 3_600, "{dues:?}");
+        for replica in &replicas {
+            replica
+                .until(A, "renewed", |h| h.certificates_issued == 2)
+                .await;
+        }
+        for (replica, due) in replicas.iter().zip(&dues) {
+            let orders = replica.orders(A);
+            assert_eq!(orders.len(), 2, "{orders:?}");
+            assert!(
+                orders[1] >= *due && orders[1] <= due + 2,
+                "{orders:?} due {due}"
+            );
+        }
     }
 
     /// A failed order backs off and is retried; the other host is not held up.
