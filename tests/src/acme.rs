@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,8 +37,8 @@ fn free_dns_port() -> u16 {
     }
 }
 
-/// A throwaway CA and a certificate for 127.0.0.1/localhost signed by it: pebble's own TLS, and
-/// the Cloudflare stand-in's.
+/// A throwaway CA and a certificate for 127.0.0.1/localhost (and another address, when the
+/// server listens there) signed by it: pebble's own TLS, and the Cloudflare stand-in's.
 pub struct Pki {
     pub ca_pem: PathBuf,
     pub cert_pem: PathBuf,
@@ -52,6 +52,11 @@ impl Pki {
 
     /// A PKI of its own for the server `name`, its files named after it.
     pub fn create_named(dir: &Path, name: &str) -> Pki {
+        Pki::create_for(dir, name, Ipv4Addr::LOCALHOST)
+    }
+
+    /// [`Pki::create_named`] for a server that listens at `ip` as well.
+    pub fn create_for(dir: &Path, name: &str, ip: Ipv4Addr) -> Pki {
         use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
         let ca_key = KeyPair::generate().unwrap();
         let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -64,6 +69,9 @@ impl Pki {
         let mut leaf = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
         leaf.subject_alt_names
             .push(SanType::IpAddress([127, 0, 0, 1].into()));
+        if !ip.is_loopback() {
+            leaf.subject_alt_names.push(SanType::IpAddress(ip.into()));
+        }
         let cert = leaf.signed_by(&key, &issuer).unwrap();
         let pki = Pki {
             ca_pem: dir.join(format!("{name}-ca.pem")),
@@ -93,10 +101,15 @@ impl Pebble {
     /// Starts pebble validating DNS-01 against `dns`, without validation sleeps and without
     /// reusing authorisations (so every order exercises DNS).
     pub fn start(dir: &Path, dns: SocketAddr) -> Pebble {
+        Pebble::start_at(dir, dns, Ipv4Addr::LOCALHOST)
+    }
+
+    /// [`Pebble::start`] listening at `ip` (an address of the calling thread's network).
+    pub fn start_at(dir: &Path, dns: SocketAddr, ip: Ipv4Addr) -> Pebble {
         require("pebble");
-        let pki = Pki::create(dir);
-        let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
-        let management = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let pki = Pki::create_for(dir, "pebble", ip);
+        let listen = SocketAddr::from((ip, free_port()));
+        let management = SocketAddr::from((ip, free_port()));
         let config = dir.join("pebble-config.json");
         let text = serde_json::json!({
             "pebble": {
@@ -169,7 +182,7 @@ impl Pebble {
     }
 }
 
-/// One HTTPS GET to 127.0.0.1, trusting `ca_pem` only.
+/// One HTTPS GET to `address`, trusting `ca_pem` only.
 fn https_text(address: SocketAddr, path: &str, ca_pem: &Path) -> String {
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
@@ -182,12 +195,16 @@ fn https_text(address: SocketAddr, path: &str, ca_pem: &Path) -> String {
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let name = rustls::pki_types::ServerName::from(address.ip());
     let mut conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
     let mut sock = TcpStream::connect(address).unwrap();
     let mut tls = rustls::Stream::new(&mut conn, &mut sock);
     tls.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").as_bytes(),
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            address.ip()
+        )
+        .as_bytes(),
     )
     .unwrap();
     let mut response = Vec::new();
@@ -272,7 +289,7 @@ pub struct Zone {
     pub updatable: bool,
 }
 
-/// BIND 9 as a primary server on 127.0.0.1, with the TSIG key `acme-key`.
+/// BIND 9 as a primary server on 127.0.0.1 (or another address), with the TSIG key `acme-key`.
 pub struct Bind {
     pub address: SocketAddr,
     /// The key's secret, base64, as `tsig-keygen` printed it.
@@ -282,6 +299,11 @@ pub struct Bind {
 
 impl Bind {
     pub fn start(dir: &Path, zones: &[Zone]) -> Bind {
+        Bind::start_at(dir, zones, Ipv4Addr::LOCALHOST)
+    }
+
+    /// [`Bind::start`] listening at `ip` (an address of the calling thread's network) too.
+    pub fn start_at(dir: &Path, zones: &[Zone], ip: Ipv4Addr) -> Bind {
         let named = require("named");
         let keygen = require("tsig-keygen");
         let dir = dir.join("named");
@@ -298,10 +320,15 @@ impl Bind {
             .expect("a secret in tsig-keygen's output")
             .to_owned();
         let port = free_dns_port();
+        let also = if ip.is_loopback() {
+            String::new()
+        } else {
+            format!("{ip}; ")
+        };
         let mut conf = format!(
             "options {{\n  directory \"{dir}\";\n  pid-file \"{dir}/named.pid\";\n  \
-             listen-on port {port} {{ 127.0.0.1; }};\n  listen-on-v6 {{ none; }};\n  \
-             recursion yes;\n  allow-recursion {{ 127.0.0.1; }};\n  notify no;\n  \
+             listen-on port {port} {{ 127.0.0.1; {also}}};\n  listen-on-v6 {{ none; }};\n  \
+             recursion yes;\n  allow-recursion {{ 127.0.0.1; {also}}};\n  notify no;\n  \
              dnssec-validation no;\n  allow-query {{ any; }};\n}};\n\
              controls {{ }};\n{key}\n\
              zone \".\" {{\n  type primary;\n  file \"{dir}/root.zone\";\n}};\n",
@@ -342,7 +369,7 @@ impl Bind {
         let mut cmd = Command::new(named);
         cmd.arg("-g").arg("-c").arg(&conf_path);
         let process = Process::spawn(&mut cmd, &dir.join("../named.log"));
-        let address = SocketAddr::from(([127, 0, 0, 1], port));
+        let address = SocketAddr::from((ip, port));
         let first = zones.first().map(|z| z.name.clone()).unwrap_or_default();
         eventually(Duration::from_secs(15), "named answering", || {
             (!dig(address, &first, "SOA").is_empty()).then_some(())

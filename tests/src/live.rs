@@ -172,6 +172,12 @@ impl Backend {
         }
     }
 
+    /// A backend at `ip` (an address of the calling thread's network), on a free port.
+    pub fn start_at(name: &str, ip: Ipv4Addr) -> Backend {
+        let listener = TcpListener::bind((ip, free_port())).expect("bind a backend");
+        Backend::serve_on(name, listener)
+    }
+
     fn serve_on(name: &str, listener: TcpListener) -> Backend {
         let address = listener.local_addr().expect("backend address");
         listener.set_nonblocking(true).expect("nonblocking");
@@ -674,9 +680,10 @@ impl Stack {
 
     /// A workspace of routes written as Nickel records (`routes`), with more workspace fields
     /// (`extra`, as for [`Stack::workspace_text_with`]).
-    /// Unless `extra` sets `traffic`, the agent receives sozu's records on this stack's port.
+    /// Unless `extra` sets `traffic` (or a field of it), the agent receives sozu's records on
+    /// this stack's port.
     pub fn workspace_text_of(&self, routes: &[String], extra: &str) -> String {
-        let extra = if extra.contains("traffic =") {
+        let extra = if extra.contains("traffic =") || extra.contains("traffic.") {
             extra.to_owned()
         } else {
             format!("{extra}{}", self.traffic_field())

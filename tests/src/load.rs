@@ -1,7 +1,10 @@
-//! HTTPS load on a pod through an emulated load balancer, for testing how a pod drains.
+//! HTTPS load on pods through an emulated load balancer, for testing how a pod drains and how a
+//! rollout replaces pods.
 //!
-//! The load balancer sends new connections to the pod while its endpoint is registered, and to
-//! other pods once [`Load::remove_endpoint`] is called (those are not sent at all here). What it
+//! The load balancer sends new connections to the registered endpoints in turn. With one pod, it
+//! sends them to the pod until [`Load::remove_endpoint`] is called, and to other pods after
+//! (those are not sent at all here); with several ([`Load::start_balanced`]), endpoints come and
+//! go with [`Load::add`] and [`Load::remove`], and clients stop only when none is left. What it
 //! already forwards, it keeps forwarding: keep-alive connections stay with the pod until the pod
 //! closes them. A keep-alive client whose reused connection is closed before any byte of the
 //! response arrives sends the request again on a new connection, as HTTP clients do for
@@ -18,7 +21,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -78,10 +81,29 @@ pub struct Target {
     pub body: String,
 }
 
+/// The endpoints the load balancer sends new connections to.
+#[derive(Clone, Default)]
+struct Endpoints(Arc<Mutex<Vec<SocketAddr>>>);
+
+impl Endpoints {
+    fn list(&self) -> std::sync::MutexGuard<'_, Vec<SocketAddr>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The endpoint for the `turn`-th new connection, if any is registered.
+    fn pick(&self, turn: usize) -> Option<SocketAddr> {
+        let list = self.list();
+        (!list.is_empty()).then(|| list[turn % list.len()])
+    }
+
+    fn contains(&self, address: SocketAddr) -> bool {
+        self.list().contains(&address)
+    }
+}
+
 pub struct Load {
-    address: SocketAddr,
     targets: Arc<Vec<Target>>,
-    registered: Arc<AtomicBool>,
+    endpoints: Endpoints,
     stop: Arc<AtomicBool>,
     new_connections: Vec<JoinHandle<Tally>>,
     keep_alive: Vec<JoinHandle<Tally>>,
@@ -97,25 +119,37 @@ impl Load {
         new_connections: usize,
         keep_alive: usize,
     ) -> Load {
+        Load::start_balanced(&[address], targets, new_connections, keep_alive)
+    }
+
+    /// [`Load::start`] through a load balancer that sends new connections to `endpoints` in turn.
+    pub fn start_balanced(
+        endpoints: &[SocketAddr],
+        targets: Vec<Target>,
+        new_connections: usize,
+        keep_alive: usize,
+    ) -> Load {
         let mut load = Load {
-            address,
             targets: Arc::new(targets),
-            registered: Arc::new(AtomicBool::new(true)),
+            endpoints: Endpoints(Arc::new(Mutex::new(endpoints.to_vec()))),
             stop: Arc::new(AtomicBool::new(false)),
             new_connections: Vec::new(),
             keep_alive: Vec::new(),
             in_flight: Vec::new(),
         };
         for i in 0..new_connections {
-            let (targets, registered, stop) = (
+            let (targets, endpoints, stop) = (
                 load.targets.clone(),
-                load.registered.clone(),
+                load.endpoints.clone(),
                 load.stop.clone(),
             );
             load.new_connections.push(std::thread::spawn(move || {
                 let mut tally = Tally::default();
                 let mut turn = i;
-                while !stop.load(Ordering::SeqCst) && registered.load(Ordering::SeqCst) {
+                while !stop.load(Ordering::SeqCst) {
+                    let Some(address) = endpoints.pick(turn) else {
+                        break;
+                    };
                     let sent = Instant::now();
                     let target = &targets[turn % targets.len()];
                     turn += 1;
@@ -134,14 +168,14 @@ impl Load {
             }));
         }
         for i in 0..keep_alive {
-            let (targets, registered, stop) = (
+            let (targets, endpoints, stop) = (
                 load.targets.clone(),
-                load.registered.clone(),
+                load.endpoints.clone(),
                 load.stop.clone(),
             );
             let target = targets[i % targets.len()].clone();
             load.keep_alive.push(std::thread::spawn(move || {
-                keep_alive_client(address, &target, &registered, &stop)
+                keep_alive_client(i, &target, &endpoints, &stop)
             }));
         }
         load
@@ -152,13 +186,13 @@ impl Load {
     /// Each request has been sent when this returns; the responses are awaited in the background,
     /// each for up to `patience` (a request answered later has failed).
     pub fn send_slow_requests(&mut self, count: usize, duration: Duration, patience: Duration) {
-        if !self.registered.load(Ordering::SeqCst) {
-            return;
-        }
         let path = format!("/delay/{}", duration.as_millis());
         for i in 0..count {
+            let Some(address) = self.endpoints.pick(i) else {
+                return;
+            };
             let target = self.targets[i % self.targets.len()].clone();
-            let sent = KeepAlive::connect(self.address, &target.host).and_then(|mut conn| {
+            let sent = KeepAlive::connect(address, &target.host).and_then(|mut conn| {
                 conn.set_read_timeout(patience)?;
                 conn.send(&path)?;
                 Ok(conn)
@@ -179,9 +213,19 @@ impl Load {
         }
     }
 
-    /// The load balancer stops sending new connections to the pod.
+    /// The load balancer stops sending new connections to the pod (to every endpoint).
     pub fn remove_endpoint(&self) {
-        self.registered.store(false, Ordering::SeqCst);
+        self.endpoints.list().clear();
+    }
+
+    /// The load balancer stops sending new connections to `address`.
+    pub fn remove(&self, address: SocketAddr) {
+        self.endpoints.list().retain(|a| *a != address);
+    }
+
+    /// The load balancer sends new connections to `address` too.
+    pub fn add(&self, address: SocketAddr) {
+        self.endpoints.list().push(address);
     }
 
     /// Stops every client and returns what they saw.
@@ -209,23 +253,35 @@ fn check(response: Result<(u16, String), String>, target: &Target) -> Result<(),
     }
 }
 
+/// A client keeping its connection. Closed by the server between two requests, it connects
+/// again through the load balancer; when the endpoint it was on has been removed, that counts as
+/// handed over, and with no endpoint left the client is done.
 fn keep_alive_client(
-    address: SocketAddr,
+    first_turn: usize,
     target: &Target,
-    registered: &AtomicBool,
+    endpoints: &Endpoints,
     stop: &AtomicBool,
 ) -> Tally {
     let mut tally = Tally::default();
     let mut connection: Option<(KeepAlive, u64)> = None;
+    let mut on: Option<SocketAddr> = None;
+    let mut turn = first_turn;
     while !stop.load(Ordering::SeqCst) {
         let sent = Instant::now();
         let (conn, served) = match connection.as_mut() {
             Some(open) => open,
             None => {
-                if !registered.load(Ordering::SeqCst) {
+                if on.is_some_and(|a| !endpoints.contains(a)) {
                     tally.handed_over += 1;
-                    return tally;
                 }
+                let Some(address) = endpoints.pick(turn) else {
+                    if on.is_none() {
+                        tally.handed_over += 1;
+                    }
+                    return tally;
+                };
+                turn += 1;
+                on = Some(address);
                 match KeepAlive::connect(address, &target.host) {
                     Ok(conn) => connection.insert((conn, 0)),
                     Err(e) => {

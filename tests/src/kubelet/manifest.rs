@@ -1,5 +1,6 @@
-//! The objects of a `render --format k8s` stream that a kubelet acts on: the Deployment's pod
-//! template and the ConfigMaps its volumes name. Parsed into the Kubernetes API types
+//! The objects of a `render --format k8s` stream that a kubelet acts on: the pod template of its
+//! workload (a Deployment, or a StatefulSet and its claim templates), and the ConfigMaps its
+//! volumes name. Parsed into the Kubernetes API types
 //! (k8s-openapi), so field names and shapes are the API's own.
 //!
 //! Anything in the pod that this kubelet does not emulate is refused by [`Manifest::parse`]
@@ -8,31 +9,49 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, PodSpec, Probe};
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, PersistentVolumeClaim, PodSpec, Probe};
 use serde::Deserialize;
 
-/// The pod the Deployment would create, and the ConfigMaps of the stream by name.
+/// The pod the workload would create, and the ConfigMaps of the stream by name.
 pub struct Manifest {
+    /// The workload's name: a StatefulSet's pods are named after it and their ordinal.
     pub name: String,
     pub spec: PodSpec,
     pub config_maps: BTreeMap<String, BTreeMap<String, String>>,
+    /// A StatefulSet's claim templates: each of its pods mounts a claim of its own made from
+    /// each, by the template's name.
+    pub claim_templates: Vec<PersistentVolumeClaim>,
 }
 
 impl Manifest {
     /// Parses a multi-document YAML stream. Panics with the reason on anything this kubelet
     /// cannot honour.
     pub fn parse(yaml: &str) -> Manifest {
-        let mut deployment = None;
+        let mut workload = None;
         let mut config_maps = BTreeMap::new();
         for document in serde_norway::Deserializer::from_str(yaml) {
             let value = serde_json::Value::deserialize(document).expect("the stream is YAML");
             match value["kind"].as_str() {
                 Some("Deployment") => {
-                    assert!(deployment.is_none(), "one Deployment per stream");
-                    deployment = Some(
-                        serde_json::from_value::<Deployment>(value).expect("a valid Deployment"),
-                    );
+                    assert!(workload.is_none(), "one workload per stream");
+                    let deployment =
+                        serde_json::from_value::<Deployment>(value).expect("a valid Deployment");
+                    let spec = deployment.spec.and_then(|spec| spec.template.spec);
+                    workload = Some((deployment.metadata.name, spec, Vec::new()));
+                }
+                Some("StatefulSet") => {
+                    assert!(workload.is_none(), "one workload per stream");
+                    let set =
+                        serde_json::from_value::<StatefulSet>(value).expect("a valid StatefulSet");
+                    let (spec, templates) = match set.spec {
+                        Some(spec) => (
+                            spec.template.spec,
+                            spec.volume_claim_templates.unwrap_or_default(),
+                        ),
+                        None => (None, Vec::new()),
+                    };
+                    workload = Some((set.metadata.name, spec, templates));
                 }
                 Some("ConfigMap") => {
                     let map: ConfigMap = serde_json::from_value(value).expect("a valid ConfigMap");
@@ -42,21 +61,16 @@ impl Manifest {
                 _ => {}
             }
         }
-        let deployment = deployment.expect("the stream holds a Deployment");
-        let name = deployment
-            .metadata
-            .name
-            .clone()
-            .expect("a named Deployment");
-        let spec = deployment
-            .spec
-            .and_then(|spec| spec.template.spec)
-            .expect("the Deployment has a pod template");
-        refuse_what_is_not_emulated(&spec);
+        let (name, spec, claim_templates) =
+            workload.expect("the stream holds a Deployment or a StatefulSet");
+        let name = name.expect("a named workload");
+        let spec = spec.expect("the workload has a pod template");
+        refuse_what_is_not_emulated(&spec, &claim_templates);
         Manifest {
             name,
             spec,
             config_maps,
+            claim_templates,
         }
     }
 
@@ -75,7 +89,7 @@ pub fn is_sidecar(container: &Container) -> bool {
     container.restart_policy.as_deref() == Some("Always")
 }
 
-fn refuse_what_is_not_emulated(spec: &PodSpec) {
+fn refuse_what_is_not_emulated(spec: &PodSpec, claim_templates: &[PersistentVolumeClaim]) {
     let refuse = |what: &str| panic!("the pod harness does not emulate {what}");
     if spec.host_network == Some(true) || spec.host_pid == Some(true) || spec.host_ipc == Some(true)
     {
@@ -98,12 +112,26 @@ fn refuse_what_is_not_emulated(spec: &PodSpec) {
         let csi_driver = volume.csi.as_ref().map(|csi| csi.driver.as_str());
         if volume.empty_dir.is_none()
             && volume.config_map.is_none()
+            && volume.secret.is_none()
             && csi_driver != Some("csi.cert-manager.io")
         {
             refuse(&format!(
-                "the volume {} (emptyDir, configMap and cert-manager's CSI driver only)",
+                "the volume {} (emptyDir, configMap, secret and cert-manager's CSI driver only; \
+                 claims from a StatefulSet's templates)",
                 volume.name
             ));
+        }
+    }
+    for template in claim_templates {
+        let spec = template.spec.as_ref();
+        let modes = spec
+            .and_then(|s| s.access_modes.as_deref())
+            .unwrap_or_default();
+        if modes != ["ReadWriteOnce"] {
+            refuse(&format!("claims with access modes {modes:?}"));
+        }
+        if spec.is_some_and(|s| s.volume_mode.as_deref().is_some_and(|m| m != "Filesystem")) {
+            refuse("block volumes");
         }
     }
     let init = spec.init_containers.as_deref().unwrap_or_default();

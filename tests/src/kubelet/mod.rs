@@ -1,10 +1,12 @@
-//! A kubelet for one pod on this machine: runs the Deployment that `render --format k8s` writes
-//! the way Kubernetes runs it, under the constraints it declares.
+//! A kubelet for pods on this machine: runs a pod of the Deployment or StatefulSet that `render
+//! --format k8s` writes the way Kubernetes runs it, under the constraints it declares.
 //!
 //! - [`manifest`] reads the pod template and its ConfigMaps, refusing what is not emulated;
 //! - [`image`] resolves the containers' images in an OCI image layout and unpacks them;
-//! - [`network`] is the pod's network namespace (loopback, ports, `net.*` sysctls);
-//! - [`volumes`] makes emptyDir, configMap and cert-manager CSI volumes as their writers do;
+//! - [`network`] is the pod's network namespace (loopback, ports, `net.*` sysctls), alone or
+//!   wired to a node where the cluster's services listen;
+//! - [`volumes`] makes emptyDir, configMap, secret, cert-manager CSI volumes and a StatefulSet's
+//!   claims as their writers do;
 //! - [`sandbox`] runs each container under bubblewrap as its spec declares;
 //! - [`probe`] runs startup, readiness and liveness probes.
 //!
@@ -24,6 +26,7 @@ pub mod probe;
 pub mod sandbox;
 pub mod volumes;
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -36,7 +39,7 @@ use nix::sys::signal::Signal;
 
 pub use image::Images;
 pub use manifest::Manifest;
-pub use network::Network;
+pub use network::{Network, Node};
 pub use sandbox::Sandbox;
 pub use volumes::Volumes;
 
@@ -117,6 +120,17 @@ pub struct Stopped {
     pub killed: bool,
 }
 
+/// What the cluster gives a pod beyond its manifest.
+#[derive(Debug, Default, Clone)]
+pub struct Placement {
+    /// The pod's ordinal: it is named, and its hostname is, `<workload>-<ordinal>`.
+    pub ordinal: u32,
+    /// Where the volumes bound to a StatefulSet pod's claims are kept, outliving the pod.
+    pub claims: Option<PathBuf>,
+    /// The Secrets the pod's volumes name, which the operator creates: name → key → contents.
+    pub secrets: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
+}
+
 pub struct Pod {
     pub name: String,
     pub started: Instant,
@@ -135,6 +149,11 @@ impl Pod {
     /// from `images` and makes its volumes, without starting anything. Panics, saying what the
     /// layout holds, when an image reference names nothing in it (a digest it does not hold).
     pub fn prepare(yaml: &str, images: &Images) -> Prepared {
+        Pod::prepare_placed(yaml, images, &Placement::default())
+    }
+
+    /// [`Pod::prepare`] for the pod `placement` says: its ordinal, its claims, its Secrets.
+    pub fn prepare_placed(yaml: &str, images: &Images, placement: &Placement) -> Prepared {
         let manifest = Manifest::parse(yaml);
         let dir = crate::short_tempdir();
         // The containers' users bind their roots and volumes from here: they may pass through.
@@ -148,8 +167,8 @@ impl Pod {
         let unpacked = dir.path().join("images");
         std::fs::create_dir(&unpacked).expect("create the images' directory");
         let mut pod_images = PodImages::new(images, &unpacked);
-        let volumes = Volumes::create(dir.path(), &manifest);
-        let hostname = format!("{}-0", manifest.name);
+        let volumes = Volumes::create(dir.path(), &manifest, placement);
+        let hostname = format!("{}-{}", manifest.name, placement.ordinal);
         let etc = EtcFiles::write(dir.path(), &hostname);
         let sandboxes = manifest
             .init_containers()
@@ -192,6 +211,16 @@ impl Pod {
     /// the containers in the kubelet's order (on a thread of its own; see [`Pod::wait_ready`]).
     pub fn start(yaml: &str, images: &Images, network: Network) -> Pod {
         Pod::prepare(yaml, images).start(network)
+    }
+
+    /// [`Pod::start`] for the pod `placement` says.
+    pub fn start_placed(
+        yaml: &str,
+        images: &Images,
+        network: Network,
+        placement: &Placement,
+    ) -> Pod {
+        Pod::prepare_placed(yaml, images, placement).start(network)
     }
 
     pub fn network(&self) -> &Network {

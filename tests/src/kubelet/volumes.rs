@@ -5,6 +5,16 @@
 //!   `medium: Memory` it lives in `/dev/shm` (tmpfs); `sizeLimit` is not enforced.
 //! - `configMap`: the items of the named ConfigMap, written by [`atomic_write`] with mode 0644
 //!   and group `fsGroup`, always mounted read-only.
+//! - `secret`: the same, from a Secret the test gives ([`Placement::secrets`]: the operator
+//!   creates it, the render does not), with its `defaultMode`; a Secret that is missing keeps
+//!   the pod from starting unless the volume is optional.
+//! - a StatefulSet's claim: a directory per claim under [`Placement::claims`], named as
+//!   Kubernetes names the claim (`<template>-<set>-<ordinal>`), made on first use and kept: the
+//!   next pod of the same ordinal mounts the same one. The kubelet gives it to `fsGroup` (group
+//!   owner, set-group-id, group-writable), as it does a new filesystem. A new filesystem's root
+//!   is root's, which a container of this kubelet cannot see (its user namespace maps its own
+//!   user only: root shows as the overflow uid), so the directory is the pod's `runAsUser`'s
+//!   here; the agent takes either owner (`check_private` in the agent's `acme::store`).
 //! - `csi` (`csi.cert-manager.io`): what the driver writes for its `volumeAttributes`: a new
 //!   RSA key (PKCS#1, the driver's default key algorithm) and its CSR, signed by the test's
 //!   ClusterIssuer for `dns-names`; `tls.crt` (leaf, then the CA), `tls.key` and `ca.crt`, 0440,
@@ -20,6 +30,7 @@ use k8s_openapi::api::core::v1::Volume;
 use rcgen::{CertificateParams, CertificateSigningRequestParams, CertifiedIssuer, KeyPair};
 
 use super::manifest::Manifest;
+use super::Placement;
 
 /// One volume, where it is on the host, and whether a container may write to it at all.
 pub struct HostVolume {
@@ -46,7 +57,7 @@ impl Volumes {
     /// Makes every volume of the pod under `dir`, as the kubelet does before starting any
     /// container (a pod with a CSI volume waits in ContainerCreating until the driver has
     /// written it).
-    pub fn create(dir: &Path, manifest: &Manifest) -> Volumes {
+    pub fn create(dir: &Path, manifest: &Manifest, placement: &Placement) -> Volumes {
         let spec = &manifest.spec;
         let fs_group = spec
             .security_context
@@ -74,12 +85,45 @@ impl Volumes {
             memory,
         };
         for volume in spec.volumes.as_deref().unwrap_or_default() {
-            volumes.add(dir, volume, manifest, fs_group);
+            volumes.add(dir, volume, manifest, placement, fs_group);
+        }
+        for template in &manifest.claim_templates {
+            let name = template
+                .metadata
+                .name
+                .clone()
+                .expect("a named claim template");
+            let root = placement.claims.as_deref().unwrap_or_else(|| {
+                panic!("the pod mounts the claim {name}: give it a place for claims")
+            });
+            let path = root.join(format!("{name}-{}-{}", manifest.name, placement.ordinal));
+            if !path.exists() {
+                std::fs::create_dir_all(&path).expect("create a claim's volume");
+                let user = spec.security_context.as_ref().and_then(|s| s.run_as_user);
+                let user = user.map(|u| u32::try_from(u).expect("runAsUser is a user id"));
+                std::os::unix::fs::lchown(&path, user, fs_group).expect("chown a claim's volume");
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o2775))
+                    .expect("chmod a claim's volume");
+            }
+            volumes.by_name.insert(
+                name,
+                HostVolume {
+                    path,
+                    writable: true,
+                },
+            );
         }
         volumes
     }
 
-    fn add(&mut self, dir: &Path, volume: &Volume, manifest: &Manifest, fs_group: Option<u32>) {
+    fn add(
+        &mut self,
+        dir: &Path,
+        volume: &Volume,
+        manifest: &Manifest,
+        placement: &Placement,
+        fs_group: Option<u32>,
+    ) {
         let name = volume.name.clone();
         let host = if let Some(empty) = &volume.empty_dir {
             let base = if empty.medium.as_deref() == Some("Memory") {
@@ -118,6 +162,44 @@ impl Volumes {
                 None => data
                     .iter()
                     .map(|(key, text)| (key.clone(), text.clone().into_bytes(), mode))
+                    .collect(),
+            };
+            let path = dir.join(&name);
+            atomic_write(&path, &files, fs_group, 0);
+            HostVolume {
+                path,
+                writable: false,
+            }
+        } else if let Some(source) = &volume.secret {
+            let secret_name = source.secret_name.as_deref().expect("a named Secret");
+            let optional = source.optional == Some(true);
+            let empty = BTreeMap::new();
+            let data = match placement.secrets.get(secret_name) {
+                Some(data) => data,
+                None if optional => &empty,
+                None => panic!(
+                    "volume {name} names the Secret {secret_name}, which the cluster lacks: the \
+                     pod would wait in ContainerCreating"
+                ),
+            };
+            let mode = source.default_mode.unwrap_or(0o644) as u32;
+            let files: Vec<(String, Vec<u8>, u32)> = match &source.items {
+                Some(items) => items
+                    .iter()
+                    .filter_map(|item| {
+                        let contents = data.get(&item.key);
+                        assert!(
+                            contents.is_some() || optional,
+                            "Secret {secret_name} has no key {}",
+                            item.key
+                        );
+                        let mode = item.mode.map_or(mode, |m| m as u32);
+                        contents.map(|c| (item.path.clone(), c.clone(), mode))
+                    })
+                    .collect(),
+                None => data
+                    .iter()
+                    .map(|(key, contents)| (key.clone(), contents.clone(), mode))
                     .collect(),
             };
             let path = dir.join(&name);

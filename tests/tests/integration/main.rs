@@ -43,3 +43,7 @@ mod acme;
 
 /// Alert rules and the Grafana dashboard against a real Prometheus scraping the agent.
 mod alerts;
+
+/// `'sozu_managed` with two replicas: the rendered StatefulSet's pods order, serve, and are
+/// rolled one at a time under load.
+mod replicas;

@@ -29,7 +29,7 @@ const ENDPOINT_REMOVAL: Duration = Duration::from_secs(2);
 /// waits that long (on a busy machine sozu may answer seconds late, and still in time).
 const GRACE: Duration = Duration::from_secs(15);
 
-fn images() -> Images {
+pub(crate) fn images() -> Images {
     Images::open(image_layout()).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -46,7 +46,7 @@ fn agent_tag() -> String {
 
 /// The images the test workspace names: `registry.example/<name>:<tag>@sha256:<digest>`, the
 /// digests of the images built for this run.
-fn pinned_images() -> (String, String) {
+pub(crate) fn pinned_images() -> (String, String) {
     let images = images();
     (
         images.pinned(REGISTRY, &agent_tag()),
