@@ -679,15 +679,10 @@ fn a_restarted_agent_reuses_its_account_and_certificates_and_orders_nothing() {
     assert_eq!(accounts, 1);
 }
 
-/// Two replicas of `'sozu_managed`, each with its own sozu and its own state (as a StatefulSet
-/// with a volume per pod runs them), started at the same moment for the same hosts against one
-/// CA and one DNS server: each validates with its own TXT value beside the other's, both serve
-/// CA-issued certificates for every host, no order fails, no challenge value is left, and the
-/// CA issued one certificate per host per replica. One of them rescheduled (new sozu, empty tls
-/// dir, same state) serves the same certificates and costs no order.
-#[test]
-fn two_replicas_ordering_the_same_hosts_at_once_both_serve_and_a_rescheduled_one_orders_nothing() {
-    let mut setup = Setup::new(3);
+/// A second replica beside `setup`'s agent: its own sozu, its own state directory, the same
+/// hosts, one CA and one DNS server. Both agents are started at the same moment, with `env`,
+/// and are Ready when this returns.
+fn second_replica(setup: &mut Setup, env: &[(&str, &str)]) -> Stack {
     let acme = setup.rfc2136(ZONE, "");
     let mut other = Stack::new();
     let other_state = other.dir.path().join("acme-state");
@@ -700,11 +695,24 @@ fn two_replicas_ordering_the_same_hosts_at_once_both_serve_and_a_rescheduled_one
     other.write_workspace(&other.workspace_text_with(&setup.routes(), &other_acme));
     setup.stack.start_sozu();
     other.start_sozu();
-    let env = [("RUST_LOG", "info,private_ingress=debug")];
-    setup.start_agent(&[]);
-    other.start_agent_with(&[], &env);
+    setup.start_agent(env);
+    other.start_agent_with(&[], env);
     setup.stack.wait_ready(Duration::from_secs(120));
     other.wait_ready(Duration::from_secs(120));
+    other
+}
+
+/// Two replicas of `'sozu_managed`, each with its own sozu and its own state (as a StatefulSet
+/// with a volume per pod runs them), started at the same moment for the same hosts against one
+/// CA and one DNS server: each validates with its own TXT value beside the other's, both serve
+/// CA-issued certificates for every host, no order fails, no challenge value is left, and the
+/// CA issued one certificate per host per replica. One of them rescheduled (new sozu, empty tls
+/// dir, same state) serves the same certificates and costs no order.
+#[test]
+fn two_replicas_ordering_the_same_hosts_at_once_both_serve_and_a_rescheduled_one_orders_nothing() {
+    let mut setup = Setup::new(3);
+    let env = [("RUST_LOG", "info,private_ingress=debug")];
+    let mut other = second_replica(&mut setup, &env);
 
     let root = setup.pebble.root_pem();
     let mine = setup.served_by_pebble();
@@ -763,4 +771,104 @@ fn two_replicas_ordering_the_same_hosts_at_once_both_serve_and_a_rescheduled_one
         assert_eq!(issuer["orders_placed"], 0, "{h}: {issuer}");
     }
     assert_eq!(setup.pebble.issued(), 2 * setup.hosts.len(), "no new order");
+}
+
+/// Both replicas renew the same hosts: each renews every host once, at its own due time and
+/// not before, so the CA issues one certificate per host per replica again, and both serve
+/// their renewals. (How far apart the two fall is the jitter's, a tenth of the margin: a
+/// second or so at this test's 20-second lifetime, 3 days for a 90-day certificate, shown by
+/// `acme::issuer::tests::replicas_renew_the_same_host_each_once_at_its_own_time`.)
+#[test]
+fn two_replicas_renew_the_same_hosts_each_once_at_its_own_time() {
+    let mut setup = Setup::new(2);
+    let env = [
+        ("RUST_LOG", "info,private_ingress=debug"),
+        ("PRIVATE_INGRESS_ACME_TEST_LIFETIME_SECS", "20"),
+    ];
+    let other = second_replica(&mut setup, &env);
+    let stacks = [&setup.stack, &other];
+    let root = setup.pebble.root_pem();
+    let unix_now = || {
+        SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
+    };
+    // Per replica and host: the renewal due, the certificate served now, and when another one
+    // was first seen served.
+    let mut watched: Vec<(usize, String, i64, String, Option<f64>)> = Vec::new();
+    for (replica, stack) in stacks.iter().enumerate() {
+        let state = stack.state().expect("/v1/state");
+        for h in &setup.hosts {
+            let due = state["issuer"]["hosts"][h.as_str()]["renewal_due"]
+                .as_i64()
+                .unwrap_or_else(|| panic!("{h}: {state}"));
+            let first = https_get_verified(stack.https, h, "/", &root)
+                .unwrap_or_else(|e| panic!("{h}: {e}"))
+                .fingerprint;
+            watched.push((replica, h.clone(), due, first, None));
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while watched.iter().any(|w| w.4.is_none()) {
+        assert!(
+            Instant::now() < deadline,
+            "renewals not all served: {watched:?}"
+        );
+        for (replica, h, _, first, seen) in watched.iter_mut().filter(|w| w.4.is_none()) {
+            let served = https_get_verified(stacks[*replica].https, h, "/", &root);
+            if served.is_ok_and(|s| s.fingerprint != *first) {
+                *seen = Some(unix_now());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for (replica, h, due, _, seen) in &watched {
+        let seen = seen.unwrap_or_default();
+        assert!(
+            seen >= *due as f64,
+            "replica {replica}, {h}: renewed before its due time {due} (served at {seen:.1})"
+        );
+        eprintln!(
+            "replica {replica}, {h}: due {due}, renewal served {:.1} s after",
+            seen - *due as f64
+        );
+    }
+    // What the CA issued is what the replicas ordered, each host by each replica (renewals go on
+    // every 10 s or so here: counted between two equal readings of pebble's log).
+    let (issued, ordered) = eventually(Duration::from_secs(30), "a steady count", || {
+        let before = setup.pebble.issued();
+        let ordered: u64 = stacks
+            .iter()
+            .filter_map(|stack| stack.state())
+            .flat_map(|state| {
+                setup
+                    .hosts
+                    .iter()
+                    .map(|h| {
+                        state["issuer"]["hosts"][h.as_str()]["certificates_issued"]
+                            .as_u64()
+                            .unwrap_or(0)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .sum();
+        (setup.pebble.issued() == before).then_some((before, ordered))
+    });
+    assert_eq!(
+        issued as u64, ordered,
+        "pebble issued what the replicas ordered"
+    );
+    assert!(issued >= 2 * 2 * setup.hosts.len(), "{issued}");
+    for stack in stacks {
+        let state = stack.state().expect("/v1/state");
+        for h in &setup.hosts {
+            let issuer = &state["issuer"]["hosts"][h.as_str()];
+            assert!(
+                issuer["orders_failed"]
+                    .as_object()
+                    .is_none_or(|o| o.is_empty()),
+                "{h}: {issuer}"
+            );
+        }
+    }
 }
