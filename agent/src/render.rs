@@ -13,7 +13,7 @@ use sozu_command_lib::proto::command::HealthCheckMode;
 
 use crate::desired::{self, Names};
 use crate::sozu_state::{Address, HealthCheck, Hsts, Protocol, UNIX_BACKEND_IDENTITY};
-use crate::workspace::Workspace;
+use crate::workspace::{ClientAuthMode, ListenerPolicy, ListenerTimeouts, TlsVersion, Workspace};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
@@ -97,7 +97,69 @@ struct SozuListener {
     protocol: &'static str,
     address: SocketAddr,
     #[serde(skip_serializing_if = "Option::is_none")]
+    interface: Option<String>,
+    #[serde(skip_serializing_if = "is_false")]
+    expect_proxy: bool,
+    // The timeouts are written when they differ from sozu's defaults, which are the workspace's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    front_timeout: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    back_timeout: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    connect_timeout: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_timeout: Option<u32>,
+    /// HTTPS: TLS 1.3 alone when the workspace asks for it; sozu's default is 1.2 and 1.3.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls_versions: Option<Vec<&'static str>>,
+    /// HTTPS: sozu reads the CA and CRL files when it starts; the agent replaces their contents
+    /// in sozu as the files change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    client_auth: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    client_ca_certificates: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    client_ca_crls: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     hsts: Option<SozuHsts>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !b
+}
+
+impl SozuListener {
+    fn new(protocol: Protocol, address: SocketAddr, policy: &ListenerPolicy) -> SozuListener {
+        let defaults = ListenerTimeouts::default();
+        let differs = |value: u32, default: u32| (value != default).then_some(value);
+        let https = protocol == Protocol::Https;
+        let auth = &policy.client_auth;
+        let client_auth = https && auth.mode != ClientAuthMode::Off;
+        SozuListener {
+            protocol: match protocol {
+                Protocol::Https => "https",
+                Protocol::Http => "http",
+            },
+            address,
+            interface: policy.interface.clone(),
+            expect_proxy: policy.expect_proxy,
+            front_timeout: differs(policy.timeouts.front, defaults.front),
+            back_timeout: differs(policy.timeouts.back, defaults.back),
+            connect_timeout: differs(policy.timeouts.connect, defaults.connect),
+            request_timeout: differs(policy.timeouts.request, defaults.request),
+            tls_versions: (https && policy.min_tls_version == TlsVersion::V1_3)
+                .then(|| vec!["TLS_V13"]),
+            client_auth: client_auth.then_some(match auth.mode {
+                ClientAuthMode::Required => "required",
+                _ => "optional",
+            }),
+            client_ca_certificates: client_auth
+                .then(|| auth.ca_file.iter().map(|p| path_string(p)).collect()),
+            client_ca_crls: (client_auth && !auth.crl_files.is_empty())
+                .then(|| auth.crl_files.iter().map(|p| path_string(p)).collect()),
+            hsts: None,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -270,17 +332,16 @@ impl SozuConfig {
             });
         }
         let listener = |address: &SocketAddr| {
-            desired.listeners.get(address).map(|protocol| SozuListener {
-                protocol: match protocol {
-                    Protocol::Https => "https",
-                    Protocol::Http => "http",
-                },
-                address: *address,
-                hsts: match protocol {
-                    Protocol::Https => desired.hsts.as_ref().map(SozuHsts::of),
-                    Protocol::Http => None,
-                },
-            })
+            desired
+                .listeners
+                .get(address)
+                .map(|&protocol| SozuListener {
+                    hsts: match protocol {
+                        Protocol::Https => desired.hsts.as_ref().map(SozuHsts::of),
+                        Protocol::Http => None,
+                    },
+                    ..SozuListener::new(protocol, *address, &workspace.listener_policy)
+                })
         };
         SozuConfig {
             command_socket: path_string(&settings.command_socket),

@@ -168,6 +168,7 @@ pub fn run(cmd: &mut Command) -> (i32, String, String) {
 pub mod acme;
 pub mod bench;
 pub mod corpus;
+pub mod devices;
 pub mod kubelet;
 pub mod live;
 pub mod load;

@@ -354,6 +354,47 @@ pub fn https_get_verified(
     https_get_with(Arc::new(config), address, host, path)
 }
 
+/// A device's certificate chain and key (PEM), as a client presents them.
+#[derive(Debug, Clone)]
+pub struct ClientIdentity {
+    pub chain_pem: String,
+    pub key_pem: String,
+}
+
+/// [`https_get`] by a client that offers only `versions` of TLS and presents `identity`, if
+/// any.
+pub fn https_get_as(
+    address: SocketAddr,
+    host: &str,
+    path: &str,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+    identity: Option<&ClientIdentity>,
+) -> Result<Seen, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(versions)
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AcceptAny));
+    let mut config = match identity {
+        Some(identity) => {
+            let chain = CertificateDer::pem_slice_iter(identity.chain_pem.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?;
+            let key = PrivateKeyDer::from_pem_slice(identity.key_pem.as_bytes())
+                .map_err(|e| e.to_string())?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| e.to_string())?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    config.resumption = rustls::client::Resumption::disabled();
+    https_get_with(Arc::new(config), address, host, path)
+}
+
 /// [`https_get`], with the response's header fields (names lowercase) beside what it saw.
 pub fn https_get_with_headers(
     address: SocketAddr,

@@ -42,6 +42,80 @@ pub enum ModelError {
     LoadBalancer(String),
     #[error("traffic.{field}: `{value}` is not accepted")]
     Traffic { field: &'static str, value: String },
+    #[error("listeners.{field}: {reason}")]
+    ListenerPolicy { field: &'static str, reason: String },
+}
+
+/// `listeners.*` beyond the addresses. The contract checked each; what it let through that the
+/// model cannot hold is still refused here.
+fn listener_policy(raw: &RawListeners) -> Result<ListenerPolicy, ModelError> {
+    let fail = |field: &'static str, reason: String| ModelError::ListenerPolicy { field, reason };
+    let min_tls_version = match raw.min_tls_version.as_str() {
+        "1.2" => TlsVersion::V1_2,
+        "1.3" => TlsVersion::V1_3,
+        other => {
+            return Err(fail(
+                "min_tls_version",
+                format!("unknown TLS version `{other}`"),
+            ))
+        }
+    };
+    let timeout = |field: &'static str, n: f64, max: f64| {
+        whole(field, n, 1.0..=max).map_err(|reason| fail("timeouts", reason))
+    };
+    let timeouts = ListenerTimeouts {
+        front: timeout("front", raw.timeouts.front, 86_400.0)?,
+        back: timeout("back", raw.timeouts.back, 86_400.0)?,
+        connect: timeout("connect", raw.timeouts.connect, 3_600.0)?,
+        request: timeout("request", raw.timeouts.request, 3_600.0)?,
+    };
+    let absolute = |path: &str| {
+        let path = PathBuf::from(path);
+        if path.is_absolute() {
+            Ok(path)
+        } else {
+            Err(fail(
+                "client_auth",
+                format!("`{}` is not an absolute path", path.display()),
+            ))
+        }
+    };
+    let auth = &raw.client_auth;
+    let ca_file = auth.ca_file.as_deref().map(absolute).transpose()?;
+    if auth.mode != ClientAuthMode::Off && ca_file.is_none() {
+        return Err(fail(
+            "client_auth",
+            format!("mode {} needs ca_file", auth.mode),
+        ));
+    }
+    let crl_files = auth
+        .crl_files
+        .iter()
+        .map(|p| absolute(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(name) = &raw.interface {
+        if name.is_empty()
+            || name.len() > 15
+            || name.contains(['/', ':'])
+            || name.contains(char::is_whitespace)
+        {
+            return Err(fail(
+                "interface",
+                format!("`{name}` is not an interface name"),
+            ));
+        }
+    }
+    Ok(ListenerPolicy {
+        interface: raw.interface.clone(),
+        min_tls_version,
+        expect_proxy: raw.expect_proxy,
+        timeouts,
+        client_auth: ClientAuth {
+            mode: auth.mode,
+            ca_file,
+            crl_files,
+        },
+    })
 }
 
 /// The contract checked the combination; a value it let through that the model cannot hold is
@@ -94,6 +168,7 @@ impl Workspace {
             https: listener("https", &raw.listeners.https)?,
             http: listener("http", &raw.listeners.http)?,
         };
+        let listener_policy = Box::new(listener_policy(&raw.listeners)?);
         let tls_dir = PathBuf::from(&raw.tls_dir);
         if !tls_dir.is_absolute() {
             return Err(ModelError::TlsDir(raw.tls_dir));
@@ -176,6 +251,7 @@ impl Workspace {
         Ok(Workspace {
             zone: raw.zone,
             listeners,
+            listener_policy,
             tls_rotation: raw.tls_rotation,
             cluster_issuer: raw.cluster_issuer,
             tls_dir,

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::{Eab, LbProvider, Monitoring, PodResources, TlsRotation};
+use super::{ClientAuthMode, Eab, LbProvider, Monitoring, PodResources, TlsRotation};
 use crate::document::ReadinessMode;
 
 /// A workspace as Nickel evaluates it, before normalisation.
@@ -209,6 +209,31 @@ pub(super) fn default_cluster_dns() -> Monitoring {
 pub struct RawListeners {
     pub https: String,
     pub http: String,
+    #[serde(default)]
+    pub interface: Option<String>,
+    pub min_tls_version: String,
+    pub expect_proxy: bool,
+    pub timeouts: RawListenerTimeouts,
+    pub client_auth: RawClientAuth,
+}
+
+/// Floats for the same reason as `replicas`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawListenerTimeouts {
+    pub front: f64,
+    pub back: f64,
+    pub connect: f64,
+    pub request: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClientAuth {
+    pub mode: ClientAuthMode,
+    #[serde(default)]
+    pub ca_file: Option<String>,
+    pub crl_files: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

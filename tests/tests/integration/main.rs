@@ -47,3 +47,6 @@ mod alerts;
 /// `'sozu_managed` with two replicas: the rendered StatefulSet's pods order, serve, and are
 /// rolled one at a time under load.
 mod replicas;
+
+/// The listeners' policy: client certificates with revocation, the lowest TLS version.
+mod listener;

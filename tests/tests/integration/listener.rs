@@ -1,0 +1,141 @@
+//! The listeners' policy (`listeners.*`): client certificates from a device CA with its
+//! revocation list, the lowest TLS version, as sozu applies them from the configuration that
+//! `render --format sozu-toml` writes.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use private_ingress_tests::devices::DeviceCa;
+use private_ingress_tests::live::{certificate, eventually, https_get_as, Backend, Stack};
+use private_ingress_tests::{agent_bin, run};
+
+const HOST: &str = "grafana.in.example.org";
+const TLS12: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS12];
+const TLS13: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13];
+const ANY_TLS: &[&rustls::SupportedProtocolVersion] =
+    &[&rustls::version::TLS13, &rustls::version::TLS12];
+
+/// Renders the workspace of one route to `backend` with `listeners` (Nickel fields of the
+/// `listeners` record) into a sozu configuration, and starts sozu from it.
+fn sozu_from_rendered(stack: &mut Stack, backend: &Backend, listeners: &str) {
+    certificate(&stack.tls_dir(), HOST);
+    let route = format!(
+        "{{ host = \"{HOST}\", upstream = \"{}\", port = {} }}",
+        backend.address.ip(),
+        backend.address.port()
+    );
+    let text = stack
+        .workspace_text_of(&[route], "")
+        .replace("listeners = {", &format!("listeners = {{ {listeners}"));
+    let ws = stack.dir.path().join("ws/workspace.ncl");
+    std::fs::write(&ws, &text).unwrap();
+    let config = stack.dir.path().join("rendered.toml");
+    let (code, _, err) = run(Command::new(agent_bin())
+        .arg("render")
+        .arg(&ws)
+        .args(["--format", "sozu-toml", "--output"])
+        .arg(&config)
+        .arg("--sozu-socket")
+        .arg(stack.socket()));
+    assert_eq!(code, 0, "render failed: {err}\n{text}");
+    stack.start_sozu_with_config(&config);
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+/// With `client_auth.mode = 'required`: an enrolled device gets 200, a client without a
+/// certificate and a revoked device are refused in the handshake, and so is a device of
+/// another CA.
+#[test]
+fn required_client_certificates_let_enrolled_devices_in_and_keep_the_others_out() {
+    let backend = Backend::start("app");
+    let mut stack = Stack::new();
+    let mut ca = DeviceCa::new("devices");
+    let laptop = ca.enroll("laptop");
+    let lost = ca.enroll("lost-phone");
+    let crl = ca.crl(&[lost.serial], time::Duration::days(7));
+    let stranger = DeviceCa::new("elsewhere").enroll("stranger");
+    let dir = stack.dir.path().to_owned();
+    let ca_file = write(&dir, "devices-ca.crt", &ca.pem());
+    let crl_file = write(&dir, "devices.crl", &crl);
+    sozu_from_rendered(
+        &mut stack,
+        &backend,
+        &format!(
+            "client_auth = {{ mode = 'required, ca_file = \"{ca_file}\", crl_files = [\"{crl_file}\"] }},"
+        ),
+    );
+    let seen = eventually(
+        Duration::from_secs(10),
+        "the enrolled device served",
+        || https_get_as(stack.https, HOST, "/", ANY_TLS, Some(&laptop.identity)).ok(),
+    );
+    assert_eq!((seen.status, seen.body.as_str()), (200, "app"));
+    for (who, identity) in [
+        ("no certificate", None),
+        ("the revoked device", Some(&lost.identity)),
+        ("another CA's device", Some(&stranger.identity)),
+    ] {
+        let refused = https_get_as(stack.https, HOST, "/", ANY_TLS, identity);
+        assert!(refused.is_err(), "{who} got in: {refused:?}");
+    }
+}
+
+/// With `client_auth.mode = 'optional`: a client without a certificate gets in, an enrolled
+/// device too, a revoked one does not.
+#[test]
+fn optional_client_certificates_let_anonymous_clients_in_but_not_revoked_devices() {
+    let backend = Backend::start("app");
+    let mut stack = Stack::new();
+    let mut ca = DeviceCa::new("devices");
+    let laptop = ca.enroll("laptop");
+    let lost = ca.enroll("lost-phone");
+    let crl = ca.crl(&[lost.serial], time::Duration::days(7));
+    let dir = stack.dir.path().to_owned();
+    let ca_file = write(&dir, "devices-ca.crt", &ca.pem());
+    let crl_file = write(&dir, "devices.crl", &crl);
+    sozu_from_rendered(
+        &mut stack,
+        &backend,
+        &format!(
+            "client_auth = {{ mode = 'optional, ca_file = \"{ca_file}\", crl_files = [\"{crl_file}\"] }},"
+        ),
+    );
+    let seen = eventually(
+        Duration::from_secs(10),
+        "an anonymous client served",
+        || https_get_as(stack.https, HOST, "/", ANY_TLS, None).ok(),
+    );
+    assert_eq!(seen.status, 200);
+    let seen = https_get_as(stack.https, HOST, "/", ANY_TLS, Some(&laptop.identity));
+    assert_eq!(seen.map(|s| s.status), Ok(200));
+    let refused = https_get_as(stack.https, HOST, "/", ANY_TLS, Some(&lost.identity));
+    assert!(refused.is_err(), "the revoked device got in: {refused:?}");
+}
+
+/// `min_tls_version = "1.3"`: a TLS 1.2 client is refused, a TLS 1.3 one served; with the
+/// default, both are served.
+#[test]
+fn a_tls_1_3_minimum_refuses_tls_1_2_clients() {
+    let backend = Backend::start("app");
+    let mut strict = Stack::new();
+    sozu_from_rendered(&mut strict, &backend, "min_tls_version = \"1.3\",");
+    let seen = eventually(Duration::from_secs(10), "a TLS 1.3 client served", || {
+        https_get_as(strict.https, HOST, "/", TLS13, None).ok()
+    });
+    assert_eq!(seen.status, 200);
+    let refused = https_get_as(strict.https, HOST, "/", TLS12, None);
+    assert!(refused.is_err(), "a TLS 1.2 client got in: {refused:?}");
+
+    let mut default = Stack::new();
+    sozu_from_rendered(&mut default, &backend, "");
+    let seen = eventually(Duration::from_secs(10), "a TLS 1.2 client served", || {
+        https_get_as(default.https, HOST, "/", TLS12, None).ok()
+    });
+    assert_eq!(seen.status, 200);
+}
