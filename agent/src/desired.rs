@@ -16,11 +16,26 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
+use crate::sozu_state::ListenerSettings;
 use crate::sozu_state::{
     owned_certificate, Actual, Address, Backend, Certificate, Desired, Frontend, Protocol, Tags,
     OWNER_TAG, ROUTE_TAG,
 };
-use crate::workspace::{Listeners, Route, Upstream, Workspace};
+use crate::workspace::{
+    ClientAuthMode, ListenerPolicy, Listeners, Route, TlsVersion, Upstream, Workspace,
+};
+
+/// The listeners' settings the workspace asks for.
+fn listener_settings(policy: &ListenerPolicy) -> ListenerSettings {
+    let t = policy.timeouts;
+    ListenerSettings {
+        interface: policy.interface.clone(),
+        tls13_only: policy.min_tls_version == TlsVersion::V1_3,
+        expect_proxy: policy.expect_proxy,
+        timeouts: [t.front, t.back, t.connect, t.request],
+        client_auth: policy.client_auth.mode != ClientAuthMode::Off,
+    }
+}
 
 /// How a route's DNS upstream becomes backends.
 #[derive(Clone, Copy)]
@@ -51,6 +66,7 @@ pub fn routes(workspace: &Workspace, names: Names<'_>) -> Desired {
     desired.https_address = Some(https);
     desired.zone = workspace.zone.clone();
     desired.hsts = workspace.hsts;
+    desired.listener_settings = listener_settings(&workspace.listener_policy);
     for route in &workspace.routes {
         desired
             .clusters

@@ -124,6 +124,10 @@ pub struct SozuStatus {
     pub last_error: Option<String>,
     /// Unix seconds of the last reconcile that left sozu equal to the desired state.
     pub last_converged: Option<u64>,
+    /// Listener settings the workspace asks for that sozu can only take on a new listener
+    /// (`<address>: <setting>`): sozu must be restarted to apply them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listeners_need_restart: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

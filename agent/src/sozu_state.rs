@@ -262,11 +262,55 @@ pub struct Certificate {
     pub other_names: Arc<[String]>,
 }
 
+/// A listener's settings beyond its address and its HSTS, as the agent sets them and as sozu
+/// reports them. sozu changes `expect_proxy` and the timeouts on a running listener; the
+/// interface, the TLS versions and client authentication are set when it is made.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListenerSettings {
+    pub interface: Option<String>,
+    /// HTTPS: TLS 1.3 only (else 1.2 and 1.3).
+    pub tls13_only: bool,
+    pub expect_proxy: bool,
+    /// Seconds: front, back, connect, request.
+    pub timeouts: [u32; 4],
+    /// HTTPS: client certificates are asked for (optional or required). The live agent does not
+    /// apply them yet: a listener sozu holds with them came from its configuration file.
+    pub client_auth: bool,
+}
+
+impl ListenerSettings {
+    /// What sozu can change on a running listener differs.
+    pub fn patchable_differs(&self, other: &ListenerSettings) -> bool {
+        self.expect_proxy != other.expect_proxy || self.timeouts != other.timeouts
+    }
+
+    /// What only a new listener can change differs: the names of those settings.
+    pub fn fixed_differences(
+        &self,
+        other: &ListenerSettings,
+        protocol: Protocol,
+    ) -> Vec<&'static str> {
+        let mut fixed = Vec::new();
+        if self.interface != other.interface {
+            fixed.push("interface");
+        }
+        if protocol == Protocol::Https && self.tls13_only != other.tls13_only {
+            fixed.push("min_tls_version");
+        }
+        if protocol == Protocol::Https && self.client_auth != other.client_auth {
+            fixed.push("client_auth");
+        }
+        fixed
+    }
+}
+
 /// What the workspace asks sozu to hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Desired {
     /// Listeners by address.
     pub listeners: BTreeMap<SocketAddr, Protocol>,
+    /// The settings of both listeners (the TLS ones apply to the HTTPS listener only).
+    pub listener_settings: ListenerSettings,
     /// Cluster id → its backends by backend id.
     pub clusters: BTreeMap<String, BTreeMap<String, Backend>>,
     /// Cluster id → its health check, for the clusters that have one.
@@ -427,6 +471,8 @@ impl ListenerCertificates {
 pub struct Actual {
     /// Listener address → (protocol, active).
     pub listeners: BTreeMap<SocketAddr, (Protocol, bool)>,
+    /// Each listener's settings.
+    pub listener_settings: BTreeMap<SocketAddr, ListenerSettings>,
     /// Every cluster id.
     pub clusters: BTreeSet<String>,
     /// Backends of the clusters the agent owns, by cluster id then backend id.

@@ -249,6 +249,12 @@ fn serve(mut stream: TcpStream, body: &str, healthy: &AtomicBool) {
         if let Some(ms) = delay {
             std::thread::sleep(Duration::from_millis(ms));
         }
+        // `GET /headers` answers with the request head it got: what sozu sent the backend.
+        let body = if path == "/headers" {
+            head.as_str()
+        } else {
+            body
+        };
         let response = format!(
             "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
@@ -428,11 +434,43 @@ fn https_get_with(
     https_exchange(config, address, host, path).map(|(seen, _)| seen)
 }
 
+/// [`https_get`] through a load balancer that speaks the PROXY protocol (v2): the connection
+/// starts with a header saying it comes from `client`.
+pub fn https_get_behind_proxy(
+    address: SocketAddr,
+    host: &str,
+    path: &str,
+    client: std::net::SocketAddrV4,
+) -> Result<Seen, String> {
+    let SocketAddr::V4(server) = address else {
+        return Err("an IPv4 listener only".into());
+    };
+    let mut header = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+    // Version 2, PROXY; TCP over IPv4; 12 bytes of addresses and ports.
+    header.extend_from_slice(&[0x21, 0x11, 0x00, 0x0c]);
+    header.extend_from_slice(&client.ip().octets());
+    header.extend_from_slice(&server.ip().octets());
+    header.extend_from_slice(&client.port().to_be_bytes());
+    header.extend_from_slice(&server.port().to_be_bytes());
+    https_exchange_after(tls_config(), address, host, path, &header).map(|(seen, _)| seen)
+}
+
 fn https_exchange(
     config: Arc<rustls::ClientConfig>,
     address: SocketAddr,
     host: &str,
     path: &str,
+) -> Result<(Seen, Vec<(String, String)>), String> {
+    https_exchange_after(config, address, host, path, &[])
+}
+
+/// [`https_exchange`], with `prefix` written on the connection before TLS starts.
+fn https_exchange_after(
+    config: Arc<rustls::ClientConfig>,
+    address: SocketAddr,
+    host: &str,
+    path: &str,
+    prefix: &[u8],
 ) -> Result<(Seen, Vec<(String, String)>), String> {
     let server_name =
         rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
@@ -440,6 +478,10 @@ fn https_exchange(
     let mut sock = TcpStream::connect_timeout(&address, Duration::from_secs(2))
         .map_err(|e| format!("connect: {e}"))?;
     sock.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    if !prefix.is_empty() {
+        sock.write_all(prefix)
+            .map_err(|e| format!("write the PROXY header: {e}"))?;
+    }
     let mut tls = rustls::Stream::new(&mut conn, &mut sock);
     let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
     tls.write_all(request.as_bytes())

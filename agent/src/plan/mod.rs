@@ -30,6 +30,21 @@ pub fn plan(actual: &Actual, desired: &Desired) -> Vec<Op> {
     plan_scope(actual, desired, &Scope::everything())
 }
 
+/// The listener settings `desired` asks for that sozu holds otherwise and can change only by
+/// making the listener again (its interface, TLS versions, client certificates), as
+/// `<address>: <setting>`. The agent does not remove a serving listener for them.
+pub fn listeners_need_restart(actual: &Actual, desired: &Desired) -> Vec<String> {
+    let mut fixed = Vec::new();
+    for (address, &protocol) in &desired.listeners {
+        if let Some(current) = actual.listener_settings.get(address) {
+            for setting in current.fixed_differences(&desired.listener_settings, protocol) {
+                fixed.push(format!("{address}: {setting}"));
+            }
+        }
+    }
+    fixed
+}
+
 /// The requests that turn `actual` into `desired` within `scope`.
 pub fn plan_scope(actual: &Actual, desired: &Desired, scope: &Scope) -> Vec<Op> {
     let mut ops = Vec::new();
@@ -46,13 +61,29 @@ pub fn plan_scope(actual: &Actual, desired: &Desired, scope: &Scope) -> Vec<Op> 
     if scope.everything {
         // 1. Listeners.
         for (&address, &protocol) in &desired.listeners {
+            let settings = || Box::new(desired.listener_settings.clone());
             match actual.listeners.get(&address) {
                 None => {
-                    ops.push(Op::AddListener { protocol, address });
+                    ops.push(Op::AddListener {
+                        protocol,
+                        address,
+                        settings: settings(),
+                    });
                     ops.push(Op::ActivateListener { protocol, address });
                 }
                 Some(&(_, false)) => ops.push(Op::ActivateListener { protocol, address }),
                 Some(&(_, true)) => {}
+            }
+            if actual
+                .listener_settings
+                .get(&address)
+                .is_some_and(|current| current.patchable_differs(&desired.listener_settings))
+            {
+                ops.push(Op::PatchListener {
+                    protocol,
+                    address,
+                    settings: settings(),
+                });
             }
             if protocol == Protocol::Https && actual.hsts.get(&address) != desired.hsts.as_ref() {
                 ops.push(Op::SetListenerHsts {
@@ -654,5 +685,42 @@ pub(crate) mod tests {
         assert!(want.frontends.is_empty());
         assert_eq!(held.len(), 1);
         assert!(want.clusters.contains_key("pi-a.in.example.org"));
+    }
+
+    /// Listener settings: a new listener is made with them; on a running one, the PROXY
+    /// protocol and the timeouts are patched in place, and what sozu takes on a new listener
+    /// only (TLS versions, interface) is reported, not applied.
+    #[test]
+    fn listener_settings_are_patched_where_sozu_can_and_reported_where_it_cannot() {
+        let c = cert("a.in.example.org", 1);
+        let mut ws = workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]);
+        let mut actual = Actual::default();
+        let ops = converge(&mut actual, &desired(&ws, std::slice::from_ref(&c)));
+        assert!(ops
+            .iter()
+            .any(|o| matches!(o, Op::AddListener { settings, .. } if settings.timeouts == [60, 30, 3, 10])));
+        assert!(converge(&mut actual, &desired(&ws, std::slice::from_ref(&c))).is_empty());
+
+        ws.listener_policy.expect_proxy = true;
+        ws.listener_policy.timeouts.front = 120;
+        ws.listener_policy.min_tls_version = crate::workspace::TlsVersion::V1_3;
+        let want = desired(&ws, std::slice::from_ref(&c));
+        let ops = converge(&mut actual, &want);
+        let patched: Vec<_> = ops
+            .iter()
+            .filter_map(|o| match o {
+                Op::PatchListener { settings, .. } => {
+                    Some((settings.expect_proxy, settings.timeouts[0]))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(patched, [(true, 120), (true, 120)], "{ops:?}");
+        assert!(converge(&mut actual, &want).is_empty());
+        let https = ws.listeners.https;
+        assert_eq!(
+            listeners_need_restart(&actual, &want),
+            [format!("{https}: min_tls_version")]
+        );
     }
 }

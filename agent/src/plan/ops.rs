@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
-use crate::sozu_state::{Backend, Certificate, Frontend, HealthCheck, Hsts, Protocol};
+use crate::sozu_state::{
+    Backend, Certificate, Frontend, HealthCheck, Hsts, ListenerSettings, Protocol,
+};
 
 /// One request to sozu.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -12,6 +14,13 @@ pub enum Op {
     AddListener {
         protocol: Protocol,
         address: SocketAddr,
+        settings: Box<ListenerSettings>,
+    },
+    /// The settings sozu changes on a running listener: `expect_proxy` and the timeouts.
+    PatchListener {
+        protocol: Protocol,
+        address: SocketAddr,
+        settings: Box<ListenerSettings>,
     },
     ActivateListener {
         protocol: Protocol,
@@ -70,7 +79,12 @@ impl Op {
     /// A short description for logs and errors; never includes key material.
     pub fn describe(&self) -> String {
         match self {
-            Op::AddListener { protocol, address } => format!("add {protocol} listener {address}"),
+            Op::AddListener {
+                protocol, address, ..
+            } => format!("add {protocol} listener {address}"),
+            Op::PatchListener {
+                protocol, address, ..
+            } => format!("update the timeouts and PROXY protocol of {protocol} listener {address}"),
             Op::ActivateListener { protocol, address } => {
                 format!("activate {protocol} listener {address}")
             }
@@ -206,6 +220,7 @@ pub fn scope_of(op: &Op) -> Scope {
             scope.hosts.insert(f.hostname.clone());
         }
         Op::AddListener { .. }
+        | Op::PatchListener { .. }
         | Op::ActivateListener { .. }
         | Op::SetListenerHsts { .. }
         | Op::RemoveCertificate { .. } => {
@@ -220,9 +235,10 @@ pub fn summary(ops: &[Op]) -> BTreeMap<&'static str, usize> {
     let mut counts = BTreeMap::new();
     for op in ops {
         let kind = match op {
-            Op::AddListener { .. } | Op::ActivateListener { .. } | Op::SetListenerHsts { .. } => {
-                "listeners"
-            }
+            Op::AddListener { .. }
+            | Op::PatchListener { .. }
+            | Op::ActivateListener { .. }
+            | Op::SetListenerHsts { .. } => "listeners",
             Op::AddCluster { .. } | Op::RemoveCluster { .. } => "clusters",
             Op::SetHealthCheck { .. } | Op::RemoveHealthCheck { .. } => "health checks",
             Op::AddBackend { .. } | Op::RemoveBackend { .. } => "backends",

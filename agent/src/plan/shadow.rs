@@ -10,11 +10,27 @@ use crate::sozu_state::{Actual, Certificate};
 /// a shadow of what was applied.
 pub fn apply(actual: &mut Actual, op: &Op) {
     match op {
-        Op::AddListener { protocol, address } => {
+        Op::AddListener {
+            protocol,
+            address,
+            settings,
+        } => {
             actual
                 .listeners
                 .entry(*address)
                 .or_insert((*protocol, false));
+            actual
+                .listener_settings
+                .entry(*address)
+                .or_insert_with(|| (**settings).clone());
+        }
+        Op::PatchListener {
+            address, settings, ..
+        } => {
+            if let Some(current) = actual.listener_settings.get_mut(address) {
+                current.expect_proxy = settings.expect_proxy;
+                current.timeouts = settings.timeouts;
+            }
         }
         Op::ActivateListener { address, .. } => {
             if let Some(l) = actual.listeners.get_mut(address) {

@@ -90,6 +90,9 @@ pub struct Agent<P, C> {
     /// Why the last pass could not reach sozu.
     pub(super) sozu_error: Option<String>,
     pub(super) last_converged: Option<u64>,
+    /// What the workspace asks of a listener that sozu holds otherwise and can only take on a
+    /// new listener (a restart of sozu): `<address>: <setting>`.
+    pub(super) listeners_need_restart: Vec<String>,
     pub(super) status: SharedStatus,
     /// Beaten at every turn of the loop: `/healthz` reads it.
     heartbeat: Heartbeat,
@@ -213,6 +216,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             churn: Churn::default(),
             sozu_error: None,
             last_converged: None,
+            listeners_need_restart: Vec::new(),
             status,
             heartbeat: Heartbeat::default(),
             issuer: None,

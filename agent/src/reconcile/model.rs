@@ -160,10 +160,14 @@ impl Model {
 }
 
 /// What differs between two workspaces, as a plan's scope: every route added, removed or
-/// changed, by its cluster and its host; everything when the listeners, the zone or the
-/// listener's HSTS policy changed.
+/// changed, by its cluster and its host; everything when the listeners (their addresses or
+/// their policy), the zone or the listener's HSTS policy changed.
 pub fn changes(old: &Workspace, new: &Workspace) -> Scope {
-    if old.listeners != new.listeners || old.zone != new.zone || old.hsts != new.hsts {
+    if old.listeners != new.listeners
+        || old.listener_policy != new.listener_policy
+        || old.zone != new.zone
+        || old.hsts != new.hsts
+    {
         return Scope::everything();
     }
     let (before, after) = (by_id(old), by_id(new));

@@ -147,6 +147,17 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         let started = Instant::now();
         let planned = plan::plan_scope(actual, model.desired(), &scope);
         step_took(started, "changes planned");
+        let fixed = plan::listeners_need_restart(actual, model.desired());
+        if fixed != self.listeners_need_restart {
+            if !fixed.is_empty() {
+                tracing::warn!(
+                    settings = %fixed.join(", "),
+                    "sozu's listeners differ from the workspace in what only a new listener \
+                     takes: restart sozu to apply them"
+                );
+            }
+            self.listeners_need_restart = fixed;
+        }
         let now = TokioInstant::now();
         let (ops, held) = self.refusals.hold_back(planned, now, &scope);
         if !held.is_empty() {

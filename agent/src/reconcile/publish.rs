@@ -116,6 +116,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         }
         head.sozu.last_error = self.sozu_error.clone();
         head.sozu.last_converged = self.last_converged;
+        head.sozu.listeners_need_restart = self.listeners_need_restart.clone();
         self.status.store(Snapshot {
             head,
             routes: self.routes.clone(),

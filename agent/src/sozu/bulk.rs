@@ -39,6 +39,7 @@ enum Delivery {
 fn delivery_of(op: &Op) -> Delivery {
     match op {
         Op::AddListener { .. }
+        | Op::PatchListener { .. }
         | Op::ActivateListener { .. }
         | Op::SetListenerHsts { .. }
         | Op::AddCertificate { .. }

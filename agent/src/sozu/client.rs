@@ -7,16 +7,17 @@ use std::time::{Duration, Instant};
 
 use sozu_command_lib::channel::Channel;
 use sozu_command_lib::proto::command::{
-    request::RequestType, response_content::ContentType, CertificateAndKey, FrontendFilters,
-    ListListeners, QueryCertificatesFilters, QueryClustersHashes, Request, Response,
-    ResponseContent, ResponseStatus, Status, WorkerRequest,
+    request::RequestType, response_content::ContentType, CertificateAndKey, ClientAuthMode,
+    FrontendFilters, ListListeners, QueryCertificatesFilters, QueryClustersHashes, Request,
+    Response, ResponseContent, ResponseStatus, Status, TlsVersion, WorkerRequest,
 };
 
 use super::request::{health_check_of, hsts_of, to_request};
 use super::SozuError;
 use crate::plan::Op;
 use crate::sozu_state::{
-    Actual, Address, Backend, ClusterState, Frontend, HealthCheck, ListenerCertificates, Protocol,
+    Actual, Address, Backend, ClusterState, Frontend, HealthCheck, ListenerCertificates,
+    ListenerSettings, Protocol,
 };
 use crate::workspace::ID_PREFIX;
 
@@ -198,11 +199,43 @@ impl SozuClient {
                     actual
                         .listeners
                         .insert(l.address.into(), (Protocol::Http, l.active));
+                    actual.listener_settings.insert(
+                        l.address.into(),
+                        ListenerSettings {
+                            interface: l.interface.clone(),
+                            tls13_only: false,
+                            expect_proxy: l.expect_proxy,
+                            timeouts: [
+                                l.front_timeout,
+                                l.back_timeout,
+                                l.connect_timeout,
+                                l.request_timeout,
+                            ],
+                            client_auth: false,
+                        },
+                    );
                 }
                 for l in list.https_listeners.values() {
                     actual
                         .listeners
                         .insert(l.address.into(), (Protocol::Https, l.active));
+                    actual.listener_settings.insert(
+                        l.address.into(),
+                        ListenerSettings {
+                            interface: l.interface.clone(),
+                            tls13_only: l.versions == [TlsVersion::TlsV13 as i32],
+                            expect_proxy: l.expect_proxy,
+                            timeouts: [
+                                l.front_timeout,
+                                l.back_timeout,
+                                l.connect_timeout,
+                                l.request_timeout,
+                            ],
+                            client_auth: l
+                                .client_auth
+                                .is_some_and(|m| m != ClientAuthMode::ClientAuthNone as i32),
+                        },
+                    );
                     if let Some(hsts) = l.hsts.as_ref().and_then(hsts_of) {
                         actual.hsts.insert(l.address.into(), hsts);
                     }

@@ -5,14 +5,14 @@ use sozu_command_lib::proto::command::{
     request::RequestType, ActivateListener, AddBackend, AddCertificate, CertificateAndKey,
     CloseSessions, Cluster, HealthCheckConfig, HealthCheckMode, HstsConfig, HttpStatusRange,
     ListenerType, LoadBalancingParams, PathRule, RemoveBackend, RemoveCertificate,
-    ReplaceCertificate, RequestHttpFrontend, RulePosition, SetHealthCheck,
-    UpdateHttpsListenerConfig,
+    ReplaceCertificate, RequestHttpFrontend, RulePosition, SetHealthCheck, TlsVersion,
+    UpdateHttpListenerConfig, UpdateHttpsListenerConfig,
 };
 
 use super::SozuError;
 use crate::plan::Op;
 use crate::sozu_state::{
-    Address, Backend, Certificate, Frontend, HealthCheck, Hsts, Probe, Protocol,
+    Address, Backend, Certificate, Frontend, HealthCheck, Hsts, ListenerSettings, Probe, Protocol,
     UNIX_BACKEND_IDENTITY,
 };
 
@@ -153,6 +153,35 @@ fn listener_type(protocol: Protocol) -> i32 {
     }
 }
 
+/// The settings sozu changes on a running listener.
+fn patch_listener(
+    protocol: Protocol,
+    address: std::net::SocketAddr,
+    settings: &ListenerSettings,
+) -> RequestType {
+    let [front, back, connect, request] = settings.timeouts;
+    match protocol {
+        Protocol::Http => RequestType::UpdateHttpListener(UpdateHttpListenerConfig {
+            address: address.into(),
+            expect_proxy: Some(settings.expect_proxy),
+            front_timeout: Some(front),
+            back_timeout: Some(back),
+            connect_timeout: Some(connect),
+            request_timeout: Some(request),
+            ..Default::default()
+        }),
+        Protocol::Https => RequestType::UpdateHttpsListener(UpdateHttpsListenerConfig {
+            address: address.into(),
+            expect_proxy: Some(settings.expect_proxy),
+            front_timeout: Some(front),
+            back_timeout: Some(back),
+            connect_timeout: Some(connect),
+            request_timeout: Some(request),
+            ..Default::default()
+        }),
+    }
+}
+
 /// The request for `op`. Only a listener can fail to build (sozu's own defaults refusing the
 /// address); that is reported like a refusal, never sent as a default listener.
 pub fn to_request(op: &Op) -> Result<RequestType, SozuError> {
@@ -161,11 +190,36 @@ pub fn to_request(op: &Op) -> Result<RequestType, SozuError> {
         message: e.to_string(),
     };
     Ok(match op {
-        Op::AddListener { protocol, address } => {
+        Op::AddListener {
+            protocol,
+            address,
+            settings,
+        } => {
+            if *protocol == Protocol::Https && settings.client_auth {
+                // Never a listener without the client certificates the workspace asks for.
+                return Err(SozuError::Refused {
+                    request: op.describe(),
+                    message: "the agent does not make a listener with client certificates yet: \
+                              start sozu from `render --format sozu-toml`, whose listener has \
+                              them"
+                        .into(),
+                });
+            }
             let mut builder = match protocol {
                 Protocol::Http => ListenerBuilder::new_http((*address).into()),
                 Protocol::Https => ListenerBuilder::new_https((*address).into()),
             };
+            let [front, back, connect, request] = settings.timeouts;
+            builder
+                .with_interface(settings.interface.clone())
+                .with_expect_proxy(settings.expect_proxy)
+                .with_front_timeout(Some(front))
+                .with_back_timeout(Some(back))
+                .with_connect_timeout(Some(connect))
+                .with_request_timeout(Some(request));
+            if *protocol == Protocol::Https && settings.tls13_only {
+                builder.with_tls_versions(vec![TlsVersion::TlsV13]);
+            }
             match protocol {
                 Protocol::Http => {
                     RequestType::AddHttpListener(builder.to_http(None).map_err(refused)?)
@@ -183,6 +237,11 @@ pub fn to_request(op: &Op) -> Result<RequestType, SozuError> {
                 interface: None,
             })
         }
+        Op::PatchListener {
+            protocol,
+            address,
+            settings,
+        } => patch_listener(*protocol, *address, settings),
         Op::SetListenerHsts { address, hsts } => {
             RequestType::UpdateHttpsListener(UpdateHttpsListenerConfig {
                 address: (*address).into(),

@@ -7,7 +7,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use private_ingress_tests::devices::DeviceCa;
-use private_ingress_tests::live::{certificate, eventually, https_get_as, Backend, Stack};
+use private_ingress_tests::live::{
+    certificate, eventually, https_get_as, https_get_behind_proxy, Backend, Stack,
+};
 use private_ingress_tests::{agent_bin, run};
 
 const HOST: &str = "grafana.in.example.org";
@@ -138,4 +140,113 @@ fn a_tls_1_3_minimum_refuses_tls_1_2_clients() {
         https_get_as(default.https, HOST, "/", TLS12, None).ok()
     });
     assert_eq!(seen.status, 200);
+}
+
+/// Writes the workspace of one route to `backend`, with `listeners` fields.
+fn write_workspace(stack: &Stack, backend: &Backend, listeners: &str) {
+    let route = format!(
+        "{{ host = \"{HOST}\", upstream = \"{}\", port = {} }}",
+        backend.address.ip(),
+        backend.address.port()
+    );
+    let text = stack
+        .workspace_text_of(&[route], "")
+        .replace("listeners = {", &format!("listeners = {{ {listeners}"));
+    stack.write_workspace(&text);
+}
+
+/// sozu started without listeners: the agent makes them as the workspace says. A TLS 1.3
+/// minimum refuses TLS 1.2. Turning on the PROXY protocol applies to the running listeners: a
+/// client behind a load balancer that sends the header is served, and the backend gets the
+/// client's address from it in `X-Forwarded-For`; a connection without the header is refused.
+/// Lowering the TLS minimum again is something sozu takes on a new listener only: the agent says
+/// a restart is needed, and the listener keeps refusing TLS 1.2 meanwhile.
+#[test]
+fn the_agent_makes_and_patches_its_listeners_as_the_workspace_says() {
+    use std::net::{Ipv4Addr, SocketAddrV4};
+    let backend = Backend::start("app");
+    let mut stack = Stack::new();
+    certificate(&stack.tls_dir(), HOST);
+    write_workspace(&stack, &backend, "min_tls_version = \"1.3\",");
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(Duration::from_secs(30));
+    let seen = https_get_as(stack.https, HOST, "/", TLS13, None);
+    assert_eq!(seen.map(|s| s.status), Ok(200));
+    let refused = https_get_as(stack.https, HOST, "/", TLS12, None);
+    assert!(refused.is_err(), "a TLS 1.2 client got in: {refused:?}");
+
+    write_workspace(
+        &stack,
+        &backend,
+        "min_tls_version = \"1.3\", expect_proxy = true,",
+    );
+    let client = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 7), 50123);
+    let seen = eventually(Duration::from_secs(10), "the PROXY header read", || {
+        https_get_behind_proxy(stack.https, HOST, "/headers", client).ok()
+    });
+    assert_eq!(seen.status, 200, "{seen:?}");
+    let forwarded = seen
+        .body
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("x-forwarded-for:"))
+        .unwrap_or_else(|| panic!("no X-Forwarded-For in what the backend got:\n{}", seen.body));
+    assert!(forwarded.contains("192.0.2.7"), "{forwarded}");
+    let refused = https_get_as(stack.https, HOST, "/", ANY_TLS, None);
+    assert!(
+        refused.is_err(),
+        "a connection without the header got in: {refused:?}"
+    );
+
+    write_workspace(&stack, &backend, "expect_proxy = true,");
+    let state = eventually(Duration::from_secs(10), "the restart asked for", || {
+        stack.state().filter(|s| {
+            s["sozu"]["listeners_need_restart"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty())
+        })
+    });
+    assert_eq!(
+        state["sozu"]["listeners_need_restart"],
+        serde_json::json!([format!("{}: min_tls_version", stack.https)])
+    );
+    let still = https_get_behind_proxy(stack.https, HOST, "/", client);
+    assert_eq!(still.map(|s| s.status), Ok(200));
+}
+
+/// The agent never makes an https listener without the client certificates the workspace asks
+/// for: until it can apply them itself, the listener is refused with why, and nothing is served
+/// over HTTPS (sozu started from `render --format sozu-toml` has them, see above).
+#[test]
+fn the_agent_makes_no_https_listener_without_the_client_certificates_asked_for() {
+    let backend = Backend::start("app");
+    let mut stack = Stack::new();
+    certificate(&stack.tls_dir(), HOST);
+    let mut ca = DeviceCa::new("devices");
+    let laptop = ca.enroll("laptop");
+    let ca_file = write(stack.dir.path(), "devices-ca.crt", &ca.pem());
+    write_workspace(
+        &stack,
+        &backend,
+        &format!("client_auth = {{ mode = 'required, ca_file = \"{ca_file}\" }},"),
+    );
+    stack.start_sozu();
+    stack.start_agent();
+    let state = eventually(Duration::from_secs(30), "the refusal shown", || {
+        stack.state().filter(|s| {
+            s.to_string()
+                .contains("does not make a listener with client certificates")
+        })
+    });
+    assert!(
+        state.to_string().contains("render --format sozu-toml"),
+        "{state}"
+    );
+    for identity in [None, Some(&laptop.identity)] {
+        let refused = https_get_as(stack.https, HOST, "/", ANY_TLS, identity);
+        assert!(
+            refused.is_err(),
+            "served without the listener's client certificates: {refused:?}"
+        );
+    }
 }
