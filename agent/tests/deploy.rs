@@ -1654,3 +1654,88 @@ fn the_pod_spreads_starts_without_every_secret_and_takes_the_readiness_mode() {
         "the default is the agent's: {args}"
     );
 }
+
+/// `listeners.client_auth`: the device CA and its CRLs come from the Secret
+/// `private-ingress-client-auth`, mounted read-only at the paths the workspace names in sozu
+/// (whose bootstrap configuration names them) and in the agent. An interface of the host cannot
+/// be deployed in a pod; the PROXY protocol is warned about.
+#[test]
+fn client_certificates_are_mounted_in_both_containers_from_their_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let listeners = "  lb_ip = \"10.200.3.6\",\n  listeners = { https = \"0.0.0.0:8443\", http = \"0.0.0.0:8080\", \
+        client_auth = { mode = 'required, ca_file = \"/etc/devices/ca.crt\", \
+        crl_files = [\"/etc/devices/devices.crl\", \"/etc/devices/old/devices.crl\"] } },\n";
+    let workspace = workspace_file(dir.path(), "devices.ncl", listeners, &[GRAFANA]);
+    let yaml = render(&workspace, "k8s");
+    kubernetes_validate(&yaml).unwrap_or_else(|report| panic!("{report}"));
+    let docs = documents(&yaml);
+    let volumes = pod_spec(&docs)["volumes"].as_array().unwrap().clone();
+    for container in [
+        container(&docs, "containers", "sozu"),
+        container(&docs, "initContainers", "agent"),
+    ] {
+        let mounts = container["volumeMounts"].as_array().unwrap();
+        let items_at = |path: &str| {
+            let mount = mounts
+                .iter()
+                .find(|m| m["mountPath"] == path)
+                .unwrap_or_else(|| panic!("{}: nothing at {path}", container["name"]));
+            assert_eq!(mount["readOnly"], true);
+            let volume = volumes.iter().find(|v| v["name"] == mount["name"]).unwrap();
+            assert_eq!(
+                volume["secret"]["secretName"],
+                "private-ingress-client-auth"
+            );
+            volume["secret"]["items"].clone()
+        };
+        assert_eq!(
+            items_at("/etc/devices"),
+            serde_json::json!([{ "key": "client-ca", "path": "ca.crt" }, { "key": "client-crl-0", "path": "devices.crl" }])
+        );
+        assert_eq!(
+            items_at("/etc/devices/old"),
+            serde_json::json!([{ "key": "client-crl-1", "path": "devices.crl" }])
+        );
+    }
+    let config = find(&docs, "ConfigMap")
+        .into_iter()
+        .find_map(|c| c["data"]["sozu.toml"].as_str())
+        .expect("sozu's bootstrap configuration");
+    assert!(
+        config.contains("client_auth = \"required\"")
+            && config.contains("client_ca_certificates = [\"/etc/devices/ca.crt\"]"),
+        "{config}"
+    );
+
+    let pinned = workspace_file(
+        dir.path(),
+        "wg.ncl",
+        &listeners.replace("listeners = {", "listeners = { interface = \"wg0\","),
+        &[GRAFANA],
+    );
+    let (code, _, err) = run(Command::new(env!("CARGO_BIN_EXE_private-ingress"))
+        .arg("render")
+        .arg(&pinned)
+        .args(["--format", "k8s"]));
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("listeners.interface `wg0` names an interface of the host"),
+        "{err}"
+    );
+
+    let proxied = workspace_file(
+        dir.path(),
+        "proxy.ncl",
+        &listeners.replace("listeners = {", "listeners = { expect_proxy = true,"),
+        &[GRAFANA],
+    );
+    let (code, _, err) = run(Command::new(env!("CARGO_BIN_EXE_private-ingress"))
+        .arg("render")
+        .arg(&proxied)
+        .args(["--format", "k8s"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("the load balancer in front must send one"),
+        "{err}"
+    );
+}

@@ -85,3 +85,51 @@ pub(super) fn acme_files_volume(dir: &Path) -> String {
     let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
     format!("acme-files-{short}")
 }
+
+/// `listeners.client_auth`: the device CA and its CRLs, keys of the Secret [`CLIENT_AUTH_SECRET`]
+/// (created by the operator: `client-ca`, and `client-crl-<n>` for the n-th of `crl_files`),
+/// mounted at the paths the workspace names, in sozu (which reads them when it starts) and in
+/// the agent. Directory → (Secret key, file name) of the files in it; empty with mode 'off.
+pub(super) fn client_auth_files(
+    workspace: &Workspace,
+) -> Result<BTreeMap<PathBuf, Vec<(String, String)>>, DeployError> {
+    let auth = &workspace.listener_policy.client_auth;
+    let mut dirs: BTreeMap<PathBuf, Vec<(String, String)>> = BTreeMap::new();
+    if auth.mode == crate::workspace::ClientAuthMode::Off {
+        return Ok(dirs);
+    }
+    let files = auth
+        .ca_file
+        .iter()
+        .map(|p| ("client-ca".to_owned(), p))
+        .chain(
+            auth.crl_files
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (format!("client-crl-{i}"), p)),
+        );
+    let mut seen: BTreeMap<&Path, String> = BTreeMap::new();
+    for (key, path) in files {
+        if let Some(first) = seen.insert(path, key.clone()) {
+            return Err(DeployError::ClientAuthFileClash {
+                first,
+                second: key,
+                name: path.display().to_string(),
+            });
+        }
+        let dir = path.parent().unwrap_or(Path::new("/")).to_owned();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        dirs.entry(dir).or_default().push((key, name));
+    }
+    Ok(dirs)
+}
+
+/// A volume name for a directory of client-auth files: `client-auth-<8 hex digits>`.
+pub(super) fn client_auth_volume(dir: &Path) -> String {
+    let digest = sha2::Sha256::digest(dir.to_string_lossy().as_bytes());
+    let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    format!("client-auth-{short}")
+}

@@ -88,6 +88,9 @@ const SOZU_TMP_SIZE: &str = "128Mi";
 /// rendered: it holds the credentials) whose keys are mounted as the files the workspace names.
 const ACME_STATE_VOLUME: &str = "acme-state";
 const ACME_SECRET: &str = "private-ingress-acme";
+/// `listeners.client_auth`: the Secret (created by the operator) holding the device CA and its
+/// CRLs, mounted as the files the workspace names.
+const CLIENT_AUTH_SECRET: &str = "private-ingress-client-auth";
 /// Each claim's size: an account and a few KiB per host.
 const ACME_STATE_SIZE: &str = "1Gi";
 /// The memory-backed tls dir: a pair is about 5 KiB, so room for ten thousand hosts.
@@ -117,6 +120,20 @@ pub enum DeployError {
         second: &'static str,
         name: String,
     },
+    #[error(
+        "listeners.client_auth: {first} and {second} are both mounted from the Secret \
+         {CLIENT_AUTH_SECRET} as {name}: give them different file names or directories"
+    )]
+    ClientAuthFileClash {
+        first: String,
+        second: String,
+        name: String,
+    },
+    #[error(
+        "listeners.interface `{0}` names an interface of the host, which a pod does not have: \
+         in Kubernetes, choose the listeners' addresses (and the Service's) instead"
+    )]
+    InterfaceInPod(String),
     #[error("cannot read {}: {reason}", path.display())]
     Read { path: PathBuf, reason: String },
     #[error("{}: cannot find the imports: {reason}", path.display())]
@@ -146,6 +163,14 @@ pub enum DeployError {
 /// meant: listeners open to any address, images a registry can change under the same name.
 pub fn warnings(workspace: &Workspace) -> Vec<String> {
     let mut warnings = Vec::new();
+    if workspace.listener_policy.expect_proxy {
+        warnings.push(
+            "listeners.expect_proxy is on: every connection must start with a PROXY protocol v2 \
+             header, so the load balancer in front must send one (v2: sozu reads no v1), or no \
+             client gets in"
+                .to_owned(),
+        );
+    }
     if workspace.allowed_sources.is_none() {
         warnings.push(
             "allowed_sources is not set: deployed, the listeners accept connections from any \
@@ -219,6 +244,9 @@ pub fn k8s(
             return Err(DeployError::NoImage { field, what });
         }
     }
+    if let Some(interface) = &workspace.listener_policy.interface {
+        return Err(DeployError::InterfaceInPod(interface.clone()));
+    }
     let pod = Pod::new(workspace, files)?;
     let mut docs = vec![
         namespace(workspace),
@@ -247,7 +275,8 @@ pub fn k8s(
         docs.push(grafana_dashboard(workspace));
     }
     docs.push(network_policy(workspace));
-    docs.push(workload(workspace, &pod, acme.as_ref()));
+    let client_auth = client_auth_files(workspace)?;
+    docs.push(workload(workspace, &pod, acme.as_ref(), &client_auth));
     docs.push(pod_disruption_budget(workspace));
 
     let mut out = format!(

@@ -44,7 +44,12 @@ pub(super) fn security_context(bind_low_ports: bool) -> Value {
         "runAsNonRoot": true,
     })
 }
-pub(super) fn workload(workspace: &Workspace, pod: &Pod, acme: Option<&AcmeFiles>) -> Value {
+pub(super) fn workload(
+    workspace: &Workspace,
+    pod: &Pod,
+    acme: Option<&AcmeFiles>,
+    client_auth: &BTreeMap<PathBuf, Vec<(String, String)>>,
+) -> Value {
     let https = workspace.listeners.https.port();
     let http = workspace.listeners.http.port();
     let low_port = https.min(http);
@@ -142,6 +147,22 @@ pub(super) fn workload(workspace: &Workspace, pod: &Pod, acme: Option<&AcmeFiles
         }
     }
 
+    // The device CA and its CRLs: sozu reads them when it starts, the agent as they change.
+    let mut client_auth_mounts = Vec::new();
+    for (dir, files) in client_auth {
+        let name = client_auth_volume(dir);
+        let items: Vec<Value> = files
+            .iter()
+            .map(|(key, file)| json!({ "key": key, "path": file }))
+            .collect();
+        volumes.push(json!({
+            "name": name,
+            // Not secret, but kept beside the other credentials; 0444: both containers read it.
+            "secret": { "secretName": CLIENT_AUTH_SECRET, "defaultMode": 0o444, "items": items },
+        }));
+        client_auth_mounts
+            .push(json!({ "name": name, "mountPath": dir.to_string_lossy(), "readOnly": true }));
+    }
     let mut agent_mounts = vec![
         json!({ "name": "run", "mountPath": RUN_DIR }),
         json!({ "name": "tmp", "mountPath": "/tmp" }),
@@ -149,6 +170,7 @@ pub(super) fn workload(workspace: &Workspace, pod: &Pod, acme: Option<&AcmeFiles
     ];
     agent_mounts.extend(tls_mounts);
     agent_mounts.extend(acme_mounts);
+    agent_mounts.extend(client_auth_mounts.iter().cloned());
     let http_probe = |path: &str, period: u32, failures: u32| {
         json!({
             "httpGet": { "path": path, "port": "admin" },
@@ -212,6 +234,9 @@ pub(super) fn workload(workspace: &Workspace, pod: &Pod, acme: Option<&AcmeFiles
             { "name": "sozu-tmp", "mountPath": "/tmp" },
         ],
     });
+    if let Some(mounts) = sozu["volumeMounts"].as_array_mut() {
+        mounts.extend(client_auth_mounts);
+    }
     if workspace.deploy.pre_stop_seconds > 0 {
         // The load balancer keeps sending new connections until the pod's endpoint is removed,
         // which takes seconds after the deletion: sozu keeps accepting until then. The SIGTERM
