@@ -16,11 +16,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
-use crate::sozu_state::ListenerSettings;
 use crate::sozu_state::{
     owned_certificate, Actual, Address, Backend, Certificate, Desired, Frontend, Protocol, Tags,
     OWNER_TAG, ROUTE_TAG,
 };
+use crate::sozu_state::{ClientAuthState, ListenerSettings};
 use crate::workspace::{
     ClientAuthMode, ListenerPolicy, Listeners, Route, TlsVersion, Upstream, Workspace,
 };
@@ -33,7 +33,12 @@ fn listener_settings(policy: &ListenerPolicy) -> ListenerSettings {
         tls13_only: policy.min_tls_version == TlsVersion::V1_3,
         expect_proxy: policy.expect_proxy,
         timeouts: [t.front, t.back, t.connect, t.request],
-        client_auth: policy.client_auth.mode != ClientAuthMode::Off,
+        // The mode only: the CA's and CRLs' contents come from their files, through the
+        // client-auth source (see `Desired::client_auth_known`).
+        client_auth: (policy.client_auth.mode != ClientAuthMode::Off).then(|| ClientAuthState {
+            required: policy.client_auth.mode == ClientAuthMode::Required,
+            ..ClientAuthState::default()
+        }),
     }
 }
 
@@ -67,6 +72,7 @@ pub fn routes(workspace: &Workspace, names: Names<'_>) -> Desired {
     desired.zone = workspace.zone.clone();
     desired.hsts = workspace.hsts;
     desired.listener_settings = listener_settings(&workspace.listener_policy);
+    desired.client_auth_known = desired.listener_settings.client_auth.is_none();
     for route in &workspace.routes {
         desired
             .clusters

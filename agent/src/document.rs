@@ -128,6 +128,39 @@ pub struct SozuStatus {
     /// (`<address>: <setting>`): sozu must be restarted to apply them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listeners_need_restart: Vec<String>,
+    /// The HTTPS listener's client certificates, with `listeners.client_auth` on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_auth: Option<ClientAuthStatus>,
+}
+
+/// `listeners.client_auth` as the agent holds it: each file's last good version and why the
+/// latest read of it was refused.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ClientAuthStatus {
+    /// `optional` or `required`.
+    pub mode: String,
+    pub ca: Option<ClientCaStatus>,
+    pub crls: Vec<ClientCrlStatus>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ClientCaStatus {
+    pub file: String,
+    /// Of the last good version; none until one was read.
+    pub subject: Option<String>,
+    /// Unix seconds: the earliest notAfter of its certificates.
+    pub not_after: Option<i64>,
+    pub problem: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ClientCrlStatus {
+    pub file: String,
+    /// Unix seconds, of the last good version: sozu fails every handshake once it passes.
+    pub next_update: Option<i64>,
+    /// How many certificates the last good version revokes.
+    pub revoked: Option<usize>,
+    pub problem: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -143,6 +143,13 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         tasks.thread("tls-dir"),
     )?;
     tasks.adopt("tls-dir", forwarder);
+    let forwarder = sources::client_auth::spawn(
+        latest_rx.clone(),
+        facts.clone(),
+        clock.clone(),
+        tasks.thread("client-auth"),
+    )?;
+    tasks.adopt("client-auth", forwarder);
 
     let listener = tokio::net::TcpListener::bind(args.admin_address)
         .await

@@ -273,9 +273,29 @@ pub struct ListenerSettings {
     pub expect_proxy: bool,
     /// Seconds: front, back, connect, request.
     pub timeouts: [u32; 4],
-    /// HTTPS: client certificates are asked for (optional or required). The live agent does not
-    /// apply them yet: a listener sozu holds with them came from its configuration file.
-    pub client_auth: bool,
+    /// HTTPS: client certificates, when asked for.
+    pub client_auth: Option<ClientAuthState>,
+}
+
+/// Client certificates on an HTTPS listener: the mode and the PEMs sozu checks them against.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClientAuthState {
+    /// Required; else optional.
+    pub required: bool,
+    /// The CA's certificates, PEM each.
+    pub cas: Vec<String>,
+    /// The CRLs, PEM each.
+    pub crls: Vec<String>,
+}
+
+impl ClientAuthState {
+    /// The same mode and material, whitespace around each PEM aside (sozu stores them as sent).
+    pub fn same_as(&self, other: &ClientAuthState) -> bool {
+        let trimmed = |v: &[String]| v.iter().map(|p| p.trim().to_owned()).collect::<Vec<_>>();
+        self.required == other.required
+            && trimmed(&self.cas) == trimmed(&other.cas)
+            && trimmed(&self.crls) == trimmed(&other.crls)
+    }
 }
 
 impl ListenerSettings {
@@ -297,9 +317,6 @@ impl ListenerSettings {
         if protocol == Protocol::Https && self.tls13_only != other.tls13_only {
             fixed.push("min_tls_version");
         }
-        if protocol == Protocol::Https && self.client_auth != other.client_auth {
-            fixed.push("client_auth");
-        }
         fixed
     }
 }
@@ -311,6 +328,10 @@ pub struct Desired {
     pub listeners: BTreeMap<SocketAddr, Protocol>,
     /// The settings of both listeners (the TLS ones apply to the HTTPS listener only).
     pub listener_settings: ListenerSettings,
+    /// With client certificates asked for: whether their CA and CRLs are known (each file read
+    /// and valid once). Until they are, the HTTPS listener's client certificates in sozu are
+    /// left as they are, and no HTTPS listener is made.
+    pub client_auth_known: bool,
     /// Cluster id → its backends by backend id.
     pub clusters: BTreeMap<String, BTreeMap<String, Backend>>,
     /// Cluster id → its health check, for the clusters that have one.

@@ -5,6 +5,7 @@
 //! `tls.crt` holds the chain, leaf first; `tls.key` the private key (PKCS#1, PKCS#8 or SEC1).
 //! Key bytes never appear in an error: errors name the file and what is wrong with it.
 
+pub mod client_ca;
 mod parse;
 mod read;
 

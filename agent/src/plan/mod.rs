@@ -13,7 +13,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::sozu_state::{
-    frontends_of, owned_certificate, Actual, Desired, ListenerCertificates, Protocol,
+    frontends_of, owned_certificate, Actual, ClientAuthState, Desired, ListenerCertificates,
+    Protocol,
 };
 use crate::workspace::ID_PREFIX;
 
@@ -74,15 +75,29 @@ pub fn plan_scope(actual: &Actual, desired: &Desired, scope: &Scope) -> Vec<Op> 
                 Some(&(_, false)) => ops.push(Op::ActivateListener { protocol, address }),
                 Some(&(_, true)) => {}
             }
-            if actual
-                .listener_settings
-                .get(&address)
-                .is_some_and(|current| current.patchable_differs(&desired.listener_settings))
-            {
+            let current = actual.listener_settings.get(&address);
+            if current.is_some_and(|c| c.patchable_differs(&desired.listener_settings)) {
                 ops.push(Op::PatchListener {
                     protocol,
                     address,
                     settings: settings(),
+                });
+            }
+            // Client certificates, replaced whole once their files are known; until then sozu's
+            // are left as they are (a revocation list is never dropped for want of a read).
+            let wanted = &desired.listener_settings.client_auth;
+            let differs = |held: &Option<_>| match (held, wanted) {
+                (None, None) => false,
+                (Some(held), Some(wanted)) => !ClientAuthState::same_as(held, wanted),
+                _ => true,
+            };
+            if protocol == Protocol::Https
+                && desired.client_auth_known
+                && current.is_some_and(|c| differs(&c.client_auth))
+            {
+                ops.push(Op::SetClientAuth {
+                    address,
+                    client_auth: wanted.clone().map(Box::new),
                 });
             }
             if protocol == Protocol::Https && actual.hsts.get(&address) != desired.hsts.as_ref() {

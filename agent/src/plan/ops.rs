@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 use crate::sozu_state::{
-    Backend, Certificate, Frontend, HealthCheck, Hsts, ListenerSettings, Protocol,
+    Backend, Certificate, ClientAuthState, Frontend, HealthCheck, Hsts, ListenerSettings, Protocol,
 };
 
 /// One request to sozu.
@@ -25,6 +25,12 @@ pub enum Op {
     ActivateListener {
         protocol: Protocol,
         address: SocketAddr,
+    },
+    /// The client certificates of an HTTPS listener, replaced whole (off with `None`): new
+    /// handshakes follow it, the connections already made are left alone.
+    SetClientAuth {
+        address: SocketAddr,
+        client_auth: Option<Box<ClientAuthState>>,
     },
     /// The HSTS policy of an HTTPS listener, which its frontends without their own follow.
     SetListenerHsts {
@@ -85,6 +91,23 @@ impl Op {
             Op::PatchListener {
                 protocol, address, ..
             } => format!("update the timeouts and PROXY protocol of {protocol} listener {address}"),
+            Op::SetClientAuth {
+                address,
+                client_auth,
+            } => match client_auth {
+                Some(auth) => format!(
+                    "set the client certificates of https listener {address} ({}, {} CA \
+                     certificate(s), {} CRL(s))",
+                    if auth.required {
+                        "required"
+                    } else {
+                        "optional"
+                    },
+                    auth.cas.len(),
+                    auth.crls.len()
+                ),
+                None => format!("stop asking for client certificates on https listener {address}"),
+            },
             Op::ActivateListener { protocol, address } => {
                 format!("activate {protocol} listener {address}")
             }
@@ -221,6 +244,7 @@ pub fn scope_of(op: &Op) -> Scope {
         }
         Op::AddListener { .. }
         | Op::PatchListener { .. }
+        | Op::SetClientAuth { .. }
         | Op::ActivateListener { .. }
         | Op::SetListenerHsts { .. }
         | Op::RemoveCertificate { .. } => {
@@ -237,6 +261,7 @@ pub fn summary(ops: &[Op]) -> BTreeMap<&'static str, usize> {
         let kind = match op {
             Op::AddListener { .. }
             | Op::PatchListener { .. }
+            | Op::SetClientAuth { .. }
             | Op::ActivateListener { .. }
             | Op::SetListenerHsts { .. } => "listeners",
             Op::AddCluster { .. } | Op::RemoveCluster { .. } => "clusters",

@@ -10,7 +10,7 @@ pub fn phase(op: &Op) -> u8 {
     match op {
         Op::AddListener { .. } => 0,
         Op::ActivateListener { .. } => 1,
-        Op::SetListenerHsts { .. } | Op::PatchListener { .. } => 2,
+        Op::SetListenerHsts { .. } | Op::PatchListener { .. } | Op::SetClientAuth { .. } => 2,
         Op::AddCluster { .. } => 3,
         Op::AddBackend { .. } | Op::SetHealthCheck { .. } | Op::RemoveHealthCheck { .. } => 4,
         Op::AddCertificate { .. } | Op::ReplaceCertificate { .. } => 5,

@@ -24,6 +24,14 @@ pub fn apply(actual: &mut Actual, op: &Op) {
                 .entry(*address)
                 .or_insert_with(|| (**settings).clone());
         }
+        Op::SetClientAuth {
+            address,
+            client_auth,
+        } => {
+            if let Some(current) = actual.listener_settings.get_mut(address) {
+                current.client_auth = client_auth.as_deref().cloned();
+            }
+        }
         Op::PatchListener {
             address, settings, ..
         } => {

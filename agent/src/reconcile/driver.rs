@@ -93,6 +93,8 @@ pub struct Agent<P, C> {
     /// What the workspace asks of a listener that sozu holds otherwise and can only take on a
     /// new listener (a restart of sozu): `<address>: <setting>`.
     pub(super) listeners_need_restart: Vec<String>,
+    /// The CA and CRLs of `listeners.client_auth`, as last read good.
+    pub(super) client_auth: super::client_auth::ClientAuthTracker,
     pub(super) status: SharedStatus,
     /// Beaten at every turn of the loop: `/healthz` reads it.
     heartbeat: Heartbeat,
@@ -217,6 +219,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             sozu_error: None,
             last_converged: None,
             listeners_need_restart: Vec::new(),
+            client_auth: Default::default(),
             status,
             heartbeat: Heartbeat::default(),
             issuer: None,
@@ -370,6 +373,12 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                         PairChange::None => {}
                     }
                 }
+            }
+            Fact::ClientAuth(files) => {
+                self.client_auth.absorb(*files);
+                work.publish = true;
+                // Planned at the next pass, where the model takes what the tracker wants.
+                work.workspace = true;
             }
             Fact::SozuSocket => work.check_generation = true,
             Fact::Sozu(event) => self.absorb_event(event, work),

@@ -20,6 +20,7 @@
 //! [`CertSource`]: crate::sources::CertSource
 
 pub mod backends;
+pub mod client_auth;
 pub mod driver;
 pub mod model;
 pub mod pass;

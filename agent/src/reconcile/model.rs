@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::desired::{self, Held};
 use crate::plan::Scope;
-use crate::sozu_state::{Actual, Desired};
+use crate::sozu_state::{Actual, ClientAuthState, Desired};
 use crate::workspace::{Route, Workspace};
 
 use super::trackers::{CertTracker, DnsTracker};
@@ -61,6 +61,18 @@ impl Model {
             routes_by_id,
             unresolved,
         }
+    }
+
+    /// The HTTPS listener's client certificates, as the client-auth tracker wants them; true
+    /// when that changes the desired state (every listener is then planned).
+    pub fn set_client_auth(&mut self, wanted: Option<ClientAuthState>, known: bool) -> bool {
+        let desired = &mut self.desired;
+        if desired.listener_settings.client_auth == wanted && desired.client_auth_known == known {
+            return false;
+        }
+        desired.listener_settings.client_auth = wanted;
+        desired.client_auth_known = known;
+        true
     }
 
     pub fn workspace(&self) -> &Arc<Workspace> {

@@ -140,6 +140,15 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 Scope::everything()
             }
         };
+        let mut scope = scope;
+        if let Some(model) = &mut self.model {
+            let (wanted, known) = self
+                .client_auth
+                .wanted(&model.workspace().listener_policy.client_auth);
+            if model.set_client_auth(wanted, known) {
+                scope = Scope::everything();
+            }
+        }
         step_took(started, "desired state updated");
         let Some(model) = &self.model else {
             return Ok(scope);

@@ -117,6 +117,8 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         head.sozu.last_error = self.sozu_error.clone();
         head.sozu.last_converged = self.last_converged;
         head.sozu.listeners_need_restart = self.listeners_need_restart.clone();
+        head.sozu.client_auth =
+            workspace.and_then(|w| self.client_auth.status(&w.listener_policy.client_auth));
         self.status.store(Snapshot {
             head,
             routes: self.routes.clone(),

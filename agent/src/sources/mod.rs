@@ -12,6 +12,7 @@
 //! | [`sozu_socket`] | sozu's socket | that it was created or removed: sozu may have restarted |
 //! | [`sozu_events`] | sozu's event stream (`SubscribeEvents`) | backends up and down, drains ended, configuration changes by whoever; a broken stream |
 
+pub mod client_auth;
 pub mod dns;
 pub mod resolver;
 pub mod sozu_events;
@@ -44,6 +45,8 @@ pub enum Fact {
     SozuSocket,
     /// What sozu's event stream said.
     Sozu(sozu_events::SozuEvent),
+    /// The CA and CRL files of `listeners.client_auth` were read again and say something new.
+    ClientAuth(Box<client_auth::ClientAuthFiles>),
     /// A file watcher's queue overflowed and events were lost; its source has read everything
     /// again.
     WatchOverflow,

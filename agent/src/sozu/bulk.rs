@@ -40,6 +40,7 @@ fn delivery_of(op: &Op) -> Delivery {
     match op {
         Op::AddListener { .. }
         | Op::PatchListener { .. }
+        | Op::SetClientAuth { .. }
         | Op::ActivateListener { .. }
         | Op::SetListenerHsts { .. }
         | Op::AddCertificate { .. }

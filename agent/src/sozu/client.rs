@@ -16,8 +16,8 @@ use super::request::{health_check_of, hsts_of, to_request};
 use super::SozuError;
 use crate::plan::Op;
 use crate::sozu_state::{
-    Actual, Address, Backend, ClusterState, Frontend, HealthCheck, ListenerCertificates,
-    ListenerSettings, Protocol,
+    Actual, Address, Backend, ClientAuthState, ClusterState, Frontend, HealthCheck,
+    ListenerCertificates, ListenerSettings, Protocol,
 };
 use crate::workspace::ID_PREFIX;
 
@@ -211,7 +211,7 @@ impl SozuClient {
                                 l.connect_timeout,
                                 l.request_timeout,
                             ],
-                            client_auth: false,
+                            client_auth: None,
                         },
                     );
                 }
@@ -233,7 +233,12 @@ impl SozuClient {
                             ],
                             client_auth: l
                                 .client_auth
-                                .is_some_and(|m| m != ClientAuthMode::ClientAuthNone as i32),
+                                .filter(|&m| m != ClientAuthMode::ClientAuthNone as i32)
+                                .map(|m| ClientAuthState {
+                                    required: m == ClientAuthMode::ClientAuthRequired as i32,
+                                    cas: l.client_ca_certificates.clone(),
+                                    crls: l.client_ca_crls.clone(),
+                                }),
                         },
                     );
                     if let Some(hsts) = l.hsts.as_ref().and_then(hsts_of) {

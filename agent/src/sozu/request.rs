@@ -3,17 +3,17 @@
 use sozu_command_lib::config::ListenerBuilder;
 use sozu_command_lib::proto::command::{
     request::RequestType, ActivateListener, AddBackend, AddCertificate, CertificateAndKey,
-    CloseSessions, Cluster, HealthCheckConfig, HealthCheckMode, HstsConfig, HttpStatusRange,
-    ListenerType, LoadBalancingParams, PathRule, RemoveBackend, RemoveCertificate,
-    ReplaceCertificate, RequestHttpFrontend, RulePosition, SetHealthCheck, TlsVersion,
-    UpdateHttpListenerConfig, UpdateHttpsListenerConfig,
+    ClientAuthMode, ClientAuthPolicy, CloseSessions, Cluster, HealthCheckConfig, HealthCheckMode,
+    HstsConfig, HttpStatusRange, ListenerType, LoadBalancingParams, PathRule, RemoveBackend,
+    RemoveCertificate, ReplaceCertificate, RequestHttpFrontend, RulePosition, SetHealthCheck,
+    TlsVersion, UpdateHttpListenerConfig, UpdateHttpsListenerConfig,
 };
 
 use super::SozuError;
 use crate::plan::Op;
 use crate::sozu_state::{
-    Address, Backend, Certificate, Frontend, HealthCheck, Hsts, ListenerSettings, Probe, Protocol,
-    UNIX_BACKEND_IDENTITY,
+    Address, Backend, Certificate, ClientAuthState, Frontend, HealthCheck, Hsts, ListenerSettings,
+    Probe, Protocol, UNIX_BACKEND_IDENTITY,
 };
 
 /// A policy as sozu takes it. Off is `enabled = false`, which on a frontend suppresses the
@@ -153,6 +153,14 @@ fn listener_type(protocol: Protocol) -> i32 {
     }
 }
 
+fn client_auth_mode(auth: &ClientAuthState) -> ClientAuthMode {
+    if auth.required {
+        ClientAuthMode::ClientAuthRequired
+    } else {
+        ClientAuthMode::ClientAuthOptional
+    }
+}
+
 /// The settings sozu changes on a running listener.
 fn patch_listener(
     protocol: Protocol,
@@ -195,16 +203,19 @@ pub fn to_request(op: &Op) -> Result<RequestType, SozuError> {
             address,
             settings,
         } => {
-            if *protocol == Protocol::Https && settings.client_auth {
-                // Never a listener without the client certificates the workspace asks for.
-                return Err(SozuError::Refused {
-                    request: op.describe(),
-                    message: "the agent does not make a listener with client certificates yet: \
-                              start sozu from `render --format sozu-toml`, whose listener has \
-                              them"
-                        .into(),
-                });
-            }
+            let client_auth = match (protocol, &settings.client_auth) {
+                (Protocol::Https, Some(auth)) if auth.cas.is_empty() => {
+                    // Never a listener without the client certificates the workspace asks for.
+                    return Err(SozuError::Refused {
+                        request: op.describe(),
+                        message: "the client CA of listeners.client_auth is not known yet: no \
+                                  https listener is made without it (see its file's problem)"
+                            .into(),
+                    });
+                }
+                (Protocol::Https, Some(auth)) => Some(auth),
+                _ => None,
+            };
             let mut builder = match protocol {
                 Protocol::Http => ListenerBuilder::new_http((*address).into()),
                 Protocol::Https => ListenerBuilder::new_https((*address).into()),
@@ -225,7 +236,18 @@ pub fn to_request(op: &Op) -> Result<RequestType, SozuError> {
                     RequestType::AddHttpListener(builder.to_http(None).map_err(refused)?)
                 }
                 Protocol::Https => {
-                    RequestType::AddHttpsListener(builder.to_tls(None).map_err(refused)?)
+                    let mut config = builder.to_tls(None).map_err(refused)?;
+                    match client_auth {
+                        Some(auth) => {
+                            config.client_auth = Some(client_auth_mode(auth) as i32);
+                            config.client_ca_certificates = auth.cas.clone();
+                            config.client_ca_crls = auth.crls.clone();
+                            // Its own verb: a worker that cannot apply it refuses it, rather
+                            // than make the listener without client authentication.
+                            RequestType::AddHttpsListenerWithClientAuth(config)
+                        }
+                        None => RequestType::AddHttpsListener(config),
+                    }
                 }
             }
         }
@@ -242,6 +264,27 @@ pub fn to_request(op: &Op) -> Result<RequestType, SozuError> {
             address,
             settings,
         } => patch_listener(*protocol, *address, settings),
+        Op::SetClientAuth {
+            address,
+            client_auth,
+        } => RequestType::UpdateHttpsListenerWithClientAuth(UpdateHttpsListenerConfig {
+            address: (*address).into(),
+            client_auth_policy: Some(ClientAuthPolicy {
+                client_auth: Some(match client_auth {
+                    Some(auth) => client_auth_mode(auth) as i32,
+                    None => ClientAuthMode::ClientAuthNone as i32,
+                }),
+                client_ca_certificates: client_auth
+                    .as_ref()
+                    .map(|a| a.cas.clone())
+                    .unwrap_or_default(),
+                client_ca_crls: client_auth
+                    .as_ref()
+                    .map(|a| a.crls.clone())
+                    .unwrap_or_default(),
+            }),
+            ..Default::default()
+        }),
         Op::SetListenerHsts { address, hsts } => {
             RequestType::UpdateHttpsListener(UpdateHttpsListenerConfig {
                 address: (*address).into(),

@@ -214,39 +214,140 @@ fn the_agent_makes_and_patches_its_listeners_as_the_workspace_says() {
     assert_eq!(still.map(|s| s.status), Ok(200));
 }
 
-/// The agent never makes an https listener without the client certificates the workspace asks
-/// for: until it can apply them itself, the listener is refused with why, and nothing is served
-/// over HTTPS (sozu started from `render --format sozu-toml` has them, see above).
+/// The device CA and its CRL in a directory the way a Secret volume holds them (AtomicWriter).
+fn write_devices(dir: &Path, generation: u32, ca: &str, crl: &str) {
+    private_ingress_tests::kubelet::volumes::atomic_write(
+        dir,
+        &[
+            ("ca.crt".into(), ca.as_bytes().to_vec(), 0o444),
+            ("devices.crl".into(), crl.as_bytes().to_vec(), 0o444),
+        ],
+        None,
+        generation,
+    );
+}
+
+/// sozu started without listeners: the agent makes the https listener with the device CA and
+/// its CRL, read from a Secret-like volume. An enrolled device gets in, a client without a
+/// certificate and a revoked device do not. A new CRL revoking a working device, swapped in as
+/// the kubelet swaps a Secret, keeps it out, while another device's requests go on without a
+/// failure. An expired CRL and one of another CA are refused with their reason in `/v1/state`,
+/// and the last good CRL keeps being applied.
 #[test]
-fn the_agent_makes_no_https_listener_without_the_client_certificates_asked_for() {
+fn the_agent_applies_the_device_ca_and_each_new_crl_live_and_keeps_the_last_good_one() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Instant;
     let backend = Backend::start("app");
     let mut stack = Stack::new();
     certificate(&stack.tls_dir(), HOST);
     let mut ca = DeviceCa::new("devices");
     let laptop = ca.enroll("laptop");
-    let ca_file = write(stack.dir.path(), "devices-ca.crt", &ca.pem());
+    let phone = ca.enroll("phone");
+    let lost = ca.enroll("lost-tablet");
+    let devices = stack.dir.path().join("devices");
+    let first = ca.crl(&[lost.serial], time::Duration::days(7));
+    write_devices(&devices, 0, &ca.pem(), &first);
     write_workspace(
         &stack,
         &backend,
-        &format!("client_auth = {{ mode = 'required, ca_file = \"{ca_file}\" }},"),
+        &format!(
+            "client_auth = {{ mode = 'required, ca_file = \"{0}/ca.crt\", crl_files = [\"{0}/devices.crl\"] }},",
+            devices.display()
+        ),
     );
     stack.start_sozu();
-    stack.start_agent();
-    let state = eventually(Duration::from_secs(30), "the refusal shown", || {
+    stack.start_agent_with(&["--resync-interval", "1"], &[]);
+    stack.wait_ready(Duration::from_secs(30));
+    let get = |identity| https_get_as(stack.https, HOST, "/", ANY_TLS, identity);
+    assert_eq!(get(Some(&laptop.identity)).map(|s| s.status), Ok(200));
+    for (who, identity) in [
+        ("no certificate", None),
+        ("the revoked tablet", Some(&lost.identity)),
+    ] {
+        let refused = get(identity);
+        assert!(refused.is_err(), "{who} got in: {refused:?}");
+    }
+
+    // The phone keeps asking throughout; none of its requests may fail.
+    let stop = Arc::new(AtomicBool::new(false));
+    let phone_load = {
+        let (stop, https, identity) = (stop.clone(), stack.https, phone.identity.clone());
+        std::thread::spawn(move || {
+            let (mut ok, mut failed) = (0u32, Vec::new());
+            while !stop.load(Ordering::Relaxed) {
+                match https_get_as(https, HOST, "/", ANY_TLS, Some(&identity)) {
+                    Ok(s) if s.status == 200 => ok += 1,
+                    other => failed.push(format!("{other:?}")),
+                }
+            }
+            (ok, failed)
+        })
+    };
+    let second = ca.crl(&[lost.serial, laptop.serial], time::Duration::days(7));
+    write_devices(&devices, 1, &ca.pem(), &second);
+    let swapped = Instant::now();
+    eventually(Duration::from_secs(10), "the laptop revoked", || {
+        get(Some(&laptop.identity)).is_err().then_some(())
+    });
+    println!(
+        "a new CRL kept the laptop out {:?} after the swap",
+        swapped.elapsed()
+    );
+
+    // An expired CRL, then one of another CA: refused, the last good one stays.
+    let expired = ca.crl(&[], -time::Duration::hours(1));
+    write_devices(&devices, 2, &ca.pem(), &expired);
+    let state = eventually(Duration::from_secs(10), "the expired CRL refused", || {
         stack.state().filter(|s| {
-            s.to_string()
-                .contains("does not make a listener with client certificates")
+            s["sozu"]["client_auth"]["crls"][0]["problem"]
+                .as_str()
+                .is_some_and(|p| p.contains("has passed"))
         })
     });
     assert!(
-        state.to_string().contains("render --format sozu-toml"),
+        state["sozu"]["client_auth"]["crls"][0]["next_update"]
+            .as_i64()
+            .is_some_and(|t| t > 0),
         "{state}"
     );
-    for identity in [None, Some(&laptop.identity)] {
-        let refused = https_get_as(stack.https, HOST, "/", ANY_TLS, identity);
-        assert!(
-            refused.is_err(),
-            "served without the listener's client certificates: {refused:?}"
-        );
-    }
+    assert_eq!(state["sozu"]["client_auth"]["ca"]["subject"], "CN=devices");
+    let foreign = DeviceCa::new("elsewhere").crl(&[], time::Duration::days(7));
+    write_devices(&devices, 3, &ca.pem(), &foreign);
+    eventually(Duration::from_secs(10), "the foreign CRL refused", || {
+        stack.state().filter(|s| {
+            s["sozu"]["client_auth"]["crls"][0]["problem"]
+                .as_str()
+                .is_some_and(|p| p.contains("not signed by the CA"))
+        })
+    });
+    let refused = get(Some(&laptop.identity));
+    assert!(refused.is_err(), "the laptop got back in: {refused:?}");
+    assert_eq!(get(Some(&phone.identity)).map(|s| s.status), Ok(200));
+    stop.store(true, Ordering::Relaxed);
+    let (ok, failed) = phone_load.join().unwrap();
+    assert!(
+        failed.is_empty(),
+        "{} of the phone's requests failed: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+    assert!(ok > 0, "the phone sent nothing");
+    // Settled: what sozu reports back is what the agent sent, so a full read of sozu's state
+    // (every second here) finds nothing to send.
+    let counters = |s: &serde_json::Value| {
+        (
+            s["counters"]["resyncs"].as_u64().unwrap_or(0),
+            s["counters"]["sozu_requests"].as_u64().unwrap_or(0),
+        )
+    };
+    let (resyncs, requests) = counters(&stack.state().expect("/v1/state"));
+    let later = eventually(Duration::from_secs(30), "two more resyncs", || {
+        stack.state().filter(|s| counters(s).0 >= resyncs + 2)
+    });
+    assert_eq!(
+        counters(&later).1,
+        requests,
+        "the agent keeps sending requests"
+    );
 }
