@@ -231,6 +231,24 @@ pub fn rules(settings: &AlertSettings) -> Vec<Rule> {
             "Route {{ $labels.route }} of {{ $labels.host }} is slow: 99th percentile {{ $value | humanizeDuration }}",
             "Over 5 minutes, more than 1 % of the requests to {{ $labels.host }} took longer than 1 s from their first byte to the response's last: slow backends, or responses that are large or streamed by nature.",
         ),
+        // A CRL sozu holds lapses at its nextUpdate: every handshake fails from then on. Two
+        // days leave room to issue a new one.
+        rule(
+            "PrivateIngressClientCrlLapsing",
+            "private_ingress_client_crl_next_update_seconds - time() < 172800\n".to_owned(),
+            min(10),
+            "critical",
+            "The device CRL {{ $labels.file }} lapses in {{ $value | humanizeDuration }}",
+            "sozu holds a CRL from {{ $labels.file }} whose nextUpdate is less than two days away; once it passes, sozu fails every client's handshake. Put a new CRL, signed by the device CA, in the file.",
+        ),
+        rule(
+            "PrivateIngressClientAuthFileRefused",
+            "private_ingress_client_auth_file_refused == 1\n".to_owned(),
+            min(10),
+            "warning",
+            "The client-auth file {{ $labels.file }} is refused",
+            "The latest version of {{ $labels.file }} (the device CA or a CRL) does not validate; its last good version stays applied, so a revocation it adds is not in force. /v1/state says why.",
+        ),
     ]
 }
 

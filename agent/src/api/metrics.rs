@@ -335,6 +335,63 @@ pub fn render(snapshot: &Snapshot, counters: &Counters, dns: &[DnsNameStatus]) -
     out
 }
 
+/// `listeners.client_auth`: the device CA's expiry, each CRL's `nextUpdate` (of its last good
+/// version: sozu fails every handshake once it passes) and whether the latest read of each file
+/// was refused, one series per file.
+pub fn write_client_auth(out: &mut String, status: &crate::document::ClientAuthStatus) {
+    let files = status
+        .ca
+        .iter()
+        .map(|ca| (ca.file.as_str(), ca.problem.is_some()))
+        .chain(
+            status
+                .crls
+                .iter()
+                .map(|c| (c.file.as_str(), c.problem.is_some())),
+        );
+    let name = "private_ingress_client_auth_file_refused";
+    header(
+        out,
+        name,
+        "gauge",
+        "1 when the latest read of a client-auth file (the device CA, a CRL) was refused; its last good version stays applied",
+    );
+    for (file, refused) in files {
+        sample(out, name, &[("file", file)], i64::from(refused));
+    }
+    if let Some((file, not_after)) = status
+        .ca
+        .as_ref()
+        .and_then(|ca| ca.not_after.map(|t| (ca.file.as_str(), t)))
+    {
+        let name = "private_ingress_client_ca_not_after_seconds";
+        header(
+            out,
+            name,
+            "gauge",
+            "notAfter of the device CA's certificates (the earliest), Unix seconds",
+        );
+        sample(out, name, &[("file", file)], not_after);
+    }
+    let crls: Vec<(&str, i64)> = status
+        .crls
+        .iter()
+        .filter_map(|c| c.next_update.map(|t| (c.file.as_str(), t)))
+        .collect();
+    if !crls.is_empty() {
+        let name = "private_ingress_client_crl_next_update_seconds";
+        header(
+            out,
+            name,
+            "gauge",
+            "nextUpdate of the CRL sozu holds from the file, Unix seconds: once it passes, sozu fails every handshake",
+        );
+        for (file, t) in crls {
+            sample(out, name, &[("file", file)], t);
+        }
+    }
+}
+
 /// The issuer's families, one series per host, appended to the `/metrics` text.
 pub fn write_issuer(out: &mut String, status: &IssuerStatus) {
     let hosts = &status.hosts;

@@ -331,6 +331,9 @@ impl Views {
         if let Some(issuer) = self.issuer.snapshot() {
             metrics::write_issuer(&mut text, &issuer);
         }
+        if let Some(client_auth) = &snapshot.head.sozu.client_auth {
+            metrics::write_client_auth(&mut text, client_auth);
+        }
         text
     }
 }

@@ -312,6 +312,20 @@ fn the_agent_applies_the_device_ca_and_each_new_crl_live_and_keeps_the_last_good
         "{state}"
     );
     assert_eq!(state["sozu"]["client_auth"]["ca"]["subject"], "CN=devices");
+    // The metric carries the nextUpdate of the CRL in force, and the file's refusal.
+    let metrics = stack.metrics();
+    let crl_file = format!("{}/devices.crl", devices.display());
+    let second_next_update = state["sozu"]["client_auth"]["crls"][0]["next_update"]
+        .as_i64()
+        .unwrap_or_default();
+    assert!(
+        metrics.contains(&format!(
+            "private_ingress_client_crl_next_update_seconds{{file=\"{crl_file}\"}} {second_next_update}"
+        )) && metrics.contains(&format!(
+            "private_ingress_client_auth_file_refused{{file=\"{crl_file}\"}} 1"
+        )),
+        "{metrics}"
+    );
     let foreign = DeviceCa::new("elsewhere").crl(&[], time::Duration::days(7));
     write_devices(&devices, 3, &ca.pem(), &foreign);
     eventually(Duration::from_secs(10), "the foreign CRL refused", || {
