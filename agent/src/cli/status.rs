@@ -233,6 +233,18 @@ pub fn table(status: &Document) -> String {
             &upstream_rows,
         );
     }
+    if let Some(auth) = &status.sozu.client_auth {
+        out.push('\n');
+        let now = time::OffsetDateTime::now_utc().unix_timestamp();
+        client_auth_table(&mut out, auth, now);
+    }
+    if !status.sozu.listeners_need_restart.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nrestart sozu to apply: {}",
+            status.sozu.listeners_need_restart.join(", ")
+        );
+    }
     if let Some(traffic) = &status.traffic {
         out.push('\n');
         traffic_table(&mut out, status, traffic);
@@ -269,6 +281,38 @@ pub fn table(status: &Document) -> String {
         let _ = write!(out, "\n{}", issuer_table(issuer, now));
     }
     out
+}
+
+/// The https listener's client certificates: the mode, then one row for the CA file and one
+/// per CRL file, with what is in force and why the latest read of a file was refused.
+fn client_auth_table(out: &mut String, auth: &crate::document::ClientAuthStatus, now: i64) {
+    let _ = writeln!(out, "client certificates: {}", auth.mode);
+    let when = |t: Option<i64>| {
+        t.map(|t| format!("{} ({})", datetime(t), in_words(t - now)))
+            .unwrap_or_else(|| "-".into())
+    };
+    let mut rows: Vec<[String; 5]> = Vec::new();
+    if let Some(ca) = &auth.ca {
+        rows.push([
+            "CA".into(),
+            ca.file.clone(),
+            ca.subject.clone().unwrap_or_else(|| "none valid yet".into()),
+            format!("expires {}", when(ca.not_after)),
+            ca.problem.clone().unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    for crl in &auth.crls {
+        rows.push([
+            "CRL".into(),
+            crl.file.clone(),
+            crl.revoked
+                .map(|n| format!("{n} revoked"))
+                .unwrap_or_else(|| "none valid yet".into()),
+            format!("next update {}", when(crl.next_update)),
+            crl.problem.clone().unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    write_table(out, &["KIND", "FILE", "IN FORCE", "UNTIL", "LATEST READ REFUSED"], &rows);
 }
 
 /// Each route's requests over the window the agent keeps, from sozu's records: a line about the

@@ -157,8 +157,9 @@ fn write_workspace(stack: &Stack, backend: &Backend, listeners: &str) {
 
 /// sozu started without listeners: the agent makes them as the workspace says. A TLS 1.3
 /// minimum refuses TLS 1.2. Turning on the PROXY protocol applies to the running listeners: a
-/// client behind a load balancer that sends the header is served, and the backend gets the
-/// client's address from it in `X-Forwarded-For`; a connection without the header is refused.
+/// client behind a load balancer that sends the header is served, the backend gets the client's
+/// address from it in `X-Forwarded-For` and the access log names it; a connection without the
+/// header is refused.
 /// Lowering the TLS minimum again is something sozu takes on a new listener only: the agent says
 /// a restart is needed, and the listener keeps refusing TLS 1.2 meanwhile.
 #[test]
@@ -168,6 +169,8 @@ fn the_agent_makes_and_patches_its_listeners_as_the_workspace_says() {
     let mut stack = Stack::new();
     certificate(&stack.tls_dir(), HOST);
     write_workspace(&stack, &backend, "min_tls_version = \"1.3\",");
+    // sozu sends its records to the agent, whose access log goes to its stdout.
+    stack.send_traffic();
     stack.start_sozu();
     stack.start_agent();
     stack.wait_ready(Duration::from_secs(30));
@@ -197,6 +200,8 @@ fn the_agent_makes_and_patches_its_listeners_as_the_workspace_says() {
         refused.is_err(),
         "a connection without the header got in: {refused:?}"
     );
+    // The access log names the client the header named.
+    stack.wait_agent_log("\"client\":\"192.0.2.7:50123\"", Duration::from_secs(10));
 
     write_workspace(&stack, &backend, "expect_proxy = true,");
     let state = eventually(Duration::from_secs(10), "the restart asked for", || {
@@ -325,6 +330,14 @@ fn the_agent_applies_the_device_ca_and_each_new_crl_live_and_keeps_the_last_good
             "private_ingress_client_auth_file_refused{{file=\"{crl_file}\"}} 1"
         )),
         "{metrics}"
+    );
+    let shown = stack.status_text();
+    assert!(
+        shown.contains("client certificates: required")
+            && shown.contains("CN=devices")
+            && shown.contains("2 revoked")
+            && shown.contains("has passed: sozu refuses it"),
+        "{shown}"
     );
     let foreign = DeviceCa::new("elsewhere").crl(&[], time::Duration::days(7));
     write_devices(&devices, 3, &ca.pem(), &foreign);
