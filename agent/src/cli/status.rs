@@ -296,7 +296,9 @@ fn client_auth_table(out: &mut String, auth: &crate::document::ClientAuthStatus,
         rows.push([
             "CA".into(),
             ca.file.clone(),
-            ca.subject.clone().unwrap_or_else(|| "none valid yet".into()),
+            ca.subject
+                .clone()
+                .unwrap_or_else(|| "none valid yet".into()),
             format!("expires {}", when(ca.not_after)),
             ca.problem.clone().unwrap_or_else(|| "-".into()),
         ]);
@@ -312,7 +314,11 @@ fn client_auth_table(out: &mut String, auth: &crate::document::ClientAuthStatus,
             crl.problem.clone().unwrap_or_else(|| "-".into()),
         ]);
     }
-    write_table(out, &["KIND", "FILE", "IN FORCE", "UNTIL", "LATEST READ REFUSED"], &rows);
+    write_table(
+        out,
+        &["KIND", "FILE", "IN FORCE", "UNTIL", "LATEST READ REFUSED"],
+        &rows,
+    );
 }
 
 /// Each route's requests over the window the agent keeps, from sozu's records: a line about the

@@ -378,3 +378,54 @@ fn the_agent_applies_the_device_ca_and_each_new_crl_live_and_keeps_the_last_good
         "the agent keeps sending requests"
     );
 }
+
+/// What sozu does with a CRL it holds once that CRL's `nextUpdate` passes: every handshake
+/// fails, enrolled devices' included (sozu 2.3.3 checks CRL expiry). The agent cannot apply an
+/// expired CRL either, so the way out is a new CRL, which it applies at once.
+#[test]
+fn a_crl_that_lapses_in_sozu_fails_every_handshake_until_a_new_one_comes() {
+    let backend = Backend::start("app");
+    let mut stack = Stack::new();
+    certificate(&stack.tls_dir(), HOST);
+    let mut ca = DeviceCa::new("devices");
+    let laptop = ca.enroll("laptop");
+    let devices = stack.dir.path().join("devices");
+    let lapsing = ca.crl(&[], time::Duration::seconds(4));
+    write_devices(&devices, 0, &ca.pem(), &lapsing);
+    write_workspace(
+        &stack,
+        &backend,
+        &format!(
+            "client_auth = {{ mode = 'required, ca_file = \"{0}/ca.crt\", crl_files = [\"{0}/devices.crl\"] }},",
+            devices.display()
+        ),
+    );
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(Duration::from_secs(30));
+    let get = || https_get_as(stack.https, HOST, "/", ANY_TLS, Some(&laptop.identity));
+    assert_eq!(get().map(|s| s.status), Ok(200));
+    let state = stack.state().expect("/v1/state");
+    let next_update = state["sozu"]["client_auth"]["crls"][0]["next_update"]
+        .as_i64()
+        .expect("the CRL's nextUpdate");
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    eventually(Duration::from_secs(30), "the nextUpdate passed", || {
+        (now() > next_update as f64 + 1.0).then_some(())
+    });
+    let lapsed = get();
+    assert!(lapsed.is_err(), "sozu still lets the laptop in: {lapsed:?}");
+    write_devices(
+        &devices,
+        1,
+        &ca.pem(),
+        &ca.crl(&[], time::Duration::days(7)),
+    );
+    let seen = eventually(Duration::from_secs(10), "the laptop back in", || get().ok());
+    assert_eq!(seen.status, 200);
+}
