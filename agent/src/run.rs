@@ -132,6 +132,14 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         ),
     );
     tasks.spawn(
+        "handshakes",
+        crate::traffic::handshakes::run(
+            args.sozu_socket.clone(),
+            timeout,
+            views.traffic.handshakes().clone(),
+        ),
+    );
+    tasks.spawn(
         "traffic",
         crate::traffic::receiver::run(latest_rx.clone(), views.traffic.clone(), views.dns.clone()),
     );

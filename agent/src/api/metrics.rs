@@ -335,6 +335,32 @@ pub fn render(snapshot: &Snapshot, counters: &Counters, dns: &[DnsNameStatus]) -
     out
 }
 
+/// TLS handshakes sozu refused since the agent started, by reason (a client without a
+/// certificate that the listener requires: `no_certificates_present`; a certificate not the
+/// device CA's, or revoked: `invalid_certificate`). Every reason is written, 0 included, so a
+/// `rate()` has a series from the first scrape.
+pub fn write_handshake_failures(
+    out: &mut String,
+    totals: &std::collections::BTreeMap<&'static str, u64>,
+) {
+    let name = "private_ingress_tls_handshake_failures_total";
+    header(
+        out,
+        name,
+        "counter",
+        "TLS handshakes sozu refused since the agent started, by reason (from sozu's tls.handshake.failed counters)",
+    );
+    for reason in crate::traffic::handshakes::REASONS {
+        let count = totals.get(reason).copied().unwrap_or(0);
+        sample(
+            out,
+            name,
+            &[("reason", reason)],
+            i64::try_from(count).unwrap_or(i64::MAX),
+        );
+    }
+}
+
 /// `listeners.client_auth`: the device CA's expiry, each CRL's `nextUpdate` (of its last good
 /// version: sozu fails every handshake once it passes) and whether the latest read of each file
 /// was refused, one series per file.

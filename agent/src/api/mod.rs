@@ -274,6 +274,7 @@ impl Views {
         let body = tokio::task::spawn_blocking(move || {
             let mut text = String::new();
             metrics::write_traffic(&mut text, &traffic.table().snapshot(), &traffic.figures());
+            metrics::write_handshake_failures(&mut text, &traffic.handshakes().snapshot());
             let mut body = bytes::BytesMut::with_capacity(own.len() + text.len());
             body.extend_from_slice(&own);
             body.extend_from_slice(text.as_bytes());

@@ -174,6 +174,44 @@ impl SozuClient {
         }
     }
 
+    /// Counters of sozu's workers named `names`, per worker id (no cluster metrics: a small
+    /// answer, far below the command buffer an unfiltered dump can overrun). Each worker counts
+    /// from its own start.
+    pub fn worker_counters(
+        &mut self,
+        names: &[&str],
+    ) -> Result<BTreeMap<String, BTreeMap<String, i64>>, SozuError> {
+        use sozu_command_lib::proto::command::{filtered_metrics::Inner, QueryMetricsOptions};
+        let content = self.request(RequestType::QueryMetrics(QueryMetricsOptions {
+            list: false,
+            cluster_ids: Vec::new(),
+            backend_ids: Vec::new(),
+            metric_names: names.iter().map(|n| (*n).to_owned()).collect(),
+            no_clusters: true,
+            workers: true,
+        }))?;
+        let metrics = main_content(content, "query metrics", |c| match c {
+            ContentType::Metrics(m) => Some(m),
+            _ => None,
+        })?;
+        Ok(metrics
+            .workers
+            .into_iter()
+            .map(|(id, worker)| {
+                let counts = worker
+                    .proxy
+                    .into_iter()
+                    .filter_map(|(name, value)| match value.inner {
+                        Some(Inner::Count(n)) => Some((name, n)),
+                        Some(Inner::Gauge(n)) => Some((name, i64::try_from(n).unwrap_or(i64::MAX))),
+                        _ => None,
+                    })
+                    .collect();
+                (id, counts)
+            })
+            .collect())
+    }
+
     /// The PIDs of sozu's workers: a new set means sozu (or a worker) restarted.
     pub fn worker_pids(&mut self) -> Result<BTreeSet<i32>, SozuError> {
         match self.request(RequestType::Status(Status {}))? {

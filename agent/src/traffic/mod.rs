@@ -17,6 +17,7 @@
 //! - [`receiver`]: the socket and the task that reads it.
 
 pub mod access_log;
+pub mod handshakes;
 pub mod receiver;
 pub mod record;
 pub mod stats;
@@ -44,6 +45,8 @@ struct Shared {
     /// The last status the receiver published (each [`window::SLOT`]); `None` until it runs.
     status: RwLock<Option<Arc<TrafficStatus>>>,
     version: AtomicU64,
+    /// TLS handshakes sozu refused, which no record tells of.
+    handshakes: handshakes::HandshakeFailures,
 }
 
 impl TrafficHandle {
@@ -71,6 +74,11 @@ impl TrafficHandle {
             access_log_dropped: self.0.access_log_dropped.load(Ordering::Relaxed),
             last_record: (last > 0).then_some(last),
         }
+    }
+
+    /// The handshakes sozu refused, by reason.
+    pub fn handshakes(&self) -> &handshakes::HandshakeFailures {
+        &self.0.handshakes
     }
 
     /// The status last published; `None` before the receiver first ran.

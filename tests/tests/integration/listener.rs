@@ -273,6 +273,24 @@ fn the_agent_applies_the_device_ca_and_each_new_crl_live_and_keeps_the_last_good
         let refused = get(identity);
         assert!(refused.is_err(), "{who} got in: {refused:?}");
     }
+    // Both refusals counted, each under its reason.
+    let counted = |reason: &str| {
+        let metrics = stack.metrics();
+        let line = format!("private_ingress_tls_handshake_failures_total{{reason=\"{reason}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(line.as_str()))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    eventually(
+        Duration::from_secs(20),
+        "the refused handshakes counted",
+        || {
+            (counted("no_certificates_present") >= 1 && counted("invalid_certificate") >= 1)
+                .then_some(())
+        },
+    );
 
     // The phone keeps asking throughout; none of its requests may fail.
     let stop = Arc::new(AtomicBool::new(false));

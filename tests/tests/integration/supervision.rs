@@ -36,7 +36,15 @@ fn serving(args: &[&str], env: &[(&str, &str)]) -> (Stack, Backend) {
 /// probes and does nothing.
 #[test]
 fn a_panicking_task_makes_the_agent_exit_non_zero_naming_it() {
-    for task in ["reconcile", "dns", "workspace", "tls-dir", "traffic"] {
+    for task in [
+        "reconcile",
+        "dns",
+        "workspace",
+        "tls-dir",
+        "client-auth",
+        "traffic",
+        "handshakes",
+    ] {
         let fault = format!("{task}:panic");
         let (mut stack, _backend) = serving(&[], &[("PRIVATE_INGRESS_TEST_FAULT", &fault)]);
         let injected = Instant::now();
