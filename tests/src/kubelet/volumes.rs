@@ -41,9 +41,20 @@ pub struct HostVolume {
 pub struct Volumes {
     pub by_name: BTreeMap<String, HostVolume>,
     csi: BTreeMap<String, CsiVolume>,
+    /// Each Secret volume: its Secret's name, its items (key, path, mode; `None`: every key,
+    /// with the default mode), its group, and how many payloads it has had.
+    secrets: BTreeMap<String, SecretVolume>,
     issuer: CertifiedIssuer<'static, KeyPair>,
     /// Memory-backed emptyDirs live here, removed with the pod.
     memory: tempfile::TempDir,
+}
+
+struct SecretVolume {
+    secret: String,
+    items: Option<Vec<(String, String, u32)>>,
+    mode: u32,
+    group: Option<u32>,
+    generation: AtomicU32,
 }
 
 struct CsiVolume {
@@ -81,6 +92,7 @@ impl Volumes {
         let mut volumes = Volumes {
             by_name: BTreeMap::new(),
             csi: BTreeMap::new(),
+            secrets: BTreeMap::new(),
             issuer,
             memory,
         };
@@ -204,6 +216,24 @@ impl Volumes {
             };
             let path = dir.join(&name);
             atomic_write(&path, &files, fs_group, 0);
+            self.secrets.insert(
+                name.clone(),
+                SecretVolume {
+                    secret: secret_name.to_owned(),
+                    items: source.items.as_ref().map(|items| {
+                        items
+                            .iter()
+                            .map(|i| {
+                                let mode = i.mode.map_or(mode, |m| m as u32);
+                                (i.key.clone(), i.path.clone(), mode)
+                            })
+                            .collect()
+                    }),
+                    mode,
+                    group: fs_group,
+                    generation: AtomicU32::new(1),
+                },
+            );
             HostVolume {
                 path,
                 writable: false,
@@ -250,6 +280,28 @@ impl Volumes {
             unreachable!("refused by Manifest::parse");
         };
         self.by_name.insert(name, host);
+    }
+
+    /// The Secret `secret` changed to `data`: each volume of it gets the new payload, swapped in
+    /// the way the kubelet swaps it (AtomicWriter), as it does within a minute or so of the
+    /// change in a cluster.
+    pub fn update_secret(&self, secret: &str, data: &BTreeMap<String, Vec<u8>>) {
+        for (name, volume) in self.secrets.iter().filter(|(_, v)| v.secret == secret) {
+            let files: Vec<(String, Vec<u8>, u32)> = match &volume.items {
+                Some(items) => items
+                    .iter()
+                    .filter_map(|(key, path, mode)| {
+                        data.get(key).map(|c| (path.clone(), c.clone(), *mode))
+                    })
+                    .collect(),
+                None => data
+                    .iter()
+                    .map(|(key, c)| (key.clone(), c.clone(), volume.mode))
+                    .collect(),
+            };
+            let generation = volume.generation.fetch_add(1, Ordering::SeqCst);
+            atomic_write(&self.by_name[name].path, &files, volume.group, generation);
+        }
     }
 
     /// A renewal of the CSI volume whose `dns-names` hold `host`: a new key and certificate,

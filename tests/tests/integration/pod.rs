@@ -759,3 +759,75 @@ fn the_pod_runs_exactly_the_images_the_workspace_names() {
         Some(format!("sozu:{SOZU_VERSION}"))
     );
 }
+
+/// `listeners.client_auth` in the rendered pod: the device CA and CRL come from the Secret
+/// `private-ingress-client-auth` the operator creates, mounted in sozu (which reads them at its
+/// start) and in the agent. An enrolled device is served, a client without a certificate is
+/// not; a new CRL in the Secret, swapped in as the kubelet swaps it, keeps the revoked device
+/// out without a restart of either container.
+#[test]
+fn the_rendered_pod_lets_enrolled_devices_in_and_applies_a_new_crl_from_its_secret() {
+    use private_ingress_tests::devices::DeviceCa;
+    use private_ingress_tests::kubelet::Placement;
+    use private_ingress_tests::live::https_get_as;
+    use std::collections::BTreeMap;
+
+    const ANY_TLS: &[&rustls::SupportedProtocolVersion] =
+        &[&rustls::version::TLS13, &rustls::version::TLS12];
+    let (network, backends) = pod_backends();
+    let dir = short_tempdir();
+    let path = workspace(dir.path(), &backends, PRE_STOP.as_secs());
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace(
+            "  routes = [",
+            "  listeners.client_auth = { mode = 'required, ca_file = \"/etc/private-ingress/devices/ca.crt\", \
+             crl_files = [\"/etc/private-ingress/devices/devices.crl\"] },\n  routes = [",
+        );
+    std::fs::write(&path, text).unwrap();
+    let yaml = render(&path);
+    let mut ca = DeviceCa::new("devices");
+    let laptop = ca.enroll("laptop");
+    let phone = ca.enroll("phone");
+    let ca_pem = ca.pem();
+    let secret = |crl: String| -> BTreeMap<String, Vec<u8>> {
+        BTreeMap::from([
+            ("client-ca".to_owned(), ca_pem.clone().into_bytes()),
+            ("client-crl-0".to_owned(), crl.into_bytes()),
+        ])
+    };
+    let first = secret(ca.crl(&[], time::Duration::days(7)));
+    let placement = Placement {
+        secrets: BTreeMap::from([("private-ingress-client-auth".to_owned(), first)]),
+        ..Placement::default()
+    };
+    let pod = Pod::start_placed(&yaml, &images(), network, &placement);
+    pod.wait_ready(Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let host = HOSTS[0];
+    let get = |identity| https_get_as(https(), host, "/", ANY_TLS, identity);
+    let seen = get(Some(&laptop.identity)).unwrap_or_else(|e| panic!("{e}\n{}", pod.describe()));
+    assert_eq!((seen.status, seen.body.as_str()), (200, host));
+    let refused = get(None);
+    assert!(
+        refused.is_err(),
+        "a client without a certificate got in: {refused:?}"
+    );
+
+    let update = secret(ca.crl(&[laptop.serial], time::Duration::days(7)));
+    pod.volumes()
+        .update_secret("private-ingress-client-auth", &update);
+    eventually(Duration::from_secs(10), "the laptop revoked", || {
+        get(Some(&laptop.identity)).is_err().then_some(())
+    });
+    assert_eq!(get(Some(&phone.identity)).map(|s| s.status), Ok(200));
+    for container in ["agent", "sozu"] {
+        let (started, _) = pod.timeline(container);
+        assert!(started.is_some(), "{container} runs");
+        assert!(
+            !pod.logs(container).contains("--- kubelet: run 2 ---"),
+            "{container} was restarted:\n{}",
+            pod.logs(container)
+        );
+    }
+}
