@@ -447,3 +447,53 @@ fn a_crl_that_lapses_in_sozu_fails_every_handshake_until_a_new_one_comes() {
     let seen = eventually(Duration::from_secs(10), "the laptop back in", || get().ok());
     assert_eq!(seen.status, 200);
 }
+
+/// The just recipes for a test setup's device CA, used as an operator would: `device-ca`,
+/// `device-enroll` for two devices, the agent serving both, then `device-revoke` of one: the
+/// CRL the recipe rewrites is taken at once, the revoked device is kept out and the other one
+/// served.
+#[test]
+fn the_device_recipes_enroll_and_revoke_devices_the_agent_applies() {
+    use private_ingress_tests::live::ClientIdentity;
+    let backend = Backend::start("app");
+    let mut stack = Stack::new();
+    certificate(&stack.tls_dir(), HOST);
+    let out = stack.dir.path().join("out");
+    let just = |args: &[&str]| {
+        let (code, stdout, err) = run(Command::new("just")
+            .arg("--justfile")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/justfile"))
+            .args(args)
+            .env("OUT", &out));
+        assert_eq!(code, 0, "just {args:?}: {stdout}{err}");
+    };
+    just(&["device-ca"]);
+    just(&["device-enroll", "laptop"]);
+    just(&["device-enroll", "phone"]);
+    let devices = out.join("devices");
+    let identity = |name: &str| ClientIdentity {
+        chain_pem: std::fs::read_to_string(devices.join(format!("{name}.crt"))).unwrap(),
+        key_pem: std::fs::read_to_string(devices.join(format!("{name}.key"))).unwrap(),
+    };
+    let (laptop, phone) = (identity("laptop"), identity("phone"));
+    write_workspace(
+        &stack,
+        &backend,
+        &format!(
+            "client_auth = {{ mode = 'required, ca_file = \"{0}/ca.crt\", crl_files = [\"{0}/devices.crl\"] }},",
+            devices.display()
+        ),
+    );
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(Duration::from_secs(30));
+    let get = |identity| https_get_as(stack.https, HOST, "/", ANY_TLS, identity);
+    assert_eq!(get(Some(&laptop)).map(|s| s.status), Ok(200));
+    assert_eq!(get(Some(&phone)).map(|s| s.status), Ok(200));
+
+    just(&["device-revoke", "laptop"]);
+    eventually(Duration::from_secs(10), "the laptop revoked", || {
+        get(Some(&laptop)).is_err().then_some(())
+    });
+    assert_eq!(get(Some(&phone)).map(|s| s.status), Ok(200));
+}
