@@ -574,6 +574,32 @@ impl KeepAlive {
             .map_err(|e| format!("write: {e}"))
     }
 
+    /// Sends the first part of a request head and never the rest: a client too slow to send
+    /// its request.
+    pub fn send_partial_head(&mut self) -> Result<(), String> {
+        let partial = format!("GET / HTTP/1.1\r\nHost: {}\r\n", self.host);
+        self.tls
+            .write_all(partial.as_bytes())
+            .and_then(|()| self.tls.flush())
+            .map_err(|e| format!("write: {e}"))
+    }
+
+    /// Reads until the server closes the connection (or `patience` passes): what it sent.
+    pub fn read_until_closed(&mut self, patience: Duration) -> Result<String, String> {
+        self.set_read_timeout(patience)?;
+        let mut all = Vec::new();
+        match self.tls.read_to_end(&mut all) {
+            Ok(_) => Ok(String::from_utf8_lossy(&all).into_owned()),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::UnexpectedEof
+                    || e.kind() == std::io::ErrorKind::ConnectionReset =>
+            {
+                Ok(String::from_utf8_lossy(&all).into_owned())
+            }
+            Err(e) => Err(format!("read: {e}")),
+        }
+    }
+
     /// The response to the request [`KeepAlive::send`] sent: (status, body).
     pub fn receive(&mut self) -> Result<(u16, String), String> {
         let mut chunk = [0u8; 4096];

@@ -70,9 +70,20 @@ pub fn plan_scope(actual: &Actual, desired: &Desired, scope: &Scope) -> Vec<Op> 
                         address,
                         settings: settings(),
                     });
-                    ops.push(Op::ActivateListener { protocol, address });
+                    ops.push(Op::ActivateListener {
+                        protocol,
+                        address,
+                        interface: desired.listener_settings.interface.clone(),
+                    });
                 }
-                Some(&(_, false)) => ops.push(Op::ActivateListener { protocol, address }),
+                Some(&(_, false)) => ops.push(Op::ActivateListener {
+                    protocol,
+                    address,
+                    interface: actual
+                        .listener_settings
+                        .get(&address)
+                        .and_then(|s| s.interface.clone()),
+                }),
                 Some(&(_, true)) => {}
             }
             let current = actual.listener_settings.get(&address);

@@ -25,6 +25,8 @@ pub enum Op {
     ActivateListener {
         protocol: Protocol,
         address: SocketAddr,
+        /// sozu keys a listener bound to an interface by its address and that interface.
+        interface: Option<String>,
     },
     /// The client certificates of an HTTPS listener, replaced whole (off with `None`): new
     /// handshakes follow it, the connections already made are left alone.
@@ -108,7 +110,9 @@ impl Op {
                 ),
                 None => format!("stop asking for client certificates on https listener {address}"),
             },
-            Op::ActivateListener { protocol, address } => {
+            Op::ActivateListener {
+                protocol, address, ..
+            } => {
                 format!("activate {protocol} listener {address}")
             }
             Op::SetListenerHsts { address, hsts } => match hsts.and_then(|h| h.header()) {

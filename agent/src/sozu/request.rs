@@ -251,14 +251,16 @@ pub fn to_request(op: &Op) -> Result<RequestType, SozuError> {
                 }
             }
         }
-        Op::ActivateListener { protocol, address } => {
-            RequestType::ActivateListener(ActivateListener {
-                address: (*address).into(),
-                proxy: listener_type(*protocol),
-                from_scm: false,
-                interface: None,
-            })
-        }
+        Op::ActivateListener {
+            protocol,
+            address,
+            interface,
+        } => RequestType::ActivateListener(ActivateListener {
+            address: (*address).into(),
+            proxy: listener_type(*protocol),
+            from_scm: false,
+            interface: interface.clone(),
+        }),
         Op::PatchListener {
             protocol,
             address,

@@ -497,3 +497,54 @@ fn the_device_recipes_enroll_and_revoke_devices_the_agent_applies() {
     });
     assert_eq!(get(Some(&phone)).map(|s| s.status), Ok(200));
 }
+
+/// `listeners.interface` binds the listeners to one interface (here the loopback one, whose
+/// address they listen on: served), and a name no interface has is refused by sozu, shown in
+/// `/v1/state`, and serves nothing. `listeners.timeouts.request` closes a client that does not
+/// finish its request head in time (1 s here; sozu's default is 10 s).
+#[test]
+fn an_interface_binds_the_listeners_and_the_request_timeout_closes_slow_clients() {
+    use private_ingress_tests::live::KeepAlive;
+    use std::time::Instant;
+    let backend = Backend::start("app");
+    let mut stack = Stack::new();
+    certificate(&stack.tls_dir(), HOST);
+    write_workspace(
+        &stack,
+        &backend,
+        "interface = \"lo\", timeouts.request = 1,",
+    );
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(Duration::from_secs(30));
+    assert_eq!(
+        https_get_as(stack.https, HOST, "/", ANY_TLS, None).map(|s| s.status),
+        Ok(200)
+    );
+    let mut slow = KeepAlive::connect(stack.https, HOST).expect("a TLS connection");
+    slow.send_partial_head().expect("half a request head");
+    let sent = Instant::now();
+    let answer = slow
+        .read_until_closed(Duration::from_secs(30))
+        .expect("the connection closed by sozu");
+    let closed = sent.elapsed();
+    println!("a request head left unfinished closed after {closed:?}: {answer:?}");
+    assert!(
+        closed < Duration::from_secs(8),
+        "closed after {closed:?}, not the 1 s asked for"
+    );
+
+    let mut elsewhere = Stack::new();
+    certificate(&elsewhere.tls_dir(), HOST);
+    write_workspace(&elsewhere, &backend, "interface = \"pi-absent0\",");
+    elsewhere.start_sozu();
+    elsewhere.start_agent();
+    let state = eventually(Duration::from_secs(30), "the listener refused", || {
+        elsewhere
+            .state()
+            .filter(|s| s.to_string().contains("pi-absent0"))
+    });
+    assert_eq!(state["ready"], false, "{state}");
+    let refused = https_get_as(elsewhere.https, HOST, "/", ANY_TLS, None);
+    assert!(refused.is_err(), "served without its listener: {refused:?}");
+}
