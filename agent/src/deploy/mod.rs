@@ -116,8 +116,8 @@ pub enum DeployError {
          them different file names or directories"
     )]
     AcmeFileClash {
-        first: &'static str,
-        second: &'static str,
+        first: String,
+        second: String,
         name: String,
     },
     #[error(

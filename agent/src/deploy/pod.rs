@@ -48,7 +48,7 @@ pub(super) fn workload(
     workspace: &Workspace,
     pod: &Pod,
     acme: Option<&AcmeFiles>,
-    client_auth: &BTreeMap<PathBuf, Vec<(String, String)>>,
+    client_auth: &SecretFiles,
 ) -> Value {
     let https = workspace.listeners.https.port();
     let http = workspace.listeners.http.port();
@@ -130,39 +130,17 @@ pub(super) fn workload(
         acme_mounts.push(
             json!({ "name": ACME_STATE_VOLUME, "mountPath": acme.state_dir.to_string_lossy() }),
         );
-        for (dir, files) in &acme.dirs {
-            let name = acme_files_volume(dir);
-            let items: Vec<Value> = files
-                .iter()
-                .map(|(key, file)| json!({ "key": key, "path": file }))
-                .collect();
-            volumes.push(json!({
-                "name": name,
-                // 0440: readable by the pod's group (fsGroup) only.
-                "secret": { "secretName": ACME_SECRET, "defaultMode": 0o440, "items": items },
-            }));
-            acme_mounts.push(
-                json!({ "name": name, "mountPath": dir.to_string_lossy(), "readOnly": true }),
-            );
-        }
+        // 0440: readable by the pod's group (fsGroup) only.
+        let (secret_volumes, mounts) = acme.files.volumes(ACME_SECRET, "acme-files", 0o440);
+        volumes.extend(secret_volumes);
+        acme_mounts.extend(mounts);
     }
 
-    // The device CA and its CRLs: sozu reads them when it starts, the agent as they change.
-    let mut client_auth_mounts = Vec::new();
-    for (dir, files) in client_auth {
-        let name = client_auth_volume(dir);
-        let items: Vec<Value> = files
-            .iter()
-            .map(|(key, file)| json!({ "key": key, "path": file }))
-            .collect();
-        volumes.push(json!({
-            "name": name,
-            // Not secret, but kept beside the other credentials; 0444: both containers read it.
-            "secret": { "secretName": CLIENT_AUTH_SECRET, "defaultMode": 0o444, "items": items },
-        }));
-        client_auth_mounts
-            .push(json!({ "name": name, "mountPath": dir.to_string_lossy(), "readOnly": true }));
-    }
+    // The device CA and its CRLs: sozu reads them when it starts, the agent as they change. Not
+    // secret, but kept beside the other credentials; 0444: both containers read them.
+    let (client_auth_volumes, client_auth_mounts) =
+        client_auth.volumes(CLIENT_AUTH_SECRET, "client-auth", 0o444);
+    volumes.extend(client_auth_volumes);
     let mut agent_mounts = vec![
         json!({ "name": "run", "mountPath": RUN_DIR }),
         json!({ "name": "tmp", "mountPath": "/tmp" }),

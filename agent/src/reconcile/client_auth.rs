@@ -15,6 +15,8 @@ use crate::workspace::{ClientAuth, ClientAuthMode};
 
 #[derive(Debug, Default)]
 pub struct ClientAuthTracker {
+    /// Counts what the source said: the model takes the tracker's wants again only when it moved.
+    generation: u64,
     ca: Option<(PathBuf, ClientCa)>,
     ca_problem: Option<String>,
     /// Each CRL file: its last good version and why the latest read was refused.
@@ -24,6 +26,7 @@ pub struct ClientAuthTracker {
 impl ClientAuthTracker {
     /// Takes what the files say now.
     pub fn absorb(&mut self, files: ClientAuthFiles) {
+        self.generation += 1;
         match files.ca {
             Some((path, Ok(ca))) => {
                 self.ca = Some((path, ca));
@@ -52,6 +55,10 @@ impl ClientAuthTracker {
             );
         }
         self.crls = crls;
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// What the HTTPS listener must hold for `auth`, and whether it is known: `None` and known

@@ -125,6 +125,8 @@ pub struct Work {
     pub check_generation: bool,
     /// Read sozu's whole state again.
     pub resync: bool,
+    /// The client-auth files said something new: the model takes it at the next pass.
+    pub client_auth: bool,
     /// Only what is shown changed.
     pub publish: bool,
 }
@@ -176,6 +178,7 @@ impl Work {
             || !self.drifted.is_empty()
             || self.check_generation
             || self.resync
+            || self.client_auth
     }
 
     /// Whether the pass is about certificates alone: it trusts the shadow of sozu's state.
@@ -188,6 +191,7 @@ impl Work {
             && self.drifted.is_empty()
             && !self.check_generation
             && !self.resync
+            && !self.client_auth
     }
 }
 
@@ -377,8 +381,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             Fact::ClientAuth(files) => {
                 self.client_auth.absorb(*files);
                 work.publish = true;
-                // Planned at the next pass, where the model takes what the tracker wants.
-                work.workspace = true;
+                work.client_auth = true;
             }
             Fact::SozuSocket => work.check_generation = true,
             Fact::Sozu(event) => self.absorb_event(event, work),

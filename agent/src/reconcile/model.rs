@@ -8,9 +8,10 @@ use std::sync::Arc;
 
 use crate::desired::{self, Held};
 use crate::plan::Scope;
-use crate::sozu_state::{Actual, ClientAuthState, Desired};
+use crate::sozu_state::{Actual, Desired};
 use crate::workspace::{Route, Workspace};
 
+use super::client_auth::ClientAuthTracker;
 use super::trackers::{CertTracker, DnsTracker};
 
 pub struct Model {
@@ -23,6 +24,8 @@ pub struct Model {
     routes_by_id: BTreeMap<String, usize>,
     /// Upstream names that have not resolved yet.
     unresolved: BTreeSet<String>,
+    /// The client-auth tracker's generation the desired state follows; `None` when built.
+    client_auth_generation: Option<u64>,
 }
 
 impl Model {
@@ -60,12 +63,19 @@ impl Model {
             routes_by_name,
             routes_by_id,
             unresolved,
+            client_auth_generation: None,
         }
     }
 
-    /// The HTTPS listener's client certificates, as the client-auth tracker wants them; true
+    /// The HTTPS listener's client certificates, as `tracker` wants them, taken when the model
+    /// was just built or the tracker moved since (not at every pass: the PEMs are cloned); true
     /// when that changes the desired state (every listener is then planned).
-    pub fn set_client_auth(&mut self, wanted: Option<ClientAuthState>, known: bool) -> bool {
+    pub fn follow_client_auth(&mut self, tracker: &ClientAuthTracker) -> bool {
+        if self.client_auth_generation == Some(tracker.generation()) {
+            return false;
+        }
+        self.client_auth_generation = Some(tracker.generation());
+        let (wanted, known) = tracker.wanted(&self.workspace.listener_policy.client_auth);
         let desired = &mut self.desired;
         if desired.listener_settings.client_auth == wanted && desired.client_auth_known == known {
             return false;

@@ -142,10 +142,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         };
         let mut scope = scope;
         if let Some(model) = &mut self.model {
-            let (wanted, known) = self
-                .client_auth
-                .wanted(&model.workspace().listener_policy.client_auth);
-            if model.set_client_auth(wanted, known) {
+            if model.follow_client_auth(&self.client_auth) {
                 scope = Scope::everything();
             }
         }

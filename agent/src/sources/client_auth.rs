@@ -37,7 +37,7 @@ enum Input {
 /// Starts the source: a thread holding `guard` for its life, and the task handing it each new
 /// workspace (returned).
 pub fn spawn(
-    mut workspace: WorkspaceWatch,
+    workspace: WorkspaceWatch,
     facts: UnboundedSender<Fact>,
     clock: Arc<dyn Clock>,
     guard: impl Send + 'static,
@@ -47,14 +47,8 @@ pub fn spawn(
     let watcher = watcher::watch(&[], move |event| {
         let _ = events.send(Input::Event(event));
     })?;
-    let _ = inputs.send(Input::Workspace(workspace.borrow_and_update().clone()));
-    let forwarder = tokio::spawn(async move {
-        while workspace.changed().await.is_ok() {
-            let latest = workspace.borrow_and_update().clone();
-            if inputs.send(Input::Workspace(latest)).is_err() {
-                return;
-            }
-        }
+    let forwarder = super::forward_workspaces(workspace, move |latest| {
+        inputs.send(Input::Workspace(latest)).is_ok()
     });
     let reader = Reader {
         files: Vec::new(),

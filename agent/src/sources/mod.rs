@@ -32,6 +32,22 @@ use crate::workspace::Workspace;
 /// edit that fails leaves the last good one here.
 pub type WorkspaceWatch = tokio::sync::watch::Receiver<Option<Arc<Workspace>>>;
 
+/// Hands the current workspace, then each new one, to a source that runs on a thread of its
+/// own, through `send`, until `send` says the thread is gone: the task that does it.
+fn forward_workspaces(
+    mut workspace: WorkspaceWatch,
+    send: impl Fn(Option<Arc<Workspace>>) -> bool + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    send(workspace.borrow_and_update().clone());
+    tokio::spawn(async move {
+        while workspace.changed().await.is_ok() {
+            if !send(workspace.borrow_and_update().clone()) {
+                return;
+            }
+        }
+    })
+}
+
 /// What a source tells the loop.
 #[derive(Debug, Clone)]
 pub enum Fact {

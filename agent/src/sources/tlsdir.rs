@@ -110,7 +110,7 @@ fn changes_pair(path: &Path) -> bool {
 /// under `tls_dir` when given (the `--tls-dir` flag), else under the workspace's `tls_dir`.
 pub fn spawn(
     tls_dir: Option<PathBuf>,
-    mut workspace: WorkspaceWatch,
+    workspace: WorkspaceWatch,
     facts: UnboundedSender<Fact>,
     clock: Arc<dyn Clock>,
     guard: impl Send + 'static,
@@ -121,14 +121,8 @@ pub fn spawn(
         let _ = events.send(Input::Event(event));
     })?;
     let forward = inputs.clone();
-    let _ = forward.send(Input::Workspace(workspace.borrow_and_update().clone()));
-    let forwarder = tokio::spawn(async move {
-        while workspace.changed().await.is_ok() {
-            let latest = workspace.borrow_and_update().clone();
-            if forward.send(Input::Workspace(latest)).is_err() {
-                return;
-            }
-        }
+    let forwarder = super::forward_workspaces(workspace, move |latest| {
+        forward.send(Input::Workspace(latest)).is_ok()
     });
     let reader = Reader {
         override_dir: tls_dir.map(|d| watcher::absolute(&d)),

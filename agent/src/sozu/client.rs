@@ -233,50 +233,52 @@ impl SozuClient {
             Some(ResponseContent {
                 content_type: Some(ContentType::ListenersList(list)),
             }) => {
+                // What both kinds of listener report alike.
+                let common =
+                    |interface: &Option<String>, expect_proxy, timeouts| ListenerSettings {
+                        interface: interface.clone(),
+                        expect_proxy,
+                        timeouts,
+                        ..ListenerSettings::default()
+                    };
                 for l in list.http_listeners.values() {
+                    let address = l.address.into();
+                    actual.listeners.insert(address, (Protocol::Http, l.active));
+                    let timeouts = [
+                        l.front_timeout,
+                        l.back_timeout,
+                        l.connect_timeout,
+                        l.request_timeout,
+                    ];
                     actual
-                        .listeners
-                        .insert(l.address.into(), (Protocol::Http, l.active));
-                    actual.listener_settings.insert(
-                        l.address.into(),
-                        ListenerSettings {
-                            interface: l.interface.clone(),
-                            tls13_only: false,
-                            expect_proxy: l.expect_proxy,
-                            timeouts: [
-                                l.front_timeout,
-                                l.back_timeout,
-                                l.connect_timeout,
-                                l.request_timeout,
-                            ],
-                            client_auth: None,
-                        },
-                    );
+                        .listener_settings
+                        .insert(address, common(&l.interface, l.expect_proxy, timeouts));
                 }
                 for l in list.https_listeners.values() {
+                    let address = l.address.into();
                     actual
                         .listeners
-                        .insert(l.address.into(), (Protocol::Https, l.active));
+                        .insert(address, (Protocol::Https, l.active));
+                    let timeouts = [
+                        l.front_timeout,
+                        l.back_timeout,
+                        l.connect_timeout,
+                        l.request_timeout,
+                    ];
+                    let client_auth = l
+                        .client_auth
+                        .filter(|&m| m != ClientAuthMode::ClientAuthNone as i32)
+                        .map(|m| ClientAuthState {
+                            required: m == ClientAuthMode::ClientAuthRequired as i32,
+                            cas: l.client_ca_certificates.clone(),
+                            crls: l.client_ca_crls.clone(),
+                        });
                     actual.listener_settings.insert(
-                        l.address.into(),
+                        address,
                         ListenerSettings {
-                            interface: l.interface.clone(),
                             tls13_only: l.versions == [TlsVersion::TlsV13 as i32],
-                            expect_proxy: l.expect_proxy,
-                            timeouts: [
-                                l.front_timeout,
-                                l.back_timeout,
-                                l.connect_timeout,
-                                l.request_timeout,
-                            ],
-                            client_auth: l
-                                .client_auth
-                                .filter(|&m| m != ClientAuthMode::ClientAuthNone as i32)
-                                .map(|m| ClientAuthState {
-                                    required: m == ClientAuthMode::ClientAuthRequired as i32,
-                                    cas: l.client_ca_certificates.clone(),
-                                    crls: l.client_ca_crls.clone(),
-                                }),
+                            client_auth,
+                            ..common(&l.interface, l.expect_proxy, timeouts)
                         },
                     );
                     if let Some(hsts) = l.hsts.as_ref().and_then(hsts_of) {

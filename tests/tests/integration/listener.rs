@@ -44,12 +44,6 @@ fn sozu_from_rendered(stack: &mut Stack, backend: &Backend, listeners: &str) {
     stack.start_sozu_with_config(&config);
 }
 
-fn write(dir: &Path, name: &str, text: &str) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    path.display().to_string()
-}
-
 /// With `client_auth.mode = 'required`: an enrolled device gets 200, a client without a
 /// certificate and a revoked device are refused in the handshake, and so is a device of
 /// another CA.
@@ -62,15 +56,12 @@ fn required_client_certificates_let_enrolled_devices_in_and_keep_the_others_out(
     let lost = ca.enroll("lost-phone");
     let crl = ca.crl(&[lost.serial], time::Duration::days(7));
     let stranger = DeviceCa::new("elsewhere").enroll("stranger");
-    let dir = stack.dir.path().to_owned();
-    let ca_file = write(&dir, "devices-ca.crt", &ca.pem());
-    let crl_file = write(&dir, "devices.crl", &crl);
+    let devices = stack.dir.path().join("devices");
+    write_devices(&devices, 0, &ca.pem(), &crl);
     sozu_from_rendered(
         &mut stack,
         &backend,
-        &format!(
-            "client_auth = {{ mode = 'required, ca_file = \"{ca_file}\", crl_files = [\"{crl_file}\"] }},"
-        ),
+        &client_auth_field("required", &devices),
     );
     let seen = eventually(
         Duration::from_secs(10),
@@ -98,15 +89,12 @@ fn optional_client_certificates_let_anonymous_clients_in_but_not_revoked_devices
     let laptop = ca.enroll("laptop");
     let lost = ca.enroll("lost-phone");
     let crl = ca.crl(&[lost.serial], time::Duration::days(7));
-    let dir = stack.dir.path().to_owned();
-    let ca_file = write(&dir, "devices-ca.crt", &ca.pem());
-    let crl_file = write(&dir, "devices.crl", &crl);
+    let devices = stack.dir.path().join("devices");
+    write_devices(&devices, 0, &ca.pem(), &crl);
     sozu_from_rendered(
         &mut stack,
         &backend,
-        &format!(
-            "client_auth = {{ mode = 'optional, ca_file = \"{ca_file}\", crl_files = [\"{crl_file}\"] }},"
-        ),
+        &client_auth_field("optional", &devices),
     );
     let seen = eventually(
         Duration::from_secs(10),
@@ -232,6 +220,15 @@ fn write_devices(dir: &Path, generation: u32, ca: &str, crl: &str) {
     );
 }
 
+/// The `listeners` field asking for client certificates in `mode` from the CA and CRL that
+/// [`write_devices`] keeps in `devices`.
+fn client_auth_field(mode: &str, devices: &Path) -> String {
+    format!(
+        "client_auth = {{ mode = '{mode}, ca_file = \"{0}/ca.crt\", crl_files = [\"{0}/devices.crl\"] }},",
+        devices.display()
+    )
+}
+
 /// sozu started without listeners: the agent makes the https listener with the device CA and
 /// its CRL, read from a Secret-like volume. An enrolled device gets in, a client without a
 /// certificate and a revoked device do not. A new CRL revoking a working device, swapped in as
@@ -253,14 +250,7 @@ fn the_agent_applies_the_device_ca_and_each_new_crl_live_and_keeps_the_last_good
     let devices = stack.dir.path().join("devices");
     let first = ca.crl(&[lost.serial], time::Duration::days(7));
     write_devices(&devices, 0, &ca.pem(), &first);
-    write_workspace(
-        &stack,
-        &backend,
-        &format!(
-            "client_auth = {{ mode = 'required, ca_file = \"{0}/ca.crt\", crl_files = [\"{0}/devices.crl\"] }},",
-            devices.display()
-        ),
-    );
+    write_workspace(&stack, &backend, &client_auth_field("required", &devices));
     stack.start_sozu();
     stack.start_agent_with(&["--resync-interval", "1"], &[]);
     stack.wait_ready(Duration::from_secs(30));
@@ -410,14 +400,7 @@ fn a_crl_that_lapses_in_sozu_fails_every_handshake_until_a_new_one_comes() {
     let devices = stack.dir.path().join("devices");
     let lapsing = ca.crl(&[], time::Duration::seconds(4));
     write_devices(&devices, 0, &ca.pem(), &lapsing);
-    write_workspace(
-        &stack,
-        &backend,
-        &format!(
-            "client_auth = {{ mode = 'required, ca_file = \"{0}/ca.crt\", crl_files = [\"{0}/devices.crl\"] }},",
-            devices.display()
-        ),
-    );
+    write_workspace(&stack, &backend, &client_auth_field("required", &devices));
     stack.start_sozu();
     stack.start_agent();
     stack.wait_ready(Duration::from_secs(30));
@@ -476,14 +459,7 @@ fn the_device_recipes_enroll_and_revoke_devices_the_agent_applies() {
         key_pem: std::fs::read_to_string(devices.join(format!("{name}.key"))).unwrap(),
     };
     let (laptop, phone) = (identity("laptop"), identity("phone"));
-    write_workspace(
-        &stack,
-        &backend,
-        &format!(
-            "client_auth = {{ mode = 'required, ca_file = \"{0}/ca.crt\", crl_files = [\"{0}/devices.crl\"] }},",
-            devices.display()
-        ),
-    );
+    write_workspace(&stack, &backend, &client_auth_field("required", &devices));
     stack.start_sozu();
     stack.start_agent();
     stack.wait_ready(Duration::from_secs(30));
