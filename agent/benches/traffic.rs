@@ -90,6 +90,7 @@ fn workspace(routes: usize) -> Workspace {
             }],
             health: None,
             hsts: None,
+            policy: None,
         })
         .collect();
     ws

@@ -154,7 +154,17 @@ pub fn evaluate_input(input: &Input, root: Option<&Path>) -> Result<Workspace, C
     located.check_rotation_mode(&raw)?;
     located.check_unique_routes(&raw)?;
 
-    Workspace::from_raw(raw).map_err(|err| ContractError::invalid(format!("error: {err}")))
+    let mut workspace =
+        Workspace::from_raw(raw).map_err(|err| ContractError::invalid(format!("error: {err}")))?;
+    // Error pages named relative to the workspace are read from its directory.
+    let dir = match input {
+        Input::File(path) => path.parent().map(Path::to_path_buf),
+        Input::Text { .. } => std::env::current_dir().ok(),
+    };
+    if let Some(dir) = dir {
+        workspace.anchor_files(&dir);
+    }
+    Ok(workspace)
 }
 
 /// What `Program::eval_full_for_export` does, on a context whose sources were added by hand (a

@@ -16,14 +16,36 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
+use crate::sozu_policy::{ClusterPolicy, FrontendPolicy, HeaderEdit};
 use crate::sozu_state::{
     owned_certificate, Actual, Address, Backend, Certificate, Desired, Frontend, Protocol, Tags,
     OWNER_TAG, ROUTE_TAG,
 };
 use crate::sozu_state::{ClientAuthState, ListenerSettings};
 use crate::workspace::{
-    ClientAuthMode, ListenerPolicy, Listeners, Route, TlsVersion, Upstream, Workspace,
+    ClientAuthMode, HeaderPolicy, ListenerPolicy, Listeners, Route, TlsVersion, Upstream, Workspace,
 };
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// What the files route policies name held when last read good: basic-auth users (their
+/// `user:hash` lines) and error pages (whole HTTP responses), by path.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PolicyFiles {
+    pub users: BTreeMap<PathBuf, Arc<[String]>>,
+    pub pages: BTreeMap<PathBuf, Arc<str>>,
+}
+
+/// Where the contents of the files a policy names come from.
+#[derive(Clone, Copy)]
+pub enum Files<'a> {
+    /// As read by the agent (a file not read good yet contributes nothing: a route with basic
+    /// auth and no users refuses every request).
+    Loaded(&'a PolicyFiles),
+    /// Named for sozu to read when it loads a configuration file: pages as `file://` paths, and
+    /// no credentials (a file of sozu's would have to hold them in clear).
+    AsPaths,
+}
 
 /// The listeners' settings the workspace asks for.
 fn listener_settings(policy: &ListenerPolicy) -> ListenerSettings {
@@ -72,6 +94,7 @@ pub fn routes(workspace: &Workspace, names: Names<'_>) -> Desired {
     desired.zone = workspace.zone.clone();
     desired.hsts = workspace.hsts;
     desired.listener_settings = listener_settings(&workspace.listener_policy);
+    desired.headers = Arc::new(workspace.headers.clone());
     desired.client_auth_known = desired.listener_settings.client_auth.is_none();
     for route in &workspace.routes {
         desired
@@ -83,9 +106,124 @@ pub fn routes(workspace: &Workspace, names: Names<'_>) -> Desired {
                 .insert(route.id.clone(), check.clone());
         }
         mark_hsts(&mut desired, route);
-        desired.frontends.extend(frontends(route, https, http));
+        desired
+            .frontends
+            .extend(frontends(route, &desired.headers, https, http));
     }
     desired
+}
+
+/// Sets the clusters' and the listeners' policies: each route's credentials, limits and error
+/// pages, and the workspace's error pages.
+pub fn policies(desired: &mut Desired, workspace: &Workspace, files: Files<'_>) {
+    desired.cluster_policies.clear();
+    for route in &workspace.routes {
+        let policy = cluster_policy(route, files);
+        if !policy.is_empty() {
+            desired
+                .cluster_policies
+                .insert(route.id.clone(), Arc::new(policy));
+        }
+    }
+    desired.listener_answers = answers(&workspace.error_pages, files);
+}
+
+/// A route's cluster policy.
+pub fn cluster_policy(route: &Route, files: Files<'_>) -> ClusterPolicy {
+    let policy = route.policy();
+    let mut cluster = ClusterPolicy::default();
+    if let Some(auth) = &policy.basic_auth {
+        if let Files::Loaded(loaded) = files {
+            if let Some(users) = loaded.users.get(&auth.users_file) {
+                cluster.authorized_hashes = users.to_vec();
+            }
+        }
+        cluster.www_authenticate = Some(format!("Basic realm=\"{}\"", auth.realm));
+    }
+    if let Some(limits) = &policy.limits {
+        cluster.max_connections_per_ip = limits.connections_per_ip;
+        cluster.max_connections_per_subnet = limits.connections_per_subnet;
+        cluster.retry_after = Some(limits.retry_after);
+    }
+    cluster.answers = answers(&policy.error_pages, files);
+    cluster
+}
+
+/// Error pages by status, as sozu is given them.
+fn answers(pages: &BTreeMap<u16, PathBuf>, files: Files<'_>) -> BTreeMap<String, Arc<str>> {
+    pages
+        .iter()
+        .filter_map(|(status, path)| {
+            let template: Arc<str> = match files {
+                Files::Loaded(loaded) => loaded.pages.get(path)?.clone(),
+                Files::AsPaths => Arc::from(format!("file://{}", path.display())),
+            };
+            Some((status.to_string(), template))
+        })
+        .collect()
+}
+
+/// Every file the workspace's policies name: users files, then pages.
+pub fn policy_file_paths(workspace: &Workspace) -> (Vec<&Path>, Vec<&Path>) {
+    let mut users = Vec::new();
+    let mut pages: Vec<&Path> = workspace
+        .error_pages
+        .values()
+        .map(PathBuf::as_path)
+        .collect();
+    for route in &workspace.routes {
+        let policy = route.policy();
+        if let Some(auth) = &policy.basic_auth {
+            users.push(auth.users_file.as_path());
+        }
+        pages.extend(policy.error_pages.values().map(PathBuf::as_path));
+    }
+    users.sort();
+    users.dedup();
+    pages.sort();
+    pages.dedup();
+    (users, pages)
+}
+
+/// What a route's HTTPS frontend does besides routing: the workspace's header edits, then the
+/// route's, its redirect, rewrites, and credentials; `None` when nothing.
+fn frontend_policy(route: &Route, workspace_headers: &HeaderPolicy) -> Option<Arc<FrontendPolicy>> {
+    let policy = route.policy();
+    let headers = workspace_headers.then(&policy.headers);
+    let mut edits = Vec::new();
+    for (response, side) in [(false, &headers.request), (true, &headers.response)] {
+        for name in &side.remove {
+            edits.push(HeaderEdit {
+                response,
+                name: name.clone(),
+                value: String::new(),
+            });
+        }
+        for (name, value) in &side.set {
+            edits.push(HeaderEdit {
+                response,
+                name: name.clone(),
+                value: value.clone(),
+            });
+        }
+    }
+    let (rewrite_host, rewrite_path, rewrite_port) = match &policy.redirect {
+        Some(r) => (r.host.clone(), r.path.clone(), r.port),
+        None => (
+            policy.rewrite.host.clone(),
+            policy.rewrite.path.clone(),
+            policy.rewrite.port,
+        ),
+    };
+    let frontend = FrontendPolicy {
+        redirect: policy.redirect.as_ref().map(|r| (r.status, r.scheme)),
+        rewrite_host,
+        rewrite_path,
+        rewrite_port,
+        headers: edits,
+        required_auth: policy.basic_auth.is_some(),
+    };
+    (!frontend.is_empty()).then(|| Arc::new(frontend))
 }
 
 /// The live desired state: [`routes`] with the resolved addresses, each host's validated
@@ -96,9 +234,11 @@ pub fn build(
     workspace: &Workspace,
     resolved: &BTreeMap<String, Vec<IpAddr>>,
     certificates: &BTreeMap<String, Certificate>,
+    files: &PolicyFiles,
     actual: Option<&Actual>,
 ) -> (Desired, BTreeMap<String, Held>) {
     let mut desired = routes(workspace, Names::Resolved(resolved));
+    policies(&mut desired, workspace, Files::Loaded(files));
     let mut held = BTreeMap::new();
     if let Some(actual) = actual {
         for route in &workspace.routes {
@@ -164,8 +304,9 @@ pub fn host(
             }
         },
     };
+    let headers = desired.headers.clone();
     for route in routes {
-        let [https, http] = frontends(route, listeners.https, listeners.http);
+        let [https, http] = frontends(route, &headers, listeners.https, listeners.http);
         if served {
             held.remove(&route.id);
             desired.frontends.insert(https);
@@ -222,7 +363,13 @@ fn mark_hsts(desired: &mut Desired, route: &Route) {
 
 /// A route's frontends: HTTPS (hostname + path prefix) and HTTP, which the cluster's
 /// `https_redirect` turns into a redirect. Tagged so the agent knows its own.
-fn frontends(route: &Route, https: SocketAddr, http: SocketAddr) -> [Frontend; 2] {
+fn frontends(
+    route: &Route,
+    headers: &HeaderPolicy,
+    https: SocketAddr,
+    http: SocketAddr,
+) -> [Frontend; 2] {
+    let policy = frontend_policy(route, headers);
     let tags: Tags = [
         (OWNER_TAG.0.to_owned(), OWNER_TAG.1.to_owned()),
         (ROUTE_TAG.to_owned(), route.id.clone()),
@@ -241,6 +388,13 @@ fn frontends(route: &Route, https: SocketAddr, http: SocketAddr) -> [Frontend; 2
             Protocol::Https => route.hsts,
             Protocol::Http => None,
         },
+        // The HTTP frontend redirects to HTTPS (the cluster's `https_redirect`), where the
+        // route's policy applies.
+        policy: match protocol {
+            Protocol::Https => policy.clone(),
+            Protocol::Http => None,
+        },
+        alias: false,
     })
 }
 

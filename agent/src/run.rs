@@ -158,6 +158,12 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         tasks.thread("client-auth"),
     )?;
     tasks.adopt("client-auth", forwarder);
+    let forwarder = sources::policy_files::spawn(
+        latest_rx.clone(),
+        facts.clone(),
+        tasks.thread("policy-files"),
+    )?;
+    tasks.adopt("policy-files", forwarder);
 
     let listener = tokio::net::TcpListener::bind(args.admin_address)
         .await

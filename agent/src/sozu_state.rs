@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::sozu_policy::{ClusterPolicy, FrontendPolicy, HeaderEdit};
+
 /// Tag on every frontend the agent creates, so it can tell its own from an operator's.
 pub const OWNER_TAG: (&str, &str) = ("managed-by", "private-ingress");
 /// Tag naming the route a frontend belongs to.
@@ -45,6 +47,47 @@ pub struct Frontend {
     /// The HSTS policy of this frontend when it overrides the listener's; `None` inherits it.
     /// Part of the frontend as the agent compares it: a changed override is a new frontend.
     pub hsts: Option<Hsts>,
+    /// Redirect, rewrites, header edits, credentials (HTTPS frontends of routes with a policy).
+    pub policy: Option<Arc<FrontendPolicy>>,
+    /// Held in sozu under the host's other spelling, a first label written as a pattern
+    /// (`/app/.in.example.org`), which sozu matches after the exact name: a frontend changed
+    /// without a moment with none is added under the spelling its host does not use, before
+    /// the one it replaces goes (see `crate::plan`, "Frontend swaps").
+    pub alias: bool,
+}
+
+impl Frontend {
+    /// The hostname sozu keys the frontend by: the host, or its other spelling.
+    pub fn sozu_hostname(&self) -> String {
+        if !self.alias {
+            return self.hostname.clone();
+        }
+        match self.hostname.split_once('.') {
+            Some((first, rest)) => format!("/{first}/.{rest}"),
+            None => format!("/{}/", self.hostname),
+        }
+    }
+
+    /// A host and whether it is the other spelling, from the hostname sozu lists.
+    pub fn parse_sozu_hostname(name: &str) -> (String, bool) {
+        if let Some(pattern) = name.strip_prefix('/') {
+            if let Some((first, rest)) = pattern.split_once('/') {
+                let plain = first.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+                if plain && (rest.is_empty() || rest.starts_with('.')) {
+                    return (format!("{first}{rest}"), true);
+                }
+            }
+        }
+        (name.to_owned(), false)
+    }
+
+    /// The same frontend under the other spelling, or this one.
+    pub fn spelled(&self, alias: bool) -> Frontend {
+        Frontend {
+            alias,
+            ..self.clone()
+        }
+    }
 }
 
 /// An HSTS policy (RFC 6797) as sozu applies it: a `Strict-Transport-Security` header on every
@@ -139,6 +182,8 @@ pub fn frontends_of<'a>(
         cluster_id: None,
         tags: Tags::default(),
         hsts: None,
+        policy: None,
+        alias: false,
     };
     set.range(first..).take_while(move |f| f.hostname == host)
 }
@@ -336,6 +381,12 @@ pub struct Desired {
     pub clusters: BTreeMap<String, BTreeMap<String, Backend>>,
     /// Cluster id → its health check, for the clusters that have one.
     pub health_checks: BTreeMap<String, HealthCheck>,
+    /// Cluster id → its credentials, limits and error pages, for the clusters that have some.
+    pub cluster_policies: BTreeMap<String, Arc<ClusterPolicy>>,
+    /// The listeners' error pages (the workspace's `error_pages`), by status.
+    pub listener_answers: BTreeMap<String, Arc<str>>,
+    /// The workspace's header edits, which every route's HTTPS frontend applies before its own.
+    pub headers: Arc<crate::workspace::HeaderPolicy>,
     /// Clusters whose responses carry an HSTS header that sozu adds. A drain there takes the
     /// backend out without closing its sessions: sozu 2.3.3 writes the header before the status
     /// line of a response in flight on a session it was told to close, and the client gets a
@@ -500,6 +551,10 @@ pub struct Actual {
     pub backends: BTreeMap<String, BTreeMap<String, Backend>>,
     /// Health checks of the clusters the agent owns, by cluster id.
     pub health_checks: BTreeMap<String, HealthCheck>,
+    /// Credentials, limits and error pages of the clusters the agent owns that have some.
+    pub cluster_policies: BTreeMap<String, Arc<ClusterPolicy>>,
+    /// Each listener's error pages, by status.
+    pub listener_answers: BTreeMap<SocketAddr, BTreeMap<String, Arc<str>>>,
     /// HSTS policy of each HTTPS listener that has one.
     pub hsts: BTreeMap<SocketAddr, Hsts>,
     /// Every HTTP and HTTPS frontend.
@@ -514,6 +569,7 @@ pub struct ClusterState {
     pub exists: bool,
     pub backends: BTreeMap<String, Backend>,
     pub health_check: Option<HealthCheck>,
+    pub policy: Option<Arc<ClusterPolicy>>,
     /// Its HTTP and HTTPS frontends.
     pub frontends: Vec<Frontend>,
 }
@@ -535,6 +591,14 @@ impl Actual {
             }
             None => {
                 self.health_checks.remove(id);
+            }
+        }
+        match state.policy {
+            Some(policy) => {
+                self.cluster_policies.insert(id.to_owned(), policy);
+            }
+            None => {
+                self.cluster_policies.remove(id);
             }
         }
         let stale: Vec<Frontend> = hosts

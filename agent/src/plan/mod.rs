@@ -6,15 +6,35 @@
 //! a cluster never drops to zero backends during a change; a certificate is replaced (sozu adds
 //! the new one before removing the old) rather than removed and added.
 //!
+//! Error pages cannot be taken back from sozu's workers: a cluster sent again without a page
+//! keeps it, and so does a listener. A page the workspace no longer names is replaced instead, by
+//! the workspace's page for that status (a route's) or by a plain page of the status
+//! ([`crate::sozu_policy::plain_answer`]).
+//!
+//! Frontend swaps. sozu keys a frontend by its address, hostname and path: a frontend whose
+//! policy (or cluster, or HSTS) changes must be removed and added again, and a request between
+//! the two would find none (a 404). sozu matches a hostname's exact spelling before a spelling
+//! whose first label is a pattern (`/app/.in.example.org` for `app.in.example.org`), and passes a
+//! request on when none of a spelling's rules matches its path. So a host whose frontends change
+//! moves them all to its other spelling: the new ones are added first, the old ones removed
+//! after, in an order that routes every request as the workspace says at each step. Towards
+//! the pattern spelling, the exact spelling's frontends go least specific first (a shorter prefix
+//! left there would take the requests of a longer one already moved); towards the exact
+//! spelling, the new frontends come most specific first.
+//!
 //! Ownership: the agent changes only clusters whose id starts with [`ID_PREFIX`], frontends tagged
 //! [`crate::sozu_state::OWNER_TAG`], and certificates on its HTTPS listener whose names all lie in
 //! the workspace zone ([`crate::sozu_state::owned_certificate`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use crate::sozu_policy::{plain_answer, ClusterPolicy};
 use crate::sozu_state::{
-    frontends_of, owned_certificate, Actual, ClientAuthState, Desired, ListenerCertificates,
-    Protocol,
+    frontends_of, owned_certificate, Actual, ClientAuthState, Desired, Frontend,
+    ListenerCertificates, Protocol,
 };
 use crate::workspace::ID_PREFIX;
 
@@ -111,6 +131,18 @@ pub fn plan_scope(actual: &Actual, desired: &Desired, scope: &Scope) -> Vec<Op> 
                     client_auth: wanted.clone().map(Box::new),
                 });
             }
+            if actual.listeners.contains_key(&address) {
+                let none = BTreeMap::new();
+                let held = actual.listener_answers.get(&address).unwrap_or(&none);
+                let wanted = answers_to_hold(&desired.listener_answers, held, &BTreeMap::new());
+                if &wanted != held {
+                    ops.push(Op::SetListenerAnswers {
+                        protocol,
+                        address,
+                        answers: wanted,
+                    });
+                }
+            }
             if protocol == Protocol::Https && actual.hsts.get(&address) != desired.hsts.as_ref() {
                 ops.push(Op::SetListenerHsts {
                     address,
@@ -163,8 +195,13 @@ fn plan_cluster(actual: &Actual, desired: &Desired, id: &str, ops: &mut Vec<Op>)
     let present = actual.backends.get(id);
     match desired.clusters.get(id) {
         Some(wanted) => {
-            if !actual.clusters.contains(id) {
-                ops.push(Op::AddCluster { id: id.to_owned() });
+            let held = actual.cluster_policies.get(id);
+            let policy = cluster_policy_to_hold(desired, id, held.map(Arc::as_ref));
+            if !actual.clusters.contains(id) || policy.as_deref() != held.map(Arc::as_ref) {
+                ops.push(Op::AddCluster {
+                    id: id.to_owned(),
+                    policy,
+                });
             }
             for backend in wanted.values() {
                 if present.and_then(|p| p.get(&backend.id)) != Some(backend) {
@@ -212,18 +249,146 @@ fn plan_cluster(actual: &Actual, desired: &Desired, id: &str, ops: &mut Vec<Op>)
     }
 }
 
-/// A host's frontends: the agent's that are no longer wanted go, the wanted ones that are
-/// missing come.
-fn plan_frontends(actual: &Actual, desired: &Desired, host: &str, ops: &mut Vec<Op>) {
-    for frontend in frontends_of(&actual.frontends, host) {
-        if frontend.is_owned() && !desired.frontends.contains(frontend) {
-            ops.push(Op::RemoveFrontend(frontend.clone()));
+/// The error pages to hold where sozu holds `held`: the wanted ones, and in place of each page
+/// held that is no longer wanted, `fallback`'s page for its status or a plain one (see the
+/// module).
+fn answers_to_hold(
+    wanted: &BTreeMap<String, Arc<str>>,
+    held: &BTreeMap<String, Arc<str>>,
+    fallback: &BTreeMap<String, Arc<str>>,
+) -> BTreeMap<String, Arc<str>> {
+    let mut answers = wanted.clone();
+    for status in held.keys() {
+        if !answers.contains_key(status) {
+            let page = match fallback.get(status) {
+                Some(page) => page.clone(),
+                None => Arc::from(plain_answer(status.parse().unwrap_or(0))),
+            };
+            answers.insert(status.clone(), page);
         }
     }
+    answers
+}
+
+/// The policy cluster `id` must hold, given what sozu holds: the desired one, with the pages
+/// sozu holds that it no longer names replaced (see the module); `None` for none.
+fn cluster_policy_to_hold(
+    desired: &Desired,
+    id: &str,
+    held: Option<&ClusterPolicy>,
+) -> Option<Arc<ClusterPolicy>> {
+    let wanted = desired.cluster_policies.get(id);
+    let stale = held.is_some_and(|h| {
+        h.answers
+            .keys()
+            .any(|s| !wanted.is_some_and(|w| w.answers.contains_key(s)))
+    });
+    if !stale {
+        return wanted.cloned();
+    }
+    let mut policy = wanted.map(|w| (**w).clone()).unwrap_or_default();
+    let none = BTreeMap::new();
+    policy.answers = answers_to_hold(
+        &policy.answers,
+        held.map_or(&none, |h| &h.answers),
+        &desired.listener_answers,
+    );
+    Some(Arc::new(policy))
+}
+
+/// A host's frontends on each listener: the agent's that are no longer wanted go, the wanted
+/// ones that are missing come; where one changes, the host's frontends on that listener swap
+/// spellings (see the module).
+fn plan_frontends(actual: &Actual, desired: &Desired, host: &str, ops: &mut Vec<Op>) {
+    let mut listeners: BTreeMap<(Protocol, SocketAddr), (Vec<&Frontend>, Vec<&Frontend>)> =
+        BTreeMap::new();
+    for frontend in frontends_of(&actual.frontends, host).filter(|f| f.is_owned()) {
+        let key = (frontend.protocol, frontend.address);
+        listeners.entry(key).or_default().0.push(frontend);
+    }
     for frontend in frontends_of(&desired.frontends, host) {
-        if !actual.frontends.contains(frontend) {
-            ops.push(Op::AddFrontend(frontend.clone()));
+        let key = (frontend.protocol, frontend.address);
+        listeners.entry(key).or_default().1.push(frontend);
+    }
+    for (present, wanted) in listeners.values() {
+        plan_listener_frontends(present, wanted, ops);
+    }
+}
+
+/// One host's frontends on one listener: `present` (the agent's, in sozu) becomes `wanted`
+/// (spelled exactly).
+fn plan_listener_frontends(present: &[&Frontend], wanted: &[&Frontend], ops: &mut Vec<Op>) {
+    let spelling = match present.first() {
+        Some(first) if present.iter().all(|f| f.alias == first.alias) => Some(first.alias),
+        Some(_) => None,
+        None => Some(false),
+    };
+    let same_path = |f: &Frontend, g: &Frontend| f.path_prefix == g.path_prefix;
+    // A path both hold, with another frontend in sozu than the workspace asks for.
+    let changed = present.iter().any(|p| {
+        wanted
+            .iter()
+            .any(|w| same_path(p, w) && p.spelled(false) != **w)
+    });
+    if let (Some(alias), false) = (spelling, changed) {
+        // Routes added or removed, none changed: no swap.
+        for p in present {
+            if !wanted.iter().any(|w| same_path(p, w)) {
+                ops.push(Op::RemoveFrontend((*p).clone()));
+            }
         }
+        for w in wanted {
+            if !present.iter().any(|p| same_path(p, w)) {
+                ops.push(Op::AddFrontend(w.spelled(alias)));
+            }
+        }
+        return;
+    }
+    // A swap, to the other spelling (to the exact one from a mixed state).
+    let alias = spelling.is_some_and(|s| !s);
+    let mut new: Vec<Frontend> = wanted
+        .iter()
+        .map(|w| w.spelled(alias))
+        .filter(|w| !present.iter().any(|p| *p == w))
+        .collect();
+    let mut old: Vec<Frontend> = present
+        .iter()
+        .filter(|p| !new.contains(p) && !wanted.iter().any(|w| w.spelled(alias) == ***p))
+        .map(|p| (*p).clone())
+        .collect();
+    let specificity = |f: &Frontend| f.path_prefix.len();
+    if alias {
+        // The exact spelling empties least specific first.
+        old.sort_by_key(specificity);
+    } else {
+        // The exact spelling fills most specific first.
+        new.sort_by_key(|f| std::cmp::Reverse(specificity(f)));
+    }
+    let steps = |list: &[Frontend], ordered: bool| -> Vec<u16> {
+        let mut steps = Vec::with_capacity(list.len());
+        let mut step = 0u16;
+        for (i, f) in list.iter().enumerate() {
+            if ordered && i > 0 && specificity(&list[i - 1]) != specificity(f) {
+                step = step.saturating_add(1);
+            }
+            steps.push(step);
+        }
+        steps
+    };
+    let last_add = steps(&new, !alias).last().copied().unwrap_or(0);
+    for (frontend, step) in new.iter().zip(steps(&new, !alias)) {
+        ops.push(Op::SwapFrontend {
+            frontend: frontend.clone(),
+            add: true,
+            step,
+        });
+    }
+    for (frontend, step) in old.iter().zip(steps(&old, alias)) {
+        ops.push(Op::SwapFrontend {
+            frontend: frontend.clone(),
+            add: false,
+            step: last_add.saturating_add(1).saturating_add(step),
+        });
     }
 }
 
@@ -322,6 +487,7 @@ pub(crate) mod tests {
                 }],
                 health: None,
                 hsts: None,
+                policy: None,
             })
             .collect();
         crate::workspace::test_workspace(std::path::Path::new("/tls"), routes)
@@ -344,7 +510,14 @@ pub(crate) mod tests {
             .iter()
             .map(|c| (c.names.iter().next().unwrap().clone(), c.clone()))
             .collect();
-        crate::desired::build(ws, &BTreeMap::new(), &certificates, None).0
+        crate::desired::build(
+            ws,
+            &BTreeMap::new(),
+            &certificates,
+            &Default::default(),
+            None,
+        )
+        .0
     }
 
     fn converge(actual: &mut Actual, desired: &Desired) -> Vec<Op> {
@@ -456,6 +629,8 @@ pub(crate) mod tests {
             cluster_id: Some("operator-app".into()),
             tags: Default::default(),
             hsts: None,
+            policy: None,
+            alias: false,
         });
         actual.certificates.entry(https).or_default().insert(
             &"ff".repeat(32),
@@ -642,15 +817,27 @@ pub(crate) mod tests {
             cluster_id: "pi-a.in.example.org".into(),
             check
         }));
-        // The HTTPS frontend's policy changed: it goes, and comes back with the override.
+        // The HTTPS frontend's policy changed: its successor comes under the host's other
+        // spelling, then it goes.
         let added = ops.iter().find_map(|o| match o {
-            Op::AddFrontend(f) if f.protocol == Protocol::Https => Some(f),
+            Op::SwapFrontend {
+                frontend: f,
+                add: true,
+                ..
+            } if f.protocol == Protocol::Https => Some(f),
             _ => None,
         });
         assert_eq!(
             added.and_then(|f| f.hsts),
             Some(crate::sozu_state::Hsts::OFF)
         );
+        assert!(added.is_some_and(|f| f.alias));
+        let removed = position(
+            &ops,
+            |o| matches!(o, Op::SwapFrontend { add: false, frontend, .. } if !frontend.alias),
+        );
+        let swapped_in = position(&ops, |o| matches!(o, Op::SwapFrontend { add: true, .. }));
+        assert!(swapped_in < removed, "added before the old one goes");
         assert!(
             plan(&actual, &desired(&ws, std::slice::from_ref(&c))).is_empty(),
             "converged"
@@ -707,7 +894,13 @@ pub(crate) mod tests {
     #[test]
     fn a_route_without_a_certificate_gets_no_frontend_yet() {
         let ws = workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]);
-        let (want, held) = crate::desired::build(&ws, &BTreeMap::new(), &BTreeMap::new(), None);
+        let (want, held) = crate::desired::build(
+            &ws,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &Default::default(),
+            None,
+        );
         assert!(want.frontends.is_empty());
         assert_eq!(held.len(), 1);
         assert!(want.clusters.contains_key("pi-a.in.example.org"));
@@ -748,5 +941,63 @@ pub(crate) mod tests {
             listeners_need_restart(&actual, &want),
             [format!("{https}: min_tls_version")]
         );
+    }
+
+    /// A host with nested routes swaps spellings in an order that routes every request as the
+    /// workspace says at each step: to the pattern spelling, the exact one empties least specific
+    /// first; back, the exact one fills most specific first.
+    #[test]
+    fn a_changed_frontend_swaps_its_hosts_spelling_in_a_safe_order() {
+        let routes = [
+            ("a.in.example.org", "/", "10.0.0.1:80"),
+            ("a.in.example.org", "/api", "10.0.0.2:80"),
+            ("a.in.example.org", "/api/v2", "10.0.0.3:80"),
+        ];
+        let mut ws = workspace(&routes);
+        let c = cert("a.in.example.org", 1);
+        let mut actual = Actual::default();
+        converge(&mut actual, &desired(&ws, std::slice::from_ref(&c)));
+        let https_steps = |ops: &[Op]| -> Vec<(bool, String, bool)> {
+            ops.iter()
+                .filter_map(|o| match o {
+                    Op::SwapFrontend { frontend, add, .. }
+                        if frontend.protocol == Protocol::Https =>
+                    {
+                        Some((*add, frontend.path_prefix.clone(), frontend.alias))
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        ws.headers.response.set.insert("X-A".into(), "1".into());
+        let ops = converge(&mut actual, &desired(&ws, std::slice::from_ref(&c)));
+        let removals: Vec<String> = https_steps(&ops)
+            .into_iter()
+            .filter(|(add, _, _)| !add)
+            .map(|(_, path, _)| path)
+            .collect();
+        assert_eq!(removals, ["/", "/api", "/api/v2"]);
+        assert!(actual
+            .frontends
+            .iter()
+            .filter(|f| f.protocol == Protocol::Https)
+            .all(|f| f.alias));
+        // Phases are strictly ordered: each removal is a phase after the one before.
+        let phases: Vec<u32> = ops
+            .iter()
+            .filter(|o| matches!(o, Op::SwapFrontend { add: false, .. }))
+            .map(phase)
+            .collect();
+        assert!(phases.windows(2).all(|w| w[0] < w[1]), "{phases:?}");
+
+        ws.headers.response.set.insert("X-A".into(), "2".into());
+        let ops = converge(&mut actual, &desired(&ws, std::slice::from_ref(&c)));
+        let additions: Vec<String> = https_steps(&ops)
+            .into_iter()
+            .filter(|(add, _, alias)| *add && !alias)
+            .map(|(_, path, _)| path)
+            .collect();
+        assert_eq!(additions, ["/api/v2", "/api", "/"]);
+        assert!(plan(&actual, &desired(&ws, &[c])).is_empty(), "converged");
     }
 }

@@ -4,8 +4,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
+use std::sync::Arc;
+
 use crate::sozu_state::{
-    Backend, Certificate, ClientAuthState, Frontend, HealthCheck, Hsts, ListenerSettings, Protocol,
+    Backend, Certificate, ClientAuthState, ClusterPolicy, Frontend, HealthCheck, Hsts,
+    ListenerSettings, Protocol,
 };
 
 /// One request to sozu.
@@ -39,8 +42,26 @@ pub enum Op {
         address: SocketAddr,
         hsts: Option<Hsts>,
     },
+    /// Adds a cluster, or sets the policy of one sozu holds (sozu takes a cluster again as an
+    /// update).
     AddCluster {
         id: String,
+        policy: Option<Arc<ClusterPolicy>>,
+    },
+    /// The error pages of a listener, replaced status by status (sozu keeps a page it is not
+    /// sent again: see `crate::plan`).
+    SetListenerAnswers {
+        protocol: Protocol,
+        address: SocketAddr,
+        answers: BTreeMap<String, Arc<str>>,
+    },
+    /// One step of a frontend swap: a host's frontends added under the spelling the host does
+    /// not use (`add`), then the ones they replace removed, `step` ordering the steps of one
+    /// swap (see `crate::plan`, "Frontend swaps").
+    SwapFrontend {
+        frontend: Frontend,
+        add: bool,
+        step: u16,
     },
     SetHealthCheck {
         cluster_id: String,
@@ -119,7 +140,32 @@ impl Op {
                 Some(header) => format!("set hsts `{header}` on listener {address}"),
                 None => format!("turn hsts off on listener {address}"),
             },
-            Op::AddCluster { id } => format!("add cluster {id}"),
+            Op::AddCluster { id, policy } => match policy {
+                Some(p) => format!(
+                    "add cluster {id} ({} credential(s), {} error page(s))",
+                    p.authorized_hashes.len(),
+                    p.answers.len()
+                ),
+                None => format!("add cluster {id}"),
+            },
+            Op::SetListenerAnswers {
+                protocol,
+                address,
+                answers,
+            } => format!(
+                "set the error pages of {protocol} listener {address} ({})",
+                answers.keys().cloned().collect::<Vec<_>>().join(", ")
+            ),
+            Op::SwapFrontend {
+                frontend: f, add, ..
+            } => format!(
+                "{} {} frontend {}{} on {} (swap)",
+                if *add { "add" } else { "remove" },
+                f.protocol,
+                f.sozu_hostname(),
+                f.path_prefix,
+                f.address
+            ),
             Op::SetHealthCheck { cluster_id, .. } => format!("set health check of {cluster_id}"),
             Op::RemoveHealthCheck { cluster_id } => {
                 format!("remove health check of {cluster_id}")
@@ -230,8 +276,11 @@ impl Scope {
 pub fn scope_of(op: &Op) -> Scope {
     let mut scope = Scope::default();
     match op {
-        Op::AddCluster { id } | Op::RemoveCluster { id } => {
+        Op::AddCluster { id, .. } | Op::RemoveCluster { id } => {
             scope.clusters.insert(id.clone());
+        }
+        Op::SwapFrontend { frontend, .. } => {
+            scope.hosts.insert(frontend.hostname.clone());
         }
         Op::AddBackend { cluster_id, .. }
         | Op::RemoveBackend { cluster_id, .. }
@@ -251,6 +300,7 @@ pub fn scope_of(op: &Op) -> Scope {
         | Op::SetClientAuth { .. }
         | Op::ActivateListener { .. }
         | Op::SetListenerHsts { .. }
+        | Op::SetListenerAnswers { .. }
         | Op::RemoveCertificate { .. } => {
             scope.everything = true;
         }
@@ -267,12 +317,13 @@ pub fn summary(ops: &[Op]) -> BTreeMap<&'static str, usize> {
             | Op::PatchListener { .. }
             | Op::SetClientAuth { .. }
             | Op::ActivateListener { .. }
-            | Op::SetListenerHsts { .. } => "listeners",
+            | Op::SetListenerHsts { .. }
+            | Op::SetListenerAnswers { .. } => "listeners",
             Op::AddCluster { .. } | Op::RemoveCluster { .. } => "clusters",
             Op::SetHealthCheck { .. } | Op::RemoveHealthCheck { .. } => "health checks",
             Op::AddBackend { .. } | Op::RemoveBackend { .. } => "backends",
             Op::CloseSessions { .. } => "sessions",
-            Op::AddFrontend(_) | Op::RemoveFrontend(_) => "frontends",
+            Op::AddFrontend(_) | Op::RemoveFrontend(_) | Op::SwapFrontend { .. } => "frontends",
             Op::AddCertificate { .. }
             | Op::ReplaceCertificate { .. }
             | Op::RemoveCertificate { .. } => "certificates",

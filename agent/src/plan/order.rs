@@ -5,22 +5,32 @@ use super::Op;
 use crate::sozu_state::Protocol;
 
 /// Which step of the plan's order an operation belongs to. Operations of one phase are
-/// independent of each other and may be sent concurrently; phases go strictly in order.
-pub fn phase(op: &Op) -> u8 {
-    match op {
+/// independent of each other and may be sent concurrently; phases go strictly in order. The
+/// steps of a frontend swap are phases of their own, in their order, after the frontends added.
+pub fn phase(op: &Op) -> u32 {
+    let base: u32 = match op {
         Op::AddListener { .. } => 0,
         Op::ActivateListener { .. } => 1,
-        Op::SetListenerHsts { .. } | Op::PatchListener { .. } | Op::SetClientAuth { .. } => 2,
+        Op::SetListenerHsts { .. }
+        | Op::PatchListener { .. }
+        | Op::SetClientAuth { .. }
+        | Op::SetListenerAnswers { .. } => 2,
         Op::AddCluster { .. } => 3,
         Op::AddBackend { .. } | Op::SetHealthCheck { .. } | Op::RemoveHealthCheck { .. } => 4,
         Op::AddCertificate { .. } | Op::ReplaceCertificate { .. } => 5,
         Op::RemoveCertificate { .. } => 6,
         Op::RemoveFrontend(_) => 7,
         Op::AddFrontend(_) => 8,
-        Op::RemoveBackend { .. } => 9,
-        Op::CloseSessions { .. } => 10,
-        Op::RemoveCluster { .. } => 11,
-    }
+        Op::SwapFrontend { .. } => 9,
+        Op::RemoveBackend { .. } => 10,
+        Op::CloseSessions { .. } => 11,
+        Op::RemoveCluster { .. } => 12,
+    };
+    let step = match op {
+        Op::SwapFrontend { add, step, .. } => u32::from(*step) * 2 + u32::from(!*add),
+        _ => 0,
+    };
+    (base << 20) | step
 }
 
 /// True when `later` must not be sent once `failed` was refused: a frontend needs its cluster,
@@ -28,16 +38,39 @@ pub fn phase(op: &Op) -> u8 {
 pub fn depends_on(later: &Op, failed: &Op) -> bool {
     if let (
         Op::SetHealthCheck { cluster_id, .. } | Op::AddBackend { cluster_id, .. },
-        Op::AddCluster { id },
+        Op::AddCluster { id, .. },
     ) = (later, failed)
     {
         return cluster_id == id;
     }
-    let Op::AddFrontend(frontend) = later else {
-        return false;
+    // A frontend swap's removals wait for every addition of the same host's swap: the old
+    // frontends keep serving until their successors are in.
+    if let (
+        Op::SwapFrontend {
+            frontend: old,
+            add: false,
+            ..
+        },
+        Op::SwapFrontend {
+            frontend: new,
+            add: true,
+            ..
+        },
+    ) = (later, failed)
+    {
+        return old.hostname == new.hostname && old.address == new.address;
+    }
+    let frontend = match later {
+        Op::AddFrontend(frontend)
+        | Op::SwapFrontend {
+            frontend,
+            add: true,
+            ..
+        } => frontend,
+        _ => return false,
     };
     match failed {
-        Op::AddCluster { id } => frontend.cluster_id.as_ref() == Some(id),
+        Op::AddCluster { id, .. } => frontend.cluster_id.as_ref() == Some(id),
         Op::AddCertificate { certificate, .. } | Op::ReplaceCertificate { certificate, .. } => {
             frontend.protocol == Protocol::Https && certificate.names.contains(&frontend.hostname)
         }

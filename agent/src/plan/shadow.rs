@@ -45,9 +45,44 @@ pub fn apply(actual: &mut Actual, op: &Op) {
                 l.1 = true;
             }
         }
-        Op::AddCluster { id } => {
+        Op::AddCluster { id, policy } => {
             actual.clusters.insert(id.clone());
             actual.backends.entry(id.clone()).or_default();
+            // sozu keeps an error page it is not sent again (see `crate::plan`).
+            let held = actual.cluster_policies.remove(id);
+            let mut now = policy.as_deref().cloned().unwrap_or_default();
+            for (status, page) in held.iter().flat_map(|p| p.answers.iter()) {
+                now.answers
+                    .entry(status.clone())
+                    .or_insert_with(|| page.clone());
+            }
+            if !now.is_empty() {
+                actual
+                    .cluster_policies
+                    .insert(id.clone(), std::sync::Arc::new(now));
+            }
+        }
+        Op::SetListenerAnswers {
+            address, answers, ..
+        } => {
+            let held = actual.listener_answers.entry(*address).or_default();
+            for (status, page) in answers {
+                held.insert(status.clone(), page.clone());
+            }
+        }
+        Op::SwapFrontend {
+            frontend,
+            add: true,
+            ..
+        } => {
+            actual.frontends.insert(frontend.clone());
+        }
+        Op::SwapFrontend {
+            frontend,
+            add: false,
+            ..
+        } => {
+            actual.frontends.remove(frontend);
         }
         Op::AddBackend {
             cluster_id,
@@ -71,6 +106,7 @@ pub fn apply(actual: &mut Actual, op: &Op) {
             actual.clusters.remove(id);
             actual.backends.remove(id);
             actual.health_checks.remove(id);
+            actual.cluster_policies.remove(id);
         }
         Op::SetListenerHsts { address, hsts } => match hsts {
             Some(hsts) => {

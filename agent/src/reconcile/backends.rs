@@ -216,7 +216,17 @@ impl Ledger {
 fn expected_change(op: &Op) -> Option<(ChangeKind, Option<String>)> {
     let cluster = |id: &Option<String>| id.clone();
     Some(match op {
-        Op::AddCluster { id } => (ChangeKind::ClusterAdded, Some(id.clone())),
+        Op::AddCluster { id, .. } => (ChangeKind::ClusterAdded, Some(id.clone())),
+        Op::SwapFrontend {
+            frontend: f,
+            add: true,
+            ..
+        } => (ChangeKind::FrontendAdded, cluster(&f.cluster_id)),
+        Op::SwapFrontend {
+            frontend: f,
+            add: false,
+            ..
+        } => (ChangeKind::FrontendRemoved, cluster(&f.cluster_id)),
         Op::RemoveCluster { id } => (ChangeKind::ClusterRemoved, Some(id.clone())),
         Op::AddFrontend(f) => (ChangeKind::FrontendAdded, cluster(&f.cluster_id)),
         Op::RemoveFrontend(f) => (ChangeKind::FrontendRemoved, cluster(&f.cluster_id)),
@@ -243,7 +253,13 @@ mod tests {
     fn the_agents_own_changes_are_not_drift_and_others_are() {
         let now = Instant::now();
         let mut ledger = Ledger::default();
-        ledger.sent(&Op::AddCluster { id: "pi-a".into() }, now);
+        ledger.sent(
+            &Op::AddCluster {
+                id: "pi-a".into(),
+                policy: None,
+            },
+            now,
+        );
         let added = change(ChangeKind::ClusterAdded, "pi-a");
         // Reported when accepted, and when applied.
         assert_eq!(ledger.reported(&added, now), Drift::None);

@@ -95,6 +95,8 @@ pub struct Agent<P, C> {
     pub(super) listeners_need_restart: Vec<String>,
     /// The CA and CRLs of `listeners.client_auth`, as last read good.
     pub(super) client_auth: super::client_auth::ClientAuthTracker,
+    /// The basic-auth users files and error pages, as last read good.
+    pub(super) policy_files: super::policy_files::PolicyFilesTracker,
     pub(super) status: SharedStatus,
     /// Beaten at every turn of the loop: `/healthz` reads it.
     heartbeat: Heartbeat,
@@ -127,6 +129,8 @@ pub struct Work {
     pub resync: bool,
     /// The client-auth files said something new: the model takes it at the next pass.
     pub client_auth: bool,
+    /// The policies' files said something new: the model takes them at the next pass.
+    pub policy_files: bool,
     /// Only what is shown changed.
     pub publish: bool,
 }
@@ -179,6 +183,7 @@ impl Work {
             || self.check_generation
             || self.resync
             || self.client_auth
+            || self.policy_files
     }
 
     /// Whether the pass is about certificates alone: it trusts the shadow of sozu's state.
@@ -192,6 +197,7 @@ impl Work {
             && !self.check_generation
             && !self.resync
             && !self.client_auth
+            && !self.policy_files
     }
 }
 
@@ -224,6 +230,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             last_converged: None,
             listeners_need_restart: Vec::new(),
             client_auth: Default::default(),
+            policy_files: Default::default(),
             status,
             heartbeat: Heartbeat::default(),
             issuer: None,
@@ -382,6 +389,21 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 self.client_auth.absorb(*files);
                 work.publish = true;
                 work.client_auth = true;
+            }
+            Fact::PolicyFiles(reads) => {
+                for (path, reason) in reads
+                    .users
+                    .iter()
+                    .map(|(p, r)| (p, r.as_ref().err()))
+                    .chain(reads.pages.iter().map(|(p, r)| (p, r.as_ref().err())))
+                    .filter_map(|(p, r)| Some((p, r?)))
+                {
+                    tracing::warn!(file = %path.display(), %reason,
+                        "a policy file is refused; its last good version stays");
+                }
+                self.policy_files.absorb(*reads);
+                work.publish = true;
+                work.policy_files = true;
             }
             Fact::SozuSocket => work.check_generation = true,
             Fact::Sozu(event) => self.absorb_event(event, work),

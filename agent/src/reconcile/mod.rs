@@ -25,6 +25,7 @@ pub mod driver;
 pub mod model;
 pub mod pass;
 pub mod policy;
+pub mod policy_files;
 mod publish;
 pub mod readiness;
 pub mod sync;

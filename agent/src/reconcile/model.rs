@@ -12,6 +12,7 @@ use crate::sozu_state::{Actual, Desired};
 use crate::workspace::{Route, Workspace};
 
 use super::client_auth::ClientAuthTracker;
+use super::policy_files::PolicyFilesTracker;
 use super::trackers::{CertTracker, DnsTracker};
 
 pub struct Model {
@@ -26,6 +27,8 @@ pub struct Model {
     unresolved: BTreeSet<String>,
     /// The client-auth tracker's generation the desired state follows; `None` when built.
     client_auth_generation: Option<u64>,
+    /// The policy-files tracker's generation the desired state follows.
+    policy_files_generation: u64,
 }
 
 impl Model {
@@ -33,10 +36,16 @@ impl Model {
         workspace: Arc<Workspace>,
         dns: &DnsTracker,
         certs: &CertTracker,
+        files: &PolicyFilesTracker,
         actual: &Actual,
     ) -> Model {
-        let (desired, held) =
-            desired::build(&workspace, dns.resolved(), certs.last_good(), Some(actual));
+        let (desired, held) = desired::build(
+            &workspace,
+            dns.resolved(),
+            certs.last_good(),
+            files.files(),
+            Some(actual),
+        );
         let mut routes_by_host: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         let mut routes_by_name: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         let mut routes_by_id = BTreeMap::new();
@@ -64,7 +73,36 @@ impl Model {
             routes_by_id,
             unresolved,
             client_auth_generation: None,
+            policy_files_generation: files.generation(),
         }
+    }
+
+    /// The clusters' and listeners' policies, with the files as `tracker` last read them good,
+    /// when the tracker moved since: the clusters whose policy changed, and every listener
+    /// when their error pages did.
+    pub fn follow_policy_files(&mut self, tracker: &PolicyFilesTracker) -> Scope {
+        if self.policy_files_generation == tracker.generation() {
+            return Scope::default();
+        }
+        self.policy_files_generation = tracker.generation();
+        let before = std::mem::take(&mut self.desired.cluster_policies);
+        let listeners_before = self.desired.listener_answers.clone();
+        desired::policies(
+            &mut self.desired,
+            &self.workspace,
+            desired::Files::Loaded(tracker.files()),
+        );
+        let after = &self.desired.cluster_policies;
+        let mut scope = Scope {
+            everything: listeners_before != self.desired.listener_answers,
+            ..Scope::default()
+        };
+        for id in before.keys().chain(after.keys()) {
+            if before.get(id) != after.get(id) {
+                scope.clusters.insert(id.clone());
+            }
+        }
+        scope
     }
 
     /// The HTTPS listener's client certificates, as `tracker` wants them, taken when the model
@@ -189,6 +227,8 @@ pub fn changes(old: &Workspace, new: &Workspace) -> Scope {
         || old.listener_policy != new.listener_policy
         || old.zone != new.zone
         || old.hsts != new.hsts
+        || old.headers != new.headers
+        || old.error_pages != new.error_pages
     {
         return Scope::everything();
     }

@@ -112,7 +112,13 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                     Scope::default()
                 } else {
                     let old = model.workspace().clone();
-                    *model = Model::build(workspace.clone(), &self.dns, &self.certs, actual);
+                    *model = Model::build(
+                        workspace.clone(),
+                        &self.dns,
+                        &self.certs,
+                        &self.policy_files,
+                        actual,
+                    );
                     model::changes(&old, &workspace)
                 };
                 for host in &work.hosts {
@@ -135,6 +141,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                     workspace.clone(),
                     &self.dns,
                     &self.certs,
+                    &self.policy_files,
                     actual,
                 ));
                 Scope::everything()
@@ -145,6 +152,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             if model.follow_client_auth(&self.client_auth) {
                 scope = Scope::everything();
             }
+            scope.extend(model.follow_policy_files(&self.policy_files));
         }
         step_took(started, "desired state updated");
         let Some(model) = &self.model else {

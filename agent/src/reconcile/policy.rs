@@ -229,6 +229,8 @@ mod tests {
                 cluster_id: Some(format!("pi-{host}")),
                 tags: Default::default(),
                 hsts: None,
+                policy: None,
+                alias: false,
             })
         };
         let plan = vec![

@@ -45,7 +45,7 @@ impl FakeSozu {
     /// process accepts it, and when its workers have applied it).
     fn report(&self, op: &Op) {
         let (kind, cluster_id) = match op {
-            Op::AddCluster { id } => (ChangeKind::ClusterAdded, Some(id.clone())),
+            Op::AddCluster { id, .. } => (ChangeKind::ClusterAdded, Some(id.clone())),
             Op::RemoveCluster { id } => (ChangeKind::ClusterRemoved, Some(id.clone())),
             Op::AddFrontend(f) => (ChangeKind::FrontendAdded, f.cluster_id.clone()),
             Op::RemoveFrontend(f) => (ChangeKind::FrontendRemoved, f.cluster_id.clone()),
@@ -127,6 +127,7 @@ impl Proxy for Fake {
             exists: s.actual.clusters.contains(&id),
             backends: s.actual.backends.get(&id).cloned().unwrap_or_default(),
             health_check: s.actual.health_checks.get(&id).cloned(),
+            policy: s.actual.cluster_policies.get(&id).cloned(),
             frontends: s
                 .actual
                 .frontends
@@ -1029,8 +1030,13 @@ async fn incremental_passes_end_where_a_full_recomputation_would() {
                 continue;
             };
             let actual = h.sozu.0.lock().unwrap().actual.clone();
-            let (expected, _) =
-                crate::desired::build(ws, &mirror.resolved, &mirror.last_good, Some(&actual));
+            let (expected, _) = crate::desired::build(
+                ws,
+                &mirror.resolved,
+                &mirror.last_good,
+                &Default::default(),
+                Some(&actual),
+            );
             let missing = crate::plan::plan(&actual, &expected);
             assert!(
                 missing.is_empty(),

@@ -14,6 +14,7 @@
 
 pub mod client_auth;
 pub mod dns;
+pub mod policy_files;
 pub mod resolver;
 pub mod sozu_events;
 pub mod sozu_socket;
@@ -63,6 +64,8 @@ pub enum Fact {
     Sozu(sozu_events::SozuEvent),
     /// The CA and CRL files of `listeners.client_auth` were read again and say something new.
     ClientAuth(Box<client_auth::ClientAuthFiles>),
+    /// The basic-auth users files and error pages were read again and say something new.
+    PolicyFiles(Box<policy_files::PolicyFileReads>),
     /// A file watcher's queue overflowed and events were lost; its source has read everything
     /// again.
     WatchOverflow,

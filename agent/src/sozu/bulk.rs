@@ -43,6 +43,8 @@ fn delivery_of(op: &Op) -> Delivery {
         | Op::SetClientAuth { .. }
         | Op::ActivateListener { .. }
         | Op::SetListenerHsts { .. }
+        | Op::SetListenerAnswers { .. }
+        | Op::SwapFrontend { .. }
         | Op::AddCertificate { .. }
         | Op::ReplaceCertificate { .. }
         | Op::RemoveCertificate { .. } => Delivery::Request,

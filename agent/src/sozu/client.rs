@@ -47,6 +47,7 @@ pub struct SozuClient {
 struct ClusterRead {
     backends: BTreeMap<String, Backend>,
     health_check: Option<HealthCheck>,
+    policy: Option<std::sync::Arc<crate::sozu_state::ClusterPolicy>>,
     frontends: Vec<Frontend>,
     exists: bool,
 }
@@ -253,6 +254,9 @@ impl SozuClient {
                     actual
                         .listener_settings
                         .insert(address, common(&l.interface, l.expect_proxy, timeouts));
+                    actual
+                        .listener_answers
+                        .insert(address, answers_of(&l.answers));
                 }
                 for l in list.https_listeners.values() {
                     let address = l.address.into();
@@ -281,6 +285,9 @@ impl SozuClient {
                             ..common(&l.interface, l.expect_proxy, timeouts)
                         },
                     );
+                    actual
+                        .listener_answers
+                        .insert(address, answers_of(&l.answers));
                     if let Some(hsts) = l.hsts.as_ref().and_then(hsts_of) {
                         actual.hsts.insert(l.address.into(), hsts);
                     }
@@ -340,6 +347,9 @@ impl SozuClient {
             if let Some(check) = &cluster.health_check {
                 actual.health_checks.insert(id.clone(), check.clone());
             }
+            if let Some(policy) = &cluster.policy {
+                actual.cluster_policies.insert(id.clone(), policy.clone());
+            }
         }
 
         let certificates = self.request(RequestType::QueryCertificatesFromTheState(
@@ -377,6 +387,7 @@ impl SozuClient {
             exists: read.exists,
             backends: read.backends,
             health_check: read.health_check,
+            policy: read.policy,
             frontends: read.frontends,
         })
     }
@@ -401,6 +412,10 @@ impl SozuClient {
                         .as_ref()
                         .and_then(|c| c.health_check.as_ref())
                         .map(health_check_of);
+                    read.policy = info
+                        .configuration
+                        .as_ref()
+                        .and_then(super::request::cluster_policy_of);
                     for b in info.backends {
                         let weight = b
                             .load_balancing_parameters
@@ -544,19 +559,32 @@ fn acknowledged(message: &str) -> Option<(usize, usize)> {
     Some((ok, errors))
 }
 
+/// A listener's error pages as sozu lists them (an empty one is no page).
+fn answers_of(answers: &BTreeMap<String, String>) -> BTreeMap<String, std::sync::Arc<str>> {
+    answers
+        .iter()
+        .filter(|(_, page)| !page.is_empty())
+        .map(|(status, page)| (status.clone(), std::sync::Arc::from(page.as_str())))
+        .collect()
+}
+
 /// A frontend as sozu lists it.
 fn frontend_of(
     protocol: Protocol,
     f: sozu_command_lib::proto::command::RequestHttpFrontend,
 ) -> Frontend {
+    let (hostname, alias) = Frontend::parse_sozu_hostname(&f.hostname);
+    let policy = super::request::frontend_policy_of(&f);
     Frontend {
         protocol,
         address: f.address.into(),
-        hostname: f.hostname,
+        hostname,
         path_prefix: f.path.value,
         cluster_id: f.cluster_id,
         tags: f.tags.into_iter().collect(),
         hsts: super::request::frontend_hsts_of(f.hsts.as_ref()),
+        policy,
+        alias,
     }
 }
 
@@ -617,7 +645,10 @@ mod tests {
             other_names: std::sync::Arc::from([]),
         };
         let ops = [
-            Op::AddCluster { id: "pi-a".into() },
+            Op::AddCluster {
+                id: "pi-a".into(),
+                policy: None,
+            },
             Op::AddCertificate {
                 address: "127.0.0.1:8443".parse().unwrap(),
                 certificate,

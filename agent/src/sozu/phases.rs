@@ -177,10 +177,10 @@ mod tests {
         let want = desired(&ws, &certs);
         let ops = plan(&Actual::default(), &want);
         // Phases are contiguous in a plan.
-        let phases: Vec<u8> = ops.iter().map(phase).collect();
+        let phases: Vec<u32> = ops.iter().map(phase).collect();
         assert!(phases.windows(2).all(|w| w[0] <= w[1]), "{phases:?}");
         let sent = std::sync::Mutex::new(Actual::default());
-        let seen_phase = std::sync::Mutex::new(0u8);
+        let seen_phase = std::sync::Mutex::new(0u32);
         let outcomes = send_in_phases(&ops, 4, |_, op| {
             let mut last = seen_phase.lock().unwrap();
             assert!(

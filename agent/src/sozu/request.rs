@@ -3,18 +3,22 @@
 use sozu_command_lib::config::ListenerBuilder;
 use sozu_command_lib::proto::command::{
     request::RequestType, ActivateListener, AddBackend, AddCertificate, CertificateAndKey,
-    ClientAuthMode, ClientAuthPolicy, CloseSessions, Cluster, HealthCheckConfig, HealthCheckMode,
-    HstsConfig, HttpStatusRange, ListenerType, LoadBalancingParams, PathRule, RemoveBackend,
-    RemoveCertificate, ReplaceCertificate, RequestHttpFrontend, RulePosition, SetHealthCheck,
-    TlsVersion, UpdateHttpListenerConfig, UpdateHttpsListenerConfig,
+    ClientAuthMode, ClientAuthPolicy, CloseSessions, Cluster, Header, HeaderPosition,
+    HealthCheckConfig, HealthCheckMode, HstsConfig, HttpStatusRange, ListenerType,
+    LoadBalancingParams, PathRule, RedirectPolicy, RedirectScheme as SozuRedirectScheme,
+    RemoveBackend, RemoveCertificate, ReplaceCertificate, RequestHttpFrontend, RulePosition,
+    SetHealthCheck, TlsVersion, UpdateHttpListenerConfig, UpdateHttpsListenerConfig,
 };
+
+use std::sync::Arc;
 
 use super::SozuError;
 use crate::plan::Op;
 use crate::sozu_state::{
-    Address, Backend, Certificate, ClientAuthState, Frontend, HealthCheck, Hsts, ListenerSettings,
-    Probe, Protocol, UNIX_BACKEND_IDENTITY,
+    Address, Backend, Certificate, ClientAuthState, ClusterPolicy, Frontend, FrontendPolicy,
+    HeaderEdit, HealthCheck, Hsts, ListenerSettings, Probe, Protocol, UNIX_BACKEND_IDENTITY,
 };
+use crate::workspace::RedirectScheme;
 
 /// A policy as sozu takes it. Off is `enabled = false`, which on a frontend suppresses the
 /// listener's policy.
@@ -119,11 +123,90 @@ pub fn health_check_of(config: &HealthCheckConfig) -> HealthCheck {
     }
 }
 
+/// A redirect status as sozu's policy.
+fn redirect_policy(status: u16) -> RedirectPolicy {
+    match status {
+        302 => RedirectPolicy::Found,
+        308 => RedirectPolicy::PermanentRedirect,
+        _ => RedirectPolicy::Permanent,
+    }
+}
+
+fn redirect_scheme(scheme: RedirectScheme) -> SozuRedirectScheme {
+    match scheme {
+        RedirectScheme::Https => SozuRedirectScheme::UseHttps,
+        RedirectScheme::Http => SozuRedirectScheme::UseHttp,
+        RedirectScheme::Same => SozuRedirectScheme::UseSame,
+    }
+}
+
+/// A frontend's policy as sozu lists it; `None` when it has none.
+pub fn frontend_policy_of(f: &RequestHttpFrontend) -> Option<Arc<FrontendPolicy>> {
+    let redirect = match f.redirect.and_then(|r| RedirectPolicy::try_from(r).ok()) {
+        Some(RedirectPolicy::Permanent) => Some(301),
+        Some(RedirectPolicy::Found) => Some(302),
+        Some(RedirectPolicy::PermanentRedirect) => Some(308),
+        _ => None,
+    };
+    let scheme = match f
+        .redirect_scheme
+        .and_then(|s| SozuRedirectScheme::try_from(s).ok())
+    {
+        Some(SozuRedirectScheme::UseHttps) => RedirectScheme::Https,
+        Some(SozuRedirectScheme::UseHttp) => RedirectScheme::Http,
+        _ => RedirectScheme::Same,
+    };
+    let policy = FrontendPolicy {
+        redirect: redirect.map(|status| (status, scheme)),
+        rewrite_host: f.rewrite_host.clone(),
+        rewrite_path: f.rewrite_path.clone(),
+        rewrite_port: f.rewrite_port.and_then(|p| u16::try_from(p).ok()),
+        headers: f
+            .headers
+            .iter()
+            .map(|h| HeaderEdit {
+                response: h.position == HeaderPosition::Response as i32,
+                name: h.key.clone(),
+                value: h.val.clone(),
+            })
+            .collect(),
+        required_auth: f.required_auth.unwrap_or(false),
+    };
+    (!policy.is_empty()).then(|| Arc::new(policy))
+}
+
 fn frontend_request(f: &Frontend) -> RequestHttpFrontend {
+    let policy = f.policy.as_deref();
     RequestHttpFrontend {
         cluster_id: f.cluster_id.clone(),
         address: f.address.into(),
-        hostname: f.hostname.clone(),
+        hostname: f.sozu_hostname(),
+        redirect: policy
+            .and_then(|p| p.redirect)
+            .map(|(status, _)| redirect_policy(status) as i32),
+        redirect_scheme: policy
+            .and_then(|p| p.redirect)
+            .map(|(_, scheme)| redirect_scheme(scheme) as i32),
+        rewrite_host: policy.and_then(|p| p.rewrite_host.clone()),
+        rewrite_path: policy.and_then(|p| p.rewrite_path.clone()),
+        rewrite_port: policy.and_then(|p| p.rewrite_port).map(u32::from),
+        required_auth: policy.and_then(|p| p.required_auth.then_some(true)),
+        headers: policy
+            .map(|p| {
+                p.headers
+                    .iter()
+                    .map(|h| Header {
+                        position: if h.response {
+                            HeaderPosition::Response
+                        } else {
+                            HeaderPosition::Request
+                        } as i32,
+                        key: h.name.clone(),
+                        val: h.value.clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
         path: PathRule::prefix(f.path_prefix.clone()),
         position: RulePosition::Tree as i32,
         tags: f
@@ -134,6 +217,45 @@ fn frontend_request(f: &Frontend) -> RequestHttpFrontend {
         hsts: f.hsts.as_ref().map(|h| hsts_config(Some(h))),
         ..Default::default()
     }
+}
+
+/// A route's cluster: HTTP redirected to HTTPS, and its policy.
+pub fn cluster(id: &str, policy: Option<&ClusterPolicy>) -> Cluster {
+    let none = ClusterPolicy::default();
+    let policy = policy.unwrap_or(&none);
+    Cluster {
+        cluster_id: id.to_owned(),
+        sticky_session: false,
+        https_redirect: true,
+        authorized_hashes: policy.authorized_hashes.clone(),
+        www_authenticate: policy.www_authenticate.clone(),
+        max_connections_per_ip: policy.max_connections_per_ip,
+        max_connections_per_subnet: policy.max_connections_per_subnet,
+        retry_after: policy.retry_after,
+        answers: policy
+            .answers
+            .iter()
+            .map(|(status, page)| (status.clone(), page.to_string()))
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// A cluster's policy as sozu holds it; `None` when it has none.
+pub fn cluster_policy_of(c: &Cluster) -> Option<Arc<ClusterPolicy>> {
+    let policy = ClusterPolicy {
+        authorized_hashes: c.authorized_hashes.clone(),
+        www_authenticate: c.www_authenticate.clone(),
+        max_connections_per_ip: c.max_connections_per_ip,
+        max_connections_per_subnet: c.max_connections_per_subnet,
+        retry_after: c.retry_after,
+        answers: c
+            .answers
+            .iter()
+            .map(|(s, page)| (s.clone(), Arc::from(page.as_str())))
+            .collect(),
+    };
+    (!policy.is_empty()).then(|| Arc::new(policy))
 }
 
 fn certificate_and_key(c: &Certificate) -> CertificateAndKey {
@@ -307,12 +429,7 @@ pub fn to_request(op: &Op) -> Result<RequestType, SozuError> {
             backend_id: Some(backend.id.clone()),
             address: None,
         }),
-        Op::AddCluster { id } => RequestType::AddCluster(Cluster {
-            cluster_id: id.clone(),
-            sticky_session: false,
-            https_redirect: true,
-            ..Default::default()
-        }),
+        Op::AddCluster { id, policy } => RequestType::AddCluster(cluster(id, policy.as_deref())),
         Op::AddBackend {
             cluster_id,
             backend,
@@ -342,10 +459,45 @@ pub fn to_request(op: &Op) -> Result<RequestType, SozuError> {
             Protocol::Http => RequestType::AddHttpFrontend(frontend_request(f)),
             Protocol::Https => RequestType::AddHttpsFrontend(frontend_request(f)),
         },
-        Op::RemoveFrontend(f) => match f.protocol {
+        Op::RemoveFrontend(f)
+        | Op::SwapFrontend {
+            frontend: f,
+            add: false,
+            ..
+        } => match f.protocol {
             Protocol::Http => RequestType::RemoveHttpFrontend(frontend_request(f)),
             Protocol::Https => RequestType::RemoveHttpsFrontend(frontend_request(f)),
         },
+        Op::SwapFrontend {
+            frontend: f,
+            add: true,
+            ..
+        } => match f.protocol {
+            Protocol::Http => RequestType::AddHttpFrontend(frontend_request(f)),
+            Protocol::Https => RequestType::AddHttpsFrontend(frontend_request(f)),
+        },
+        Op::SetListenerAnswers {
+            protocol,
+            address,
+            answers,
+        } => {
+            let answers = answers
+                .iter()
+                .map(|(status, page)| (status.clone(), page.to_string()))
+                .collect();
+            match protocol {
+                Protocol::Https => RequestType::UpdateHttpsListener(UpdateHttpsListenerConfig {
+                    address: (*address).into(),
+                    answers,
+                    ..Default::default()
+                }),
+                Protocol::Http => RequestType::UpdateHttpListener(UpdateHttpListenerConfig {
+                    address: (*address).into(),
+                    answers,
+                    ..Default::default()
+                }),
+            }
+        }
         Op::AddCertificate {
             address,
             certificate,

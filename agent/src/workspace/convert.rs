@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use ipnet::IpNet;
 
+use super::policy::{self, RawPolicy, RoutePolicy};
 use super::*;
 use crate::sozu_state::{HealthCheck, Hsts, Probe};
 
@@ -44,6 +45,8 @@ pub enum ModelError {
     Traffic { field: &'static str, value: String },
     #[error("listeners.{field}: {reason}")]
     ListenerPolicy { field: &'static str, reason: String },
+    #[error("{0}")]
+    Policy(String),
 }
 
 /// `listeners.*` beyond the addresses. The contract checked each; what it let through that the
@@ -248,7 +251,11 @@ impl Workspace {
             None => None,
             Some(hsts) => hsts_from_raw(hsts).map_err(ModelError::Hsts)?,
         };
+        let error_pages =
+            policy::error_pages_from_raw(raw.error_pages, None).map_err(ModelError::Policy)?;
         Ok(Workspace {
+            headers: policy::headers_from_raw(raw.headers),
+            error_pages,
             zone: raw.zone,
             listeners,
             listener_policy,
@@ -435,6 +442,7 @@ impl Route {
             (Some(_), Some(_)) => {
                 return Err(fail("give `upstream` or `upstreams`, not both".into()))
             }
+            (None, None) if raw.redirect.is_some() => Vec::new(),
             (None, None) => return Err(fail("missing `upstream` (or `upstreams`)".into())),
         };
         let mut seen = std::collections::BTreeSet::new();
@@ -464,6 +472,26 @@ impl Route {
                     .unwrap_or(Hsts::OFF),
             ),
         };
+        let policy = RoutePolicy::from_raw(
+            RawPolicy {
+                redirect: raw.redirect,
+                rewrite: raw.rewrite,
+                strip_prefix: raw.strip_prefix,
+                headers: raw.headers,
+                basic_auth: raw.basic_auth,
+                limits: raw.limits,
+                error_pages: raw.error_pages,
+            },
+            &raw.host,
+            &raw.path_prefix,
+            None,
+        )
+        .map_err(fail)?;
+        if policy.redirect.is_some() && !upstreams.is_empty() {
+            return Err(fail(
+                "a route with `redirect` forwards nothing: it takes no upstream".into(),
+            ));
+        }
         Ok(Route {
             id: route_id(&raw.host, &raw.path_prefix),
             host: raw.host,
@@ -471,6 +499,7 @@ impl Route {
             upstreams,
             health,
             hsts,
+            policy: (!policy.is_empty()).then(|| Box::new(policy)),
         })
     }
 }

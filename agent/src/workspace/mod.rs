@@ -5,9 +5,11 @@
 //! instead of trusting that, because the contract file and this code can drift apart.
 
 mod convert;
+mod policy;
 mod raw;
 
 pub use convert::{dns_server, ModelError};
+pub use policy::*;
 pub use raw::*;
 
 use std::collections::BTreeMap;
@@ -80,6 +82,13 @@ pub struct Workspace {
     /// `deploy` is: the loop never reads it.
     #[serde(default)]
     pub traffic: Box<Traffic>,
+    /// Header edits of every route, before each route's own.
+    #[serde(default, skip_serializing_if = "HeaderPolicy::is_empty")]
+    pub headers: HeaderPolicy,
+    /// Error pages of every route that sets none for a status, and of sozu's own answers (the
+    /// 404 of an unknown host): the listeners' answers.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub error_pages: BTreeMap<u16, PathBuf>,
 }
 
 /// sozu's access-log stream as the agent receives it (see [`crate::traffic`]).
@@ -464,6 +473,10 @@ pub struct Route {
     /// The route's own HSTS policy, overriding the workspace's; `None` follows the workspace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hsts: Option<Hsts>,
+    /// Redirect, rewrites, headers, basic auth, limits, error pages; `None` for a route with
+    /// none (boxed: most routes have none, and a workspace may hold ten thousand).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<Box<RoutePolicy>>,
 }
 
 /// One upstream of a route, with its share of the traffic.
@@ -477,6 +490,14 @@ pub struct RouteUpstream {
 }
 
 impl Route {
+    /// The route's policy, or none.
+    pub fn policy(&self) -> &RoutePolicy {
+        static NONE: std::sync::OnceLock<RoutePolicy> = std::sync::OnceLock::new();
+        self.policy
+            .as_deref()
+            .unwrap_or_else(|| NONE.get_or_init(RoutePolicy::default))
+    }
+
     /// The route's upstreams that are names to resolve.
     pub fn upstream_names(&self) -> impl Iterator<Item = &str> {
         self.upstreams.iter().filter_map(|u| match &u.upstream {
@@ -487,6 +508,9 @@ impl Route {
 
     /// How the route's upstreams read in status: `a:80`, or `a:80 (×9), b:80 (×1, drained)`.
     pub fn upstreams_label(&self) -> String {
+        if let Some(redirect) = self.policy().redirect.as_ref() {
+            return format!("redirect {} {}", redirect.status, redirect.location_label());
+        }
         if let [only] = &self.upstreams[..] {
             if only.weight == 1 && !only.drain {
                 return only.upstream.to_string();
@@ -529,6 +553,24 @@ impl fmt::Display for Upstream {
 pub const ID_PREFIX: &str = "pi-";
 
 impl Workspace {
+    /// Makes the relative paths of error pages absolute against `dir`, the workspace's
+    /// directory.
+    pub fn anchor_files(&mut self, dir: &std::path::Path) {
+        let anchor = |pages: &mut BTreeMap<u16, PathBuf>| {
+            for path in pages.values_mut() {
+                if path.is_relative() {
+                    *path = dir.join(&*path);
+                }
+            }
+        };
+        anchor(&mut self.error_pages);
+        for route in &mut self.routes {
+            if let Some(policy) = route.policy.as_mut() {
+                anchor(&mut policy.error_pages);
+            }
+        }
+    }
+
     /// Where the certificate chain and key of `host` live.
     pub fn certificate_paths(&self, host: &str) -> (PathBuf, PathBuf) {
         let dir = self.tls_dir.join(host);
@@ -563,6 +605,7 @@ pub(crate) fn test_route(host: &str, upstream: Upstream) -> Route {
         }],
         health: None,
         hsts: None,
+        policy: None,
     }
 }
 
@@ -588,6 +631,8 @@ pub(crate) fn test_workspace(tls_dir: &std::path::Path, routes: Vec<Route>) -> W
         hsts: None,
         allow_special_upstream_addresses: false,
         traffic: Box::default(),
+        headers: HeaderPolicy::default(),
+        error_pages: BTreeMap::new(),
     }
 }
 
@@ -605,6 +650,13 @@ mod tests {
             health: None,
             drain: false,
             hsts: None,
+            redirect: None,
+            rewrite: None,
+            strip_prefix: false,
+            headers: None,
+            basic_auth: None,
+            limits: None,
+            error_pages: None,
         }
     }
 

@@ -34,6 +34,10 @@ pub struct RawWorkspace {
     /// Absent from a workspace evaluated by an older contract, which then gets the defaults.
     #[serde(default)]
     pub traffic: Option<RawTraffic>,
+    #[serde(default)]
+    pub headers: Option<RawHeaders>,
+    #[serde(default)]
+    pub error_pages: Option<BTreeMap<String, String>>,
 }
 
 /// `traffic`: where sozu's records arrive and where the access log goes.
@@ -255,4 +259,68 @@ pub struct RawRoute {
     pub drain: bool,
     #[serde(default)]
     pub hsts: Option<RawHsts>,
+    #[serde(default)]
+    pub redirect: Option<RawRedirect>,
+    #[serde(default)]
+    pub rewrite: Option<RawRewrite>,
+    #[serde(default)]
+    pub strip_prefix: bool,
+    #[serde(default)]
+    pub headers: Option<RawHeaders>,
+    #[serde(default)]
+    pub basic_auth: Option<RawBasicAuth>,
+    #[serde(default)]
+    pub limits: Option<RawLimits>,
+    #[serde(default)]
+    pub error_pages: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRedirect {
+    /// Floats for the same reason as [`RawRoute::port`].
+    pub status: f64,
+    pub scheme: super::policy::RedirectScheme,
+    pub host: Option<String>,
+    pub path: Option<String>,
+    pub port: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRewrite {
+    pub host: Option<String>,
+    pub path: Option<String>,
+    pub port: Option<f64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHeaders {
+    pub request: Option<RawHeaderEdits>,
+    pub response: Option<RawHeaderEdits>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHeaderEdits {
+    #[serde(default)]
+    pub set: BTreeMap<String, String>,
+    #[serde(default)]
+    pub remove: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBasicAuth {
+    pub users_file: String,
+    pub realm: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    pub connections_per_ip: Option<f64>,
+    pub connections_per_subnet: Option<f64>,
+    pub retry_after: f64,
 }
