@@ -62,6 +62,13 @@ pub fn parse_users(bytes: &[u8], path: &Path) -> Result<Vec<String>, String> {
         }
         hashes.push(format!("{user}:{hash}"));
     }
+    if hashes.is_empty() {
+        // Also what a file being written looks like, truncated before its lines arrive.
+        return Err(format!(
+            "{}: no user: basic auth needs at least one `user:sha256` line",
+            path.display()
+        ));
+    }
     Ok(hashes)
 }
 
@@ -309,6 +316,7 @@ mod tests {
             .unwrap_err()
             .contains("twice"));
         assert!(parse_users(b"alice\n", path()).unwrap_err().contains(":1:"));
+        assert!(parse_users(b"", path()).unwrap_err().contains("no user"));
     }
 
     #[test]

@@ -455,6 +455,20 @@ pub fn https_get_behind_proxy(
     https_exchange_after(tls_config(), address, host, path, &header).map(|(seen, _)| seen)
 }
 
+/// [`https_get_with_headers`], sending `headers` (name, value) with the request.
+pub fn https_get_sending(
+    address: SocketAddr,
+    host: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<(Seen, Vec<(String, String)>), String> {
+    let lines: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
+    https_exchange_full(tls_config(), address, host, path, &[], &lines)
+}
+
 fn https_exchange(
     config: Arc<rustls::ClientConfig>,
     address: SocketAddr,
@@ -472,6 +486,18 @@ fn https_exchange_after(
     path: &str,
     prefix: &[u8],
 ) -> Result<(Seen, Vec<(String, String)>), String> {
+    https_exchange_full(config, address, host, path, prefix, "")
+}
+
+/// [`https_exchange_after`], with `headers` (whole header lines) in the request.
+fn https_exchange_full(
+    config: Arc<rustls::ClientConfig>,
+    address: SocketAddr,
+    host: &str,
+    path: &str,
+    prefix: &[u8],
+    headers: &str,
+) -> Result<(Seen, Vec<(String, String)>), String> {
     let server_name =
         rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
     let mut conn = rustls::ClientConnection::new(config, server_name).map_err(|e| e.to_string())?;
@@ -483,7 +509,8 @@ fn https_exchange_after(
             .map_err(|e| format!("write the PROXY header: {e}"))?;
     }
     let mut tls = rustls::Stream::new(&mut conn, &mut sock);
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{headers}Connection: close\r\n\r\n");
     tls.write_all(request.as_bytes())
         .map_err(|e| format!("handshake or write: {e}"))?;
     let mut response = Vec::new();

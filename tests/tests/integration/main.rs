@@ -50,3 +50,6 @@ mod replicas;
 
 /// The listeners' policy: client certificates with revocation, the lowest TLS version.
 mod listener;
+
+/// Route policies: redirects, rewrites, headers, basic auth, limits, error pages.
+mod policy;

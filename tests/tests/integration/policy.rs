@@ -1,0 +1,372 @@
+//! Route policies as users see them through a real sozu: redirects with their `Location`, a
+//! stripped prefix, header edits both ways, basic auth from a watched users file, error pages,
+//! and a policy changed under load without a failed request.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use private_ingress_tests::live::{
+    certificate, eventually, https_get, https_get_sending, https_get_with_headers, Backend,
+    KeepAlive, Stack,
+};
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
+/// Starts sozu and the agent on `routes` (Nickel route records, certificates made for each
+/// host) with workspace fields `extra`, and waits until the agent is ready.
+fn serve(stack: &mut Stack, hosts: &[&str], routes: &[String], extra: &str) {
+    for host in hosts {
+        certificate(&stack.tls_dir(), host);
+    }
+    stack.write_workspace(&stack.workspace_text_of(routes, extra));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(PATIENCE);
+}
+
+fn upstream(backend: &Backend) -> String {
+    format!(
+        "upstream = \"{}\", port = {}",
+        backend.address.ip(),
+        backend.address.port()
+    )
+}
+
+/// A 301, a 302 and a 308, each with the `Location` its route's redirect builds.
+#[test]
+fn redirects_carry_the_location_their_route_builds() {
+    let mut stack = Stack::new();
+    let routes = [
+        r#"{ host = "old.in.example.org", redirect = { host = "new.in.example.org" } }"#.to_owned(),
+        r#"{ host = "tmp.in.example.org", redirect = { status = 302, path = "/maintenance" } }"#
+            .to_owned(),
+        r#"{ host = "api.in.example.org", redirect = { status = 308, host = "api2.in.example.org", path = "/v2$PATH[0]" } }"#
+            .to_owned(),
+    ];
+    serve(
+        &mut stack,
+        &[
+            "old.in.example.org",
+            "tmp.in.example.org",
+            "api.in.example.org",
+        ],
+        &routes,
+        "",
+    );
+    for (host, path, status, location) in [
+        (
+            "old.in.example.org",
+            "/a?b=1",
+            301,
+            "https://new.in.example.org/a?b=1",
+        ),
+        (
+            "tmp.in.example.org",
+            "/x",
+            302,
+            "https://tmp.in.example.org/maintenance",
+        ),
+        (
+            "api.in.example.org",
+            "/users",
+            308,
+            "https://api2.in.example.org/v2/users",
+        ),
+    ] {
+        let (seen, headers) = eventually(PATIENCE, host, || {
+            https_get_with_headers(stack.https, host, path)
+                .ok()
+                .filter(|(seen, _)| seen.status == status)
+        });
+        assert_eq!(seen.status, status, "{host}");
+        assert_eq!(header(&headers, "location"), Some(location), "{host}");
+    }
+}
+
+/// A stripped prefix, a request header the backend sees, a response header added and one the
+/// backend sends removed; the workspace's headers apply to every route.
+#[test]
+fn headers_and_a_stripped_prefix_reach_the_backend_and_the_client() {
+    let backend = Backend::start("app");
+    let mut stack = Stack::new();
+    let host = "app.in.example.org";
+    let route = format!(
+        r#"{{ host = "{host}", path_prefix = "/app/", {}, strip_prefix = true,
+             headers = {{ request.set = {{ "X-Route" = "app" }}, response = {{ set = {{ "X-Frame-Options" = "DENY" }}, remove = ["Content-Type"] }} }} }}"#,
+        upstream(&backend)
+    );
+    serve(
+        &mut stack,
+        &[host],
+        &[route],
+        r#"  headers.response.set = { "Referrer-Policy" = "no-referrer" },"#,
+    );
+    let (seen, headers) = eventually(PATIENCE, "the route served", || {
+        https_get_with_headers(stack.https, host, "/app/headers")
+            .ok()
+            .filter(|(seen, _)| seen.status == 200)
+    });
+    assert!(
+        seen.body.starts_with("GET /headers HTTP/1.1"),
+        "the prefix is stripped before the backend sees the request: {}",
+        seen.body
+    );
+    assert!(seen.body.contains("X-Route: app"), "{}", seen.body);
+    assert_eq!(header(&headers, "x-frame-options"), Some("DENY"));
+    assert_eq!(header(&headers, "referrer-policy"), Some("no-referrer"));
+    assert_eq!(header(&headers, "content-type"), None, "{headers:?}");
+}
+
+fn sha256_hex(text: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn basic(user: &str, password: &str) -> String {
+    use base64::Engine;
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+    )
+}
+
+/// Basic auth from a users file: no credentials and wrong ones get 401 with
+/// `WWW-Authenticate`, right ones 200, and a user removed from the file gets 401 at the next
+/// request, without a restart.
+#[test]
+fn basic_auth_follows_its_users_file() {
+    let backend = Backend::start("longhorn");
+    let mut stack = Stack::new();
+    let host = "longhorn.in.example.org";
+    let users = stack.dir.path().join("auth/users");
+    std::fs::create_dir_all(users.parent().unwrap()).unwrap();
+    let file = |lines: &[(&str, &str)]| {
+        let text: String = lines
+            .iter()
+            .map(|(u, p)| format!("{u}:{}\n", sha256_hex(p)))
+            .collect();
+        // As a Secret's AtomicWriter would: a new file moved into place.
+        let tmp = users.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &users).unwrap();
+    };
+    file(&[("alice", "wonderland"), ("bob", "builder")]);
+    let route = format!(
+        r#"{{ host = "{host}", {}, basic_auth = {{ users_file = "{}", realm = "Longhorn" }} }}"#,
+        upstream(&backend),
+        users.display()
+    );
+    serve(&mut stack, &[host], &[route], "");
+    let get = |auth: Option<String>| {
+        let headers: Vec<(&str, &str)> = auth
+            .as_deref()
+            .map(|a| vec![("Authorization", a)])
+            .unwrap_or_default();
+        https_get_sending(stack.https, host, "/", &headers)
+    };
+    let (seen, _) = eventually(PATIENCE, "alice let in", || {
+        get(Some(basic("alice", "wonderland")))
+            .ok()
+            .filter(|(s, _)| s.status == 200)
+    });
+    assert_eq!(seen.body, "longhorn");
+    let (none, headers) = get(None).unwrap();
+    assert_eq!(none.status, 401);
+    assert_eq!(
+        header(&headers, "www-authenticate"),
+        Some("Basic realm=\"Longhorn\"")
+    );
+    assert_eq!(get(Some(basic("alice", "wrong"))).unwrap().0.status, 401);
+    assert_eq!(get(Some(basic("bob", "builder"))).unwrap().0.status, 200);
+
+    file(&[("alice", "wonderland")]);
+    eventually(PATIENCE, "bob refused once removed", || {
+        get(Some(basic("bob", "builder")))
+            .ok()
+            .filter(|(s, _)| s.status == 401)
+    });
+    assert_eq!(
+        get(Some(basic("alice", "wonderland"))).unwrap().0.status,
+        200
+    );
+
+    // A malformed file is refused, with its line, and the last good users stay.
+    std::fs::write(&users, "alice:not-a-hash\n").unwrap();
+    eventually(PATIENCE, "the refusal shown", || {
+        stack
+            .agent_logs()
+            .contains("users:1: the hash of `alice` is not a SHA-256")
+            .then_some(())
+    });
+    assert!(
+        !stack.agent_logs().contains("not-a-hash"),
+        "a hash is never logged"
+    );
+    assert_eq!(
+        get(Some(basic("alice", "wonderland"))).unwrap().0.status,
+        200
+    );
+}
+
+/// Past its connection cap, a client gets 429 with `Retry-After`.
+#[test]
+fn a_connection_cap_per_client_answers_429_with_retry_after() {
+    let backend = Backend::start("app");
+    let mut stack = Stack::new();
+    let host = "capped.in.example.org";
+    let route = format!(
+        r#"{{ host = "{host}", {}, limits = {{ connections_per_ip = 2, retry_after = 30 }} }}"#,
+        upstream(&backend)
+    );
+    serve(&mut stack, &[host], &[route], "");
+    eventually(PATIENCE, "served", || {
+        https_get(stack.https, host, "/")
+            .ok()
+            .filter(|s| s.status == 200)
+    });
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut conn = KeepAlive::connect(stack.https, host).unwrap();
+        assert_eq!(conn.get("/").unwrap().0, 200);
+        held.push(conn);
+    }
+    let (seen, headers) = https_get_with_headers(stack.https, host, "/").unwrap();
+    assert_eq!(seen.status, 429);
+    assert_eq!(header(&headers, "retry-after"), Some("30"));
+    drop(held);
+}
+
+/// A branded 503 for a drained route and a branded 404 for a host no route serves; a page that
+/// is not a response of its status is refused, and the last good page stays.
+#[test]
+fn error_pages_brand_a_drained_route_and_an_unknown_host() {
+    let backend = Backend::start("app");
+    let mut stack = Stack::new();
+    let host = "shop.in.example.org";
+    let pages = stack.dir.path().join("ws/pages");
+    std::fs::create_dir_all(&pages).unwrap();
+    std::fs::write(
+        pages.join("503.http"),
+        "HTTP/1.1 503 Service Unavailable\nContent-Type: text/html\n\n<h1>Shop closed</h1> %ROUTE\n",
+    )
+    .unwrap();
+    std::fs::write(
+        pages.join("404.http"),
+        "HTTP/1.1 404 Not Found\nContent-Type: text/html\n\n<h1>Nothing here</h1>\n",
+    )
+    .unwrap();
+    let route = format!(
+        r#"{{ host = "{host}", {}, drain = true, error_pages."503" = "pages/503.http" }}"#,
+        upstream(&backend)
+    );
+    serve(
+        &mut stack,
+        &[host],
+        &[route],
+        r#"  error_pages = { "404" = "pages/404.http" },"#,
+    );
+    let seen = eventually(PATIENCE, "the branded 503", || {
+        https_get(stack.https, host, "/")
+            .ok()
+            .filter(|s| s.body.contains("Shop closed"))
+    });
+    assert_eq!(seen.status, 503);
+    certificate(&stack.tls_dir(), "nobody.in.example.org");
+    let unknown = eventually(PATIENCE, "the branded 404", || {
+        https_get(stack.https, "nobody.in.example.org", "/")
+            .ok()
+            .filter(|s| s.body.contains("Nothing here"))
+    });
+    assert_eq!(unknown.status, 404);
+
+    std::fs::write(pages.join("503.http"), "HTTP/1.1 500 Oops\n\nbroken\n").unwrap();
+    eventually(PATIENCE, "the bad page refused", || {
+        stack
+            .agent_logs()
+            .contains("the page of 503 answers `500`")
+            .then_some(())
+    });
+    let still = https_get(stack.https, host, "/").unwrap();
+    assert!(still.body.contains("Shop closed"), "{}", still.body);
+}
+
+/// A route's response headers changed three times while clients send requests over HTTPS
+/// without pause: every request is answered 200, and the new header arrives each time.
+#[test]
+fn changing_a_routes_headers_under_load_fails_no_request() {
+    let backend = Backend::start("app");
+    let mut stack = Stack::new();
+    let host = "busy.in.example.org";
+    let route = |value: u32| {
+        format!(
+            r#"{{ host = "{host}", {}, headers.response.set = {{ "X-Version" = "{value}" }} }}"#,
+            upstream(&backend)
+        )
+    };
+    serve(&mut stack, &[host], &[route(0)], "");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let failures = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let (stop, ok, failed, failures) =
+                (stop.clone(), ok.clone(), failed.clone(), failures.clone());
+            let https = stack.https;
+            std::thread::spawn(move || {
+                let mut conn = None;
+                while !stop.load(Ordering::Relaxed) {
+                    let c = match conn.as_mut() {
+                        Some(c) => c,
+                        None => match KeepAlive::connect(https, host) {
+                            Ok(c) => conn.insert(c),
+                            Err(e) => {
+                                failed.fetch_add(1, Ordering::Relaxed);
+                                failures.lock().unwrap().push(e);
+                                continue;
+                            }
+                        },
+                    };
+                    match c.get("/") {
+                        Ok((200, _)) => {
+                            ok.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok((status, body)) => {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                            failures.lock().unwrap().push(format!("{status}: {body}"));
+                        }
+                        // A closed keep-alive connection is a new connection, not a failure.
+                        Err(_) => conn = None,
+                    }
+                }
+            })
+        })
+        .collect();
+    for value in 1..=3 {
+        stack.write_workspace(&stack.workspace_text_of(&[route(value)], ""));
+        let want = value.to_string();
+        eventually(PATIENCE, "the new header served", || {
+            https_get_with_headers(stack.https, host, "/")
+                .ok()
+                .filter(|(_, h)| header(h, "x-version") == Some(want.as_str()))
+        });
+    }
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.join().unwrap();
+    }
+    let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    eprintln!("{ok} requests answered 200 across three header changes, {failed} failed");
+    assert!(ok > 100, "too few requests to tell: {ok}");
+    assert_eq!(failed, 0, "{:?}", failures.lock().unwrap());
+}
