@@ -131,17 +131,17 @@ pub fn plan_scope(actual: &Actual, desired: &Desired, scope: &Scope) -> Vec<Op> 
                     client_auth: wanted.clone().map(Box::new),
                 });
             }
-            if actual.listeners.contains_key(&address) {
-                let none = BTreeMap::new();
-                let held = actual.listener_answers.get(&address).unwrap_or(&none);
-                let wanted = answers_to_hold(&desired.listener_answers, held, &BTreeMap::new());
-                if &wanted != held {
-                    ops.push(Op::SetListenerAnswers {
-                        protocol,
-                        address,
-                        answers: wanted,
-                    });
-                }
+            // Error pages, on a new listener as on one sozu holds (phase 2 comes after the
+            // listener is added).
+            let none = BTreeMap::new();
+            let held = actual.listener_answers.get(&address).unwrap_or(&none);
+            let wanted = answers_to_hold(&desired.listener_answers, held, &BTreeMap::new());
+            if &wanted != held {
+                ops.push(Op::SetListenerAnswers {
+                    protocol,
+                    address,
+                    answers: wanted,
+                });
             }
             if protocol == Protocol::Https && actual.hsts.get(&address) != desired.hsts.as_ref() {
                 ops.push(Op::SetListenerHsts {

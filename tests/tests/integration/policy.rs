@@ -299,6 +299,32 @@ fn error_pages_brand_a_drained_route_and_an_unknown_host() {
     });
     let still = https_get(stack.https, host, "/").unwrap();
     assert!(still.body.contains("Shop closed"), "{}", still.body);
+
+    // Pages taken out of the workspace: sozu's workers cannot forget one, so each is replaced
+    // by a plain page of its status.
+    let bare = format!(
+        r#"{{ host = "{host}", {}, drain = true }}"#,
+        upstream(&backend)
+    );
+    stack.write_workspace(&stack.workspace_text_of(&[bare], ""));
+    let plain = eventually(PATIENCE, "the plain 503", || {
+        https_get(stack.https, host, "/")
+            .ok()
+            .filter(|s| !s.body.contains("Shop closed"))
+    });
+    assert_eq!(
+        (plain.status, plain.body.as_str()),
+        (503, "503 Service Unavailable\r\n")
+    );
+    let plain = eventually(PATIENCE, "the plain 404", || {
+        https_get(stack.https, "nobody.in.example.org", "/")
+            .ok()
+            .filter(|s| !s.body.contains("Nothing here"))
+    });
+    assert_eq!(
+        (plain.status, plain.body.as_str()),
+        (404, "404 Not Found\r\n")
+    );
 }
 
 /// A route's response headers changed three times while clients send requests over HTTPS
