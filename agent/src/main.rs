@@ -78,7 +78,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         command_socket: sozu_socket,
                         ..SozuSettings::default()
                     };
-                    render::sozu_toml(&ws, &settings)?
+                    for warning in render::sozu_toml_warnings(&ws) {
+                        eprintln!("warning: {warning}");
+                    }
+                    match render::sozu_toml(&ws, &settings) {
+                        Ok(text) => text,
+                        Err(err) if err.is_invalid_workspace() => {
+                            eprintln!("error: {err}");
+                            return Ok(ExitCode::from(EXIT_INVALID));
+                        }
+                        Err(err) => return Err(err.into()),
+                    }
                 }
                 Format::K8s | Format::Dns => {
                     let rendered = if format == Format::K8s {

@@ -13,7 +13,9 @@ use sozu_command_lib::proto::command::HealthCheckMode;
 
 use crate::desired::{self, Names};
 use crate::sozu_state::{Address, HealthCheck, Hsts, Protocol, UNIX_BACKEND_IDENTITY};
-use crate::workspace::{ClientAuthMode, ListenerPolicy, ListenerTimeouts, TlsVersion, Workspace};
+use crate::workspace::{
+    ClientAuthMode, ListenerPolicy, ListenerTimeouts, RedirectScheme, TlsVersion, Workspace,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
@@ -27,6 +29,35 @@ pub enum RenderError {
         path: PathBuf,
         error: std::io::Error,
     },
+    #[error(
+        "route `{route}`: {what} cannot be written in sozu's configuration file; the agent \
+         applies it over sozu's socket (run the agent beside sozu, or render --format k8s)"
+    )]
+    Unexpressible { route: String, what: String },
+}
+
+impl RenderError {
+    /// Whether the workspace asks for what the output cannot hold (not an I/O failure).
+    pub fn is_invalid_workspace(&self) -> bool {
+        matches!(self, RenderError::Unexpressible { .. })
+    }
+}
+
+/// What a sozu configuration file rendered from `workspace` leaves out, for the operator.
+pub fn sozu_toml_warnings(workspace: &Workspace) -> Vec<String> {
+    workspace
+        .routes
+        .iter()
+        .filter(|r| r.policy().basic_auth.is_some())
+        .map(|r| {
+            format!(
+                "route `{}{}`: its basic-auth users are not written into sozu's file (secrets \
+                 stay in their file): sozu loading this file alone answers every request of the \
+                 route 401 until the agent sets them",
+                r.host, r.path_prefix
+            )
+        })
+        .collect()
 }
 
 /// The normalised model, pretty-printed, with a trailing newline.
@@ -61,7 +92,7 @@ impl Default for SozuSettings {
 /// HTTPS, and its backends. DNS upstreams are written as `name:port`, which sozu resolves once
 /// when it loads the file; the live agent re-resolves them instead.
 pub fn sozu_toml(workspace: &Workspace, settings: &SozuSettings) -> Result<String, RenderError> {
-    let config = SozuConfig::from_workspace(workspace, settings);
+    let config = SozuConfig::from_workspace(workspace, settings)?;
     let body = toml::to_string(&config).map_err(|err| RenderError::Serialise {
         format: "sozu-toml",
         reason: err.to_string(),
@@ -122,6 +153,9 @@ struct SozuListener {
     client_ca_crls: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     hsts: Option<SozuHsts>,
+    /// The workspace's error pages, read by sozu from their files when it starts.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    answers: BTreeMap<String, String>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -158,6 +192,7 @@ impl SozuListener {
             client_ca_crls: (client_auth && !auth.crl_files.is_empty())
                 .then(|| auth.crl_files.iter().map(|p| path_string(p)).collect()),
             hsts: None,
+            answers: BTreeMap::new(),
         }
     }
 }
@@ -198,6 +233,17 @@ struct SozuCluster {
     https_redirect: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     health_check: Option<FileHealthCheckConfig>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    www_authenticate: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_connections_per_ip: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_connections_per_subnet: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after: Option<u32>,
+    /// Error pages as `file://` paths, which sozu reads when it loads the file.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    answers: BTreeMap<String, String>,
     frontends: Vec<SozuFrontend>,
     backends: Vec<SozuBackend>,
 }
@@ -246,6 +292,28 @@ struct SozuFrontend {
     tags: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     hsts: Option<SozuHsts>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    redirect: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    redirect_scheme: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rewrite_host: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rewrite_path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rewrite_port: Option<u16>,
+    #[serde(skip_serializing_if = "is_false")]
+    required_auth: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    headers: Vec<SozuHeader>,
+}
+
+/// A header edit as sozu's file writes it (`value`; empty removes the header).
+#[derive(Serialize)]
+struct SozuHeader {
+    position: &'static str,
+    key: String,
+    value: String,
 }
 
 #[derive(Serialize)]
@@ -260,8 +328,12 @@ struct SozuBackend {
 impl SozuConfig {
     /// From the same desired state the live agent applies ([`desired::routes`]), with DNS names
     /// left for sozu to resolve and each HTTPS frontend naming its host's certificate files.
-    fn from_workspace(workspace: &Workspace, settings: &SozuSettings) -> SozuConfig {
-        let desired = desired::routes(workspace, Names::AsWritten);
+    fn from_workspace(
+        workspace: &Workspace,
+        settings: &SozuSettings,
+    ) -> Result<SozuConfig, RenderError> {
+        let mut desired = desired::routes(workspace, Names::AsWritten);
+        desired::policies(&mut desired, workspace, desired::Files::AsPaths);
         let mut clusters: BTreeMap<String, SozuCluster> = desired
             .clusters
             .iter()
@@ -284,10 +356,23 @@ impl SozuConfig {
                         }
                     })
                     .collect();
+                let policy = desired.cluster_policies.get(id);
                 let cluster = SozuCluster {
                     protocol: "http",
                     https_redirect: true,
                     health_check: desired.health_checks.get(id).map(file_health_check),
+                    www_authenticate: policy.and_then(|p| p.www_authenticate.clone()),
+                    max_connections_per_ip: policy.and_then(|p| p.max_connections_per_ip),
+                    max_connections_per_subnet: policy.and_then(|p| p.max_connections_per_subnet),
+                    retry_after: policy.and_then(|p| p.retry_after),
+                    answers: policy
+                        .map(|p| {
+                            p.answers
+                                .iter()
+                                .map(|(s, page)| (s.clone(), page.to_string()))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
                     frontends: Vec::new(),
                     backends,
                 };
@@ -315,6 +400,19 @@ impl SozuConfig {
                 }
                 Protocol::Http => (None, None),
             };
+            let policy = frontend.policy.as_deref();
+            let redirect = match policy.and_then(|p| p.redirect) {
+                None => None,
+                Some((301, scheme)) => Some(scheme),
+                Some((status, _)) => {
+                    return Err(RenderError::Unexpressible {
+                        route: format!("{}{}", frontend.hostname, frontend.path_prefix),
+                        what: format!(
+                            "redirect.status {status} (sozu's file knows the 301 redirect only)"
+                        ),
+                    })
+                }
+            };
             cluster.frontends.push(SozuFrontend {
                 address: frontend.address,
                 hostname: frontend.hostname.clone(),
@@ -329,6 +427,28 @@ impl SozuConfig {
                     .map(|(n, v)| (n.to_owned(), v.to_owned()))
                     .collect(),
                 hsts: frontend.hsts.as_ref().map(SozuHsts::of),
+                redirect: redirect.map(|_| "permanent"),
+                redirect_scheme: redirect.map(|scheme| match scheme {
+                    RedirectScheme::Https => "use-https",
+                    RedirectScheme::Http => "use-http",
+                    RedirectScheme::Same => "use-same",
+                }),
+                rewrite_host: policy.and_then(|p| p.rewrite_host.clone()),
+                rewrite_path: policy.and_then(|p| p.rewrite_path.clone()),
+                rewrite_port: policy.and_then(|p| p.rewrite_port),
+                required_auth: policy.is_some_and(|p| p.required_auth),
+                headers: policy
+                    .map(|p| {
+                        p.headers
+                            .iter()
+                            .map(|h| SozuHeader {
+                                position: if h.response { "response" } else { "request" },
+                                key: h.name.clone(),
+                                value: h.value.clone(),
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
             });
         }
         let listener = |address: &SocketAddr| {
@@ -340,10 +460,15 @@ impl SozuConfig {
                         Protocol::Https => desired.hsts.as_ref().map(SozuHsts::of),
                         Protocol::Http => None,
                     },
+                    answers: desired
+                        .listener_answers
+                        .iter()
+                        .map(|(s, page)| (s.clone(), page.to_string()))
+                        .collect(),
                     ..SozuListener::new(protocol, *address, &workspace.listener_policy)
                 })
         };
-        SozuConfig {
+        Ok(SozuConfig {
             command_socket: path_string(&settings.command_socket),
             command_socket_mode: "0600",
             log_level: "info",
@@ -358,7 +483,7 @@ impl SozuConfig {
                 .filter_map(listener)
                 .collect(),
             clusters,
-        }
+        })
     }
 }
 
@@ -545,6 +670,173 @@ mod tests {
             backend("pi-v.in.example.org")["address"].as_str(),
             Some("[fd00::1]:9090")
         );
+    }
+
+    /// One mapping of every route policy, read back: each cluster of the rendered file, as
+    /// sozu's own loader turns it into requests, asks for the frontend policy and the cluster
+    /// policy the agent sends over the socket, field for field. (The credentials aside: they
+    /// stay in their file, see [`sozu_toml_warnings`].)
+    #[test]
+    fn every_route_policy_in_the_file_is_the_one_the_agent_sends() {
+        use sozu_command_lib::config::{ClusterConfig, FileClusterConfig};
+        use sozu_command_lib::proto::command::request::RequestType;
+
+        let dir = tempfile::tempdir().unwrap();
+        let page = dir.path().join("503.http");
+        let page_text =
+            "HTTP/1.1 503 Service Unavailable\nContent-Type: text/html\n\n<h1>%ROUTE</h1>\n";
+        std::fs::write(&page, page_text).unwrap();
+        let text = format!(
+            r#"{{
+  zone = "in.example.org",
+  cluster_issuer = "ca",
+  tls_dir = "{tls}",
+  headers = {{ response.set = {{ "X-Frame-Options" = "DENY" }}, request.remove = ["X-Debug"] }},
+  routes = [
+    {{ host = "a.in.example.org", path_prefix = "/app/", upstream = "10.0.0.1", port = 80,
+       strip_prefix = true, headers.response = {{ set = {{ "X-Frame-Options" = "SAMEORIGIN" }}, remove = ["Server"] }},
+       basic_auth = {{ users_file = "/etc/users", realm = "Admin" }},
+       limits = {{ connections_per_ip = 5, connections_per_subnet = 50, retry_after = 30 }},
+       error_pages."503" = "{page}" }},
+    {{ host = "b.in.example.org", upstream = "10.0.0.1", port = 80,
+       rewrite = {{ host = "internal.example.net", port = 8443 }} }},
+    {{ host = "old.in.example.org", redirect = {{ scheme = 'http, host = "new.in.example.org", path = "/x$PATH[0]", port = 8080 }} }},
+  ],
+}}"#,
+            tls = dir.path().join("tls").display(),
+            page = page.display(),
+        );
+        let ws_path = dir.path().join("workspace.ncl");
+        std::fs::write(&ws_path, text).unwrap();
+        let ws = crate::contract::evaluate(&ws_path).unwrap();
+        for route in &ws.routes {
+            let (crt, key) = ws.certificate_paths(&route.host);
+            std::fs::create_dir_all(crt.parent().unwrap()).unwrap();
+            std::fs::write(&crt, "certificate").unwrap();
+            std::fs::write(&key, "key").unwrap();
+        }
+        let doc: toml::Table = sozu_toml(&ws, &SozuSettings::default())
+            .unwrap()
+            .parse()
+            .unwrap();
+
+        // What the live agent sends, with the files read as the agent reads them.
+        let mut files = desired::PolicyFiles::default();
+        files.pages.insert(
+            page.clone(),
+            crate::policy_files::parse_page(page_text.as_bytes(), &page, 503)
+                .unwrap()
+                .into(),
+        );
+        let mut live = desired::routes(&ws, Names::AsWritten);
+        desired::policies(&mut live, &ws, desired::Files::Loaded(&files));
+        let lf = |s: &str| s.replace("\r\n", "\n");
+
+        let mut checked = 0;
+        for (id, cluster) in doc["clusters"].as_table().unwrap() {
+            let file: FileClusterConfig = cluster.clone().try_into().unwrap();
+            let ClusterConfig::Http(config) = file
+                .to_cluster_config_with(id, &Default::default(), None)
+                .unwrap()
+            else {
+                panic!("{id}: not an HTTP cluster");
+            };
+            let requests: Vec<RequestType> = config
+                .generate_requests()
+                .unwrap()
+                .into_iter()
+                .filter_map(|r| r.request_type)
+                .collect();
+            let from_file = requests
+                .iter()
+                .find_map(|r| match r {
+                    RequestType::AddCluster(c) => Some(c.clone()),
+                    _ => None,
+                })
+                .unwrap();
+            let policy = live.cluster_policies.get(id).cloned();
+            let sent = crate::sozu::request::cluster(id, policy.as_deref());
+            assert_eq!(from_file.www_authenticate, sent.www_authenticate, "{id}");
+            assert_eq!(
+                from_file.max_connections_per_ip, sent.max_connections_per_ip,
+                "{id}"
+            );
+            assert_eq!(
+                from_file.max_connections_per_subnet, sent.max_connections_per_subnet,
+                "{id}"
+            );
+            assert_eq!(from_file.retry_after, sent.retry_after, "{id}");
+            let answers = |c: &sozu_command_lib::proto::command::Cluster| -> Vec<(String, String)> {
+                c.answers.iter().map(|(k, v)| (k.clone(), lf(v))).collect()
+            };
+            assert_eq!(answers(&from_file), answers(&sent), "{id}");
+
+            let https = live
+                .frontends
+                .iter()
+                .find(|f| f.cluster_id.as_deref() == Some(id) && f.protocol == Protocol::Https)
+                .unwrap();
+            let RequestType::AddHttpsFrontend(sent) =
+                crate::sozu::request::to_request(&crate::plan::Op::AddFrontend(https.clone()))
+                    .unwrap()
+            else {
+                panic!("{id}: not an HTTPS frontend request");
+            };
+            let from_file = requests
+                .iter()
+                .find_map(|r| match r {
+                    RequestType::AddHttpsFrontend(f) => Some(f.clone()),
+                    _ => None,
+                })
+                .unwrap();
+            assert_eq!(
+                from_file.redirect.unwrap_or(0),
+                sent.redirect.unwrap_or(0),
+                "{id}"
+            );
+            assert_eq!(
+                from_file.redirect_scheme.unwrap_or(0),
+                sent.redirect_scheme.unwrap_or(0),
+                "{id}"
+            );
+            assert_eq!(from_file.rewrite_host, sent.rewrite_host, "{id}");
+            assert_eq!(from_file.rewrite_path, sent.rewrite_path, "{id}");
+            assert_eq!(from_file.rewrite_port, sent.rewrite_port, "{id}");
+            assert_eq!(
+                from_file.required_auth.unwrap_or(false),
+                sent.required_auth.unwrap_or(false),
+                "{id}"
+            );
+            assert_eq!(from_file.headers, sent.headers, "{id}");
+            checked += 1;
+        }
+        assert_eq!(checked, 3);
+    }
+
+    /// sozu's file knows one redirect status: a workspace with another is refused, not
+    /// rendered as a 301.
+    #[test]
+    fn a_redirect_the_file_cannot_hold_is_refused() {
+        let mut route = crate::workspace::test_route(
+            "a.in.example.org",
+            Upstream::Ip {
+                address: "10.0.0.1:80".parse().unwrap(),
+            },
+        );
+        route.upstreams.clear();
+        route.policy = Some(Box::new(crate::workspace::RoutePolicy {
+            redirect: Some(crate::workspace::Redirect {
+                status: 308,
+                scheme: RedirectScheme::Https,
+                host: None,
+                path: None,
+                port: None,
+            }),
+            ..Default::default()
+        }));
+        let err = sozu_toml(&workspace(vec![route]), &SozuSettings::default()).unwrap_err();
+        assert!(err.is_invalid_workspace());
+        assert!(err.to_string().contains("redirect.status 308"), "{err}");
     }
 
     #[test]

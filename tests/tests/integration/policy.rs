@@ -396,3 +396,116 @@ fn changing_a_routes_headers_under_load_fails_no_request() {
     assert!(ok > 100, "too few requests to tell: {ok}");
     assert_eq!(failed, 0, "{:?}", failures.lock().unwrap());
 }
+
+/// The sozu configuration rendered from a workspace with every policy the file can hold, loaded
+/// by sozu alone: the same redirect, stripped prefix, headers, 429, branded 503 and 404 as the
+/// agent gives; basic auth, whose users stay in their file, refuses every request (401).
+#[test]
+fn the_rendered_file_alone_behaves_as_the_agent_does() {
+    use private_ingress_tests::{agent_bin, run};
+    use std::process::Command;
+
+    let backend = Backend::start("app");
+    let mut stack = Stack::new();
+    let pages = stack.dir.path().join("ws/pages");
+    std::fs::create_dir_all(&pages).unwrap();
+    std::fs::write(
+        pages.join("503.http"),
+        "HTTP/1.1 503 Service Unavailable\nContent-Type: text/html\n\n<h1>Shop closed</h1>\n",
+    )
+    .unwrap();
+    std::fs::write(
+        pages.join("404.http"),
+        "HTTP/1.1 404 Not Found\nContent-Type: text/html\n\n<h1>Nothing here</h1>\n",
+    )
+    .unwrap();
+    let up = upstream(&backend);
+    let routes = [
+        r#"{ host = "old.in.example.org", redirect = { host = "new.in.example.org" } }"#.to_owned(),
+        format!(
+            r#"{{ host = "app.in.example.org", path_prefix = "/app/", {up}, strip_prefix = true,
+                 headers = {{ request.set = {{ "X-Route" = "app" }}, response.set = {{ "X-Frame-Options" = "DENY" }} }},
+                 limits.connections_per_ip = 2 }}"#
+        ),
+        format!(
+            r#"{{ host = "shop.in.example.org", {up}, drain = true, error_pages."503" = "pages/503.http" }}"#
+        ),
+        format!(
+            r#"{{ host = "admin.in.example.org", {up}, basic_auth = {{ users_file = "{}", realm = "Admin" }} }}"#,
+            stack.dir.path().join("users").display()
+        ),
+    ];
+    for host in [
+        "old.in.example.org",
+        "app.in.example.org",
+        "shop.in.example.org",
+        "admin.in.example.org",
+        "nobody.in.example.org",
+    ] {
+        certificate(&stack.tls_dir(), host);
+    }
+    let text = stack.workspace_text_of(&routes, r#"  error_pages = { "404" = "pages/404.http" },"#);
+    let ws = stack.dir.path().join("ws/workspace.ncl");
+    std::fs::write(&ws, &text).unwrap();
+    let config = stack.dir.path().join("rendered.toml");
+    let (code, _, err) = run(Command::new(agent_bin())
+        .arg("render")
+        .arg(&ws)
+        .args(["--format", "sozu-toml", "--output"])
+        .arg(&config)
+        .arg("--sozu-socket")
+        .arg(stack.socket()));
+    assert_eq!(code, 0, "render failed: {err}");
+    assert!(
+        err.contains("admin.in.example.org/`: its basic-auth users are not written"),
+        "{err}"
+    );
+    stack.start_sozu_with_config(&config);
+
+    let (seen, headers) = eventually(PATIENCE, "the redirect", || {
+        https_get_with_headers(stack.https, "old.in.example.org", "/a")
+            .ok()
+            .filter(|(s, _)| s.status == 301)
+    });
+    assert_eq!(seen.status, 301);
+    assert_eq!(
+        header(&headers, "location"),
+        Some("https://new.in.example.org/a")
+    );
+    let (seen, headers) =
+        https_get_with_headers(stack.https, "app.in.example.org", "/app/headers").unwrap();
+    assert!(
+        seen.body.starts_with("GET /headers HTTP/1.1"),
+        "{}",
+        seen.body
+    );
+    assert!(seen.body.contains("X-Route: app"), "{}", seen.body);
+    assert_eq!(header(&headers, "x-frame-options"), Some("DENY"));
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut conn = KeepAlive::connect(stack.https, "app.in.example.org").unwrap();
+        assert_eq!(conn.get("/app/").unwrap().0, 200);
+        held.push(conn);
+    }
+    let capped = https_get(stack.https, "app.in.example.org", "/app/").unwrap();
+    assert_eq!(capped.status, 429);
+    drop(held);
+    let shop = https_get(stack.https, "shop.in.example.org", "/").unwrap();
+    assert_eq!(shop.status, 503);
+    assert!(shop.body.contains("Shop closed"), "{}", shop.body);
+    let unknown = https_get(stack.https, "nobody.in.example.org", "/").unwrap();
+    assert_eq!(unknown.status, 404);
+    assert!(unknown.body.contains("Nothing here"), "{}", unknown.body);
+    let (admin, headers) = https_get_sending(
+        stack.https,
+        "admin.in.example.org",
+        "/",
+        &[("Authorization", &basic("alice", "wonderland"))],
+    )
+    .unwrap();
+    assert_eq!(admin.status, 401);
+    assert_eq!(
+        header(&headers, "www-authenticate"),
+        Some("Basic realm=\"Admin\"")
+    );
+}
