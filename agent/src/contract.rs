@@ -85,6 +85,26 @@ pub fn evaluate_in(path: &Path, root: Option<&Path>) -> Result<Workspace, Contra
 /// [`evaluate_in`] for a workspace that is a file or text already read ([`Input`]). Text is
 /// evaluated from memory, never read again; its imports resolve from the current directory.
 pub fn evaluate_input(input: &Input, root: Option<&Path>) -> Result<Workspace, ContractError> {
+    evaluate_input_for(input, root, Target::Agent)
+}
+
+/// What a workspace is evaluated for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Target {
+    /// The agent, or any output made from the whole model.
+    #[default]
+    Agent,
+    /// sozu's configuration file (`render --format sozu-toml`), which cannot hold every policy
+    /// the agent applies over the socket: what it cannot hold is refused at its value.
+    SozuToml,
+}
+
+/// [`evaluate_input`], for `target`.
+pub fn evaluate_input_for(
+    input: &Input,
+    root: Option<&Path>,
+    target: Target,
+) -> Result<Workspace, ContractError> {
     let mut cache = CacheHub::new();
     let import = match input {
         Input::File(path) => {
@@ -153,6 +173,9 @@ pub fn evaluate_input(input: &Input, root: Option<&Path>) -> Result<Workspace, C
     };
     located.check_rotation_mode(&raw)?;
     located.check_unique_routes(&raw)?;
+    if target == Target::SozuToml {
+        located.check_sozu_toml(&raw)?;
+    }
 
     let mut workspace =
         Workspace::from_raw(raw).map_err(|err| ContractError::invalid(format!("error: {err}")))?;
@@ -368,6 +391,39 @@ impl Located<'_> {
         Err(ContractError::invalid(report))
     }
 
+    /// sozu's configuration file knows the 301 redirect only (its parser has no word for 302
+    /// and 308): a route asking for another is refused there, at its status, rather than
+    /// written as a 301.
+    fn check_sozu_toml(&self, raw: &RawWorkspace) -> Result<(), ContractError> {
+        let Some((index, status)) = raw.routes.iter().enumerate().find_map(|(i, r)| {
+            let status = r.redirect.as_ref()?.status;
+            (status != 301.0).then_some((i, status))
+        }) else {
+            return Ok(());
+        };
+        let span = (|| {
+            let Container::Alloc(array) = self.field(self.root, "routes")?.as_array()? else {
+                return None;
+            };
+            let route = array.array.iter().nth(index)?;
+            let redirect = self.field(route, "redirect")?;
+            self.field_span(redirect, "status")
+        })();
+        let mut diagnostic = Diagnostic::error()
+            .with_message(format!(
+                "redirect.status {status} cannot be written in sozu's configuration file"
+            ))
+            .with_notes(vec![
+                "sozu's file knows the 301 redirect only; 302 and 308 exist on its socket, where the agent applies them.".into(),
+                "Run the agent beside sozu (or render --format k8s), or use status 301 for the rendered file.".into(),
+            ]);
+        if let Some((file, range)) = span {
+            diagnostic = diagnostic
+                .with_labels(vec![Label::primary(file, range).with_message("this status")]);
+        }
+        Err(ContractError::invalid(self.render(&[diagnostic])))
+    }
+
     fn field<'v>(&self, record: &'v NickelValue, name: &str) -> Option<&'v NickelValue> {
         let Container::Alloc(record) = record.as_record()? else {
             return None;
@@ -429,6 +485,10 @@ mod tests {
         let mut checked = 0;
         for entry in std::fs::read_dir(examples().join("bad")).unwrap() {
             let path = entry.unwrap().path();
+            // `files/` holds what examples name (a users file), not examples.
+            if path.extension().is_none_or(|e| e != "ncl") {
+                continue;
+            }
             let text = std::fs::read_to_string(&path).unwrap();
             let header = |key: &str| {
                 text.lines()
@@ -438,13 +498,40 @@ mod tests {
                     .to_owned()
             };
             let (expect, at) = (header("# expect:"), header("# at:"));
-            let report = diagnostic(&path);
+            // A mistake in a file the workspace names (`# in:`) is found by reading it, as
+            // `check` and the agent do.
+            let named = text
+                .lines()
+                .find_map(|l| l.strip_prefix("# in:"))
+                .map(|f| path.parent().unwrap().join(f.trim()));
+            let for_toml = text.lines().any(|l| l.trim() == "# render: sozu-toml");
+            let report = match &named {
+                None if for_toml => {
+                    match evaluate_input_for(&Input::File(path.clone()), None, Target::SozuToml) {
+                        Err(ContractError::Invalid { diagnostic }) => diagnostic,
+                        other => panic!("{} should be invalid, got {other:?}", path.display()),
+                    }
+                }
+                None => diagnostic(&path),
+                Some(_) => {
+                    let ws = evaluate(&path).unwrap();
+                    let (unreadable, refused) = crate::sources::policy_files::check(&ws);
+                    assert!(unreadable.is_empty(), "{unreadable:?}");
+                    refused.join("\n")
+                }
+            };
             assert!(
                 report.contains(&expect),
                 "{}: expected `{expect}` in\n{report}",
                 path.display()
             );
-            let file_name = path.file_name().unwrap().to_string_lossy();
+            let file_name = named
+                .as_deref()
+                .unwrap_or(&path)
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
             assert!(
                 report.contains(&format!("{file_name}:{at}")),
                 "{}: expected a pointer at {at} in\n{report}",

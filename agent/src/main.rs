@@ -16,6 +16,7 @@ use private_ingress::deploy;
 use private_ingress::input::Input;
 use private_ingress::render::{self, SozuSettings};
 use private_ingress::sandbox::{self, SandboxError};
+use private_ingress::sources;
 use private_ingress::workspace::Workspace;
 
 fn main() -> ExitCode {
@@ -41,6 +42,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Ok(ws) => ws,
                 Err(code) => return Ok(code),
             };
+            let (unreadable, refused) = sources::policy_files::check(&ws);
+            if !refused.is_empty() {
+                for reason in refused {
+                    eprintln!("error: {reason}");
+                }
+                return Ok(ExitCode::from(EXIT_INVALID));
+            }
+            for reason in unreadable {
+                eprintln!("warning: {reason} (the agent refuses it until it can read it)");
+            }
             println!(
                 "ok: {} — {} route{} in zone {}, tls_rotation {}",
                 workspace.name(),
@@ -63,7 +74,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             eval,
         } => {
             let workspace = Input::open(&workspace)?;
-            let ws = match load(&workspace, &eval)? {
+            let mut limits = eval.limits();
+            if format == Format::SozuToml {
+                limits.target = private_ingress::contract::Target::SozuToml;
+            }
+            let ws = match load_with(&workspace, &limits)? {
                 Ok(ws) => ws,
                 Err(code) => return Ok(code),
             };
@@ -180,10 +195,21 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             memory_limit,
             root,
             name,
+            for_sozu_toml,
             workspace,
         } => {
-            let code =
-                sandbox::child_main(&workspace, root.as_deref(), memory_limit, name.as_deref());
+            let target = if for_sozu_toml {
+                private_ingress::contract::Target::SozuToml
+            } else {
+                private_ingress::contract::Target::Agent
+            };
+            let code = sandbox::child_main(
+                &workspace,
+                root.as_deref(),
+                memory_limit,
+                name.as_deref(),
+                target,
+            );
             Ok(ExitCode::from(u8::try_from(code).unwrap_or(3)))
         }
     }
@@ -192,8 +218,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// Evaluates the workspace in the sandbox. An invalid workspace is reported here and becomes the
 /// exit code; other failures propagate as errors.
 fn load(input: &Input, eval: &EvalArgs) -> anyhow::Result<Result<Workspace, ExitCode>> {
+    load_with(input, &eval.limits())
+}
+
+fn load_with(
+    input: &Input,
+    limits: &sandbox::Limits,
+) -> anyhow::Result<Result<Workspace, ExitCode>> {
     let exe = std::env::current_exe().context("cannot locate the private-ingress executable")?;
-    match sandbox::evaluate_input(&exe, input, &eval.limits()) {
+    match sandbox::evaluate_input(&exe, input, limits) {
         Ok(ws) => Ok(Ok(ws)),
         Err(SandboxError::Contract(ContractError::Invalid { diagnostic })) => {
             eprint!("{diagnostic}");

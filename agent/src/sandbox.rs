@@ -52,6 +52,8 @@ pub struct Limits {
     pub memory_bytes: u64,
     /// The directory tree the workspace may read: its own directory when `None`.
     pub root: Option<PathBuf>,
+    /// What the workspace is evaluated for.
+    pub target: crate::contract::Target,
 }
 
 impl Default for Limits {
@@ -61,6 +63,7 @@ impl Default for Limits {
             timeout: Duration::from_secs(30),
             memory_bytes: 4 << 30,
             root: None,
+            target: crate::contract::Target::Agent,
         }
     }
 }
@@ -125,6 +128,9 @@ pub fn evaluate_input(
         .arg(memory.to_string());
     if let Some(root) = &limits.root {
         command.arg("--root").arg(root);
+    }
+    if limits.target == crate::contract::Target::SozuToml {
+        command.arg("--for-sozu-toml");
     }
     let text = match input {
         Input::File(path) => {
@@ -295,7 +301,13 @@ fn crash_cause(status: ExitStatus, stderr: &str) -> String {
 /// The child's side: cap memory, confine reads, evaluate on a big stack, print the report.
 /// With a `name`, the workspace is the text on standard input, called `name`. Returns the
 /// process exit code.
-pub fn child_main(path: &Path, root: Option<&Path>, memory_bytes: u64, name: Option<&str>) -> i32 {
+pub fn child_main(
+    path: &Path,
+    root: Option<&Path>,
+    memory_bytes: u64,
+    name: Option<&str>,
+    target: contract::Target,
+) -> i32 {
     // The cap is best effort: without it the deadline still bounds the child.
     let _ = rlimit::setrlimit(rlimit::Resource::AS, memory_bytes, memory_bytes);
     crate::memory::use_one_heap();
@@ -327,7 +339,7 @@ pub fn child_main(path: &Path, root: Option<&Path>, memory_bytes: u64, name: Opt
     let evaluation = std::thread::Builder::new()
         .name("evaluate".into())
         .stack_size(stack)
-        .spawn(move || contract::evaluate_input(&input, root.as_deref()));
+        .spawn(move || contract::evaluate_input_for(&input, root.as_deref(), target));
     let report = match evaluation.map(|h| h.join()) {
         Ok(Ok(Ok(workspace))) => Report::Ok(workspace),
         Ok(Ok(Err(ContractError::Unreadable { path, reason }))) => {

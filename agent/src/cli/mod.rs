@@ -97,6 +97,9 @@ pub enum Command {
         /// The workspace is the text on standard input, called this.
         #[arg(long)]
         name: Option<String>,
+        /// The workspace is rendered as sozu's configuration file, which holds less.
+        #[arg(long)]
+        for_sozu_toml: bool,
         workspace: PathBuf,
     },
 }
@@ -237,6 +240,7 @@ impl EvalArgs {
             timeout: Duration::from_secs_f64(self.eval_timeout),
             memory_bytes: self.eval_memory_mib.saturating_mul(1 << 20),
             root: self.workspace_root.clone(),
+            target: crate::contract::Target::Agent,
         }
     }
 }

@@ -175,6 +175,31 @@ impl Reader {
     }
 }
 
+/// Reads every file the workspace's policies name, as the agent will: the files that cannot be
+/// read (one only a deployed agent sees, say), and the reasons of those refused.
+pub fn check(workspace: &Workspace) -> (Vec<String>, Vec<String>) {
+    let reads = read_all(&wanted(workspace));
+    let (mut unreadable, mut refused) = (Vec::new(), Vec::new());
+    let reasons = reads
+        .users
+        .into_iter()
+        .filter_map(|(p, r)| Some((p, r.err()?)))
+        .chain(
+            reads
+                .pages
+                .into_iter()
+                .filter_map(|(p, r)| Some((p, r.err()?))),
+        );
+    for (path, reason) in reasons {
+        if path.exists() {
+            refused.push(reason);
+        } else {
+            unreadable.push(reason);
+        }
+    }
+    (unreadable, refused)
+}
+
 fn read_all(wanted: &Wanted) -> PolicyFileReads {
     let users = wanted
         .users

@@ -553,8 +553,8 @@ impl fmt::Display for Upstream {
 pub const ID_PREFIX: &str = "pi-";
 
 impl Workspace {
-    /// Makes the relative paths of error pages absolute against `dir`, the workspace's
-    /// directory.
+    /// Makes the relative paths of error pages and users files absolute against `dir`, the
+    /// workspace's directory.
     pub fn anchor_files(&mut self, dir: &std::path::Path) {
         let anchor = |pages: &mut BTreeMap<u16, PathBuf>| {
             for path in pages.values_mut() {
@@ -567,6 +567,11 @@ impl Workspace {
         for route in &mut self.routes {
             if let Some(policy) = route.policy.as_mut() {
                 anchor(&mut policy.error_pages);
+                if let Some(auth) = policy.basic_auth.as_mut() {
+                    if auth.users_file.is_relative() {
+                        auth.users_file = dir.join(&auth.users_file);
+                    }
+                }
             }
         }
     }

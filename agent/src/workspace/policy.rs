@@ -362,11 +362,8 @@ impl RoutePolicy {
             .basic_auth
             .map(|a| {
                 let users_file = PathBuf::from(a.users_file);
-                if !users_file.is_absolute() {
-                    return Err(format!(
-                        "basic_auth.users_file `{}` is not an absolute path",
-                        users_file.display()
-                    ));
+                if users_file.as_os_str().is_empty() {
+                    return Err("basic_auth.users_file is empty".to_owned());
                 }
                 Ok(BasicAuth {
                     users_file,
