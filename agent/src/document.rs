@@ -131,6 +131,10 @@ pub struct SozuStatus {
     /// The HTTPS listener's client certificates, with `listeners.client_auth` on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_auth: Option<ClientAuthStatus>,
+    /// Basic-auth users files and error pages refused at their latest read, each with its
+    /// reason (its last good version stays in sozu).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policy_files_refused: Vec<String>,
 }
 
 /// `listeners.client_auth` as the agent holds it: each file's last good version and why the
@@ -187,6 +191,10 @@ pub struct RouteStatus {
     /// answers 503 only when none of them connects).
     #[serde(default)]
     pub no_available_backend: bool,
+    /// The route's policies in one line (redirect, rewrites, headers, basic auth, limits,
+    /// error pages); empty for none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub policy: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

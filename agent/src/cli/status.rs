@@ -233,6 +233,25 @@ pub fn table(status: &Document) -> String {
             &upstream_rows,
         );
     }
+    // Route policies, one line per route that has any.
+    let policy_rows: Vec<[String; 3]> = status
+        .routes
+        .iter()
+        .filter(|r| !r.policy.is_empty())
+        .map(|r| [r.host.clone(), r.path_prefix.clone(), r.policy.clone()])
+        .collect();
+    if !policy_rows.is_empty() {
+        out.push('\n');
+        write_table(&mut out, &["HOST", "PATH", "POLICIES"], &policy_rows);
+    }
+    for refused in &status.sozu.policy_files_refused {
+        let line = format!("policy file refused (its last good version stays): {refused}");
+        let _ = writeln!(
+            out,
+            "{}",
+            crate::text::clean_line(&line, crate::text::MAX_LINE_BYTES)
+        );
+    }
     if let Some(auth) = &status.sozu.client_auth {
         out.push('\n');
         let now = time::OffsetDateTime::now_utc().unix_timestamp();

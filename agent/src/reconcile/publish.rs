@@ -119,6 +119,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         head.sozu.listeners_need_restart = self.listeners_need_restart.clone();
         head.sozu.client_auth =
             workspace.and_then(|w| self.client_auth.status(&w.listener_policy.client_auth));
+        head.sozu.policy_files_refused = self.policy_files.problems().values().cloned().collect();
         self.status.store(Snapshot {
             head,
             routes: self.routes.clone(),
@@ -138,7 +139,8 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             .map(|u| self.upstream_status(route, u, names))
             .collect();
         let in_rotation = upstreams.iter().filter(|u| !u.drain);
-        let no_available_backend = upstreams.iter().all(|u| u.drain)
+        // A redirecting route has no upstream: it needs no backend.
+        let no_available_backend = !upstreams.is_empty() && upstreams.iter().all(|u| u.drain)
             || self.backends.no_available(&route.id)
             || in_rotation
                 .flat_map(|u| &u.backends)
@@ -172,9 +174,18 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             .iter()
             .find(|r| r.scope.hosts.contains(&route.host) || r.scope.clusters.contains(&route.id))
             .map(|r| r.message.clone());
+        let policy = route.policy();
+        let file_problem = policy
+            .basic_auth
+            .iter()
+            .map(|a| &a.users_file)
+            .chain(policy.error_pages.values())
+            .find_map(|path| self.policy_files.problems().get(path))
+            .map(|reason| format!("policy file refused (its last good version stays): {reason}"));
         let last_error = cert_error
             .map(|(m, _)| m.to_owned())
             .or(refusal)
+            .or(file_problem)
             .or(dns_error)
             .or_else(|| {
                 no_available_backend.then(|| {
@@ -233,6 +244,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             state,
             waiting_for,
             last_error,
+            policy: route.policy().summary(&route.path_prefix),
             upstreams,
             no_available_backend,
         };

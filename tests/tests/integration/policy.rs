@@ -123,6 +123,9 @@ fn headers_and_a_stripped_prefix_reach_the_backend_and_the_client() {
     assert_eq!(header(&headers, "x-frame-options"), Some("DENY"));
     assert_eq!(header(&headers, "referrer-policy"), Some("no-referrer"));
     assert_eq!(header(&headers, "content-type"), None, "{headers:?}");
+    // `status` lists the route's policies in one line.
+    let status = stack.status_text();
+    assert!(status.contains("strip /app/, 3 header edit(s)"), "{status}");
 }
 
 fn sha256_hex(text: &str) -> String {
@@ -212,6 +215,12 @@ fn basic_auth_follows_its_users_file() {
     assert!(
         !stack.agent_logs().contains("not-a-hash"),
         "a hash is never logged"
+    );
+    let status = stack.status_text();
+    assert!(
+        status.contains("policy file refused (its last good version stays)")
+            && status.contains("users:1: the hash of `alice` is not a SHA-256"),
+        "{status}"
     );
     assert_eq!(
         get(Some(basic("alice", "wonderland"))).unwrap().0.status,
