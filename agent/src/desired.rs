@@ -94,7 +94,7 @@ pub fn routes(workspace: &Workspace, names: Names<'_>) -> Desired {
     desired.zone = workspace.zone.clone();
     desired.hsts = workspace.hsts;
     desired.listener_settings = listener_settings(&workspace.listener_policy);
-    desired.headers = Arc::new(workspace.headers.clone());
+    desired.headers = Arc::new((*workspace.headers).clone());
     desired.client_auth_known = desired.listener_settings.client_auth.is_none();
     for route in &workspace.routes {
         desired

@@ -100,7 +100,7 @@ impl SandboxError {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Report {
-    Ok(Workspace),
+    Ok(Box<Workspace>),
     Unreadable { path: PathBuf, reason: String },
     Invalid { diagnostic: String },
 }
@@ -214,7 +214,7 @@ pub fn evaluate_input(
     }
 
     match serde_json::from_slice::<Report>(&stdout) {
-        Ok(Report::Ok(workspace)) if status.success() => Ok(workspace),
+        Ok(Report::Ok(workspace)) if status.success() => Ok(*workspace),
         Ok(Report::Unreadable { path, reason }) => Err(ContractError::Unreadable {
             path,
             reason: crate::text::clean_line(&reason, crate::text::MAX_LINE_BYTES),
@@ -341,7 +341,7 @@ pub fn child_main(
         .stack_size(stack)
         .spawn(move || contract::evaluate_input_for(&input, root.as_deref(), target));
     let report = match evaluation.map(|h| h.join()) {
-        Ok(Ok(Ok(workspace))) => Report::Ok(workspace),
+        Ok(Ok(Ok(workspace))) => Report::Ok(Box::new(workspace)),
         Ok(Ok(Err(ContractError::Unreadable { path, reason }))) => {
             Report::Unreadable { path, reason }
         }

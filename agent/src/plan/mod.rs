@@ -300,8 +300,9 @@ fn cluster_policy_to_hold(
 /// ones that are missing come; where one changes, the host's frontends on that listener swap
 /// spellings (see the module).
 fn plan_frontends(actual: &Actual, desired: &Desired, host: &str, ops: &mut Vec<Op>) {
-    let mut listeners: BTreeMap<(Protocol, SocketAddr), (Vec<&Frontend>, Vec<&Frontend>)> =
-        BTreeMap::new();
+    // Per listener: (the agent's frontends in sozu, the wanted ones).
+    type Sides<'a> = (Vec<&'a Frontend>, Vec<&'a Frontend>);
+    let mut listeners: BTreeMap<(Protocol, SocketAddr), Sides> = BTreeMap::new();
     for frontend in frontends_of(&actual.frontends, host).filter(|f| f.is_owned()) {
         let key = (frontend.protocol, frontend.address);
         listeners.entry(key).or_default().0.push(frontend);
@@ -349,7 +350,7 @@ fn plan_listener_frontends(present: &[&Frontend], wanted: &[&Frontend], ops: &mu
     let mut new: Vec<Frontend> = wanted
         .iter()
         .map(|w| w.spelled(alias))
-        .filter(|w| !present.iter().any(|p| *p == w))
+        .filter(|w| !present.contains(&w))
         .collect();
     let mut old: Vec<Frontend> = present
         .iter()

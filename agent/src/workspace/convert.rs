@@ -254,7 +254,7 @@ impl Workspace {
         let error_pages =
             policy::error_pages_from_raw(raw.error_pages, None).map_err(ModelError::Policy)?;
         Ok(Workspace {
-            headers: policy::headers_from_raw(raw.headers),
+            headers: Box::new(policy::headers_from_raw(raw.headers)),
             error_pages,
             zone: raw.zone,
             listeners,

@@ -82,9 +82,9 @@ pub struct Workspace {
     /// `deploy` is: the loop never reads it.
     #[serde(default)]
     pub traffic: Box<Traffic>,
-    /// Header edits of every route, before each route's own.
+    /// Header edits of every route, before each route's own. Boxed for the reason `deploy` is.
     #[serde(default, skip_serializing_if = "HeaderPolicy::is_empty")]
-    pub headers: HeaderPolicy,
+    pub headers: Box<HeaderPolicy>,
     /// Error pages of every route that sets none for a status, and of sozu's own answers (the
     /// 404 of an unknown host): the listeners' answers.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -636,7 +636,7 @@ pub(crate) fn test_workspace(tls_dir: &std::path::Path, routes: Vec<Route>) -> W
         hsts: None,
         allow_special_upstream_addresses: false,
         traffic: Box::default(),
-        headers: HeaderPolicy::default(),
+        headers: Box::default(),
         error_pages: BTreeMap::new(),
     }
 }
