@@ -40,7 +40,7 @@ pub fn parse_users(bytes: &[u8], path: &Path) -> Result<Vec<String>, String> {
         let Some((user, hash)) = line.split_once(':') else {
             return Err(format!(
                 "{}: expected `user:sha256`, the user and the lowercase hex SHA-256 of the \
-                 password (`just basic-auth-user NAME` writes one)",
+                 password (`just basic-auth-user NAME FILE` writes one)",
                 at(n + 1)
             ));
         };

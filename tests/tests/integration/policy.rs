@@ -128,6 +128,29 @@ fn headers_and_a_stripped_prefix_reach_the_backend_and_the_client() {
     assert!(status.contains("strip /app/, 3 header edit(s)"), "{status}");
 }
 
+/// `just basic-auth-user NAME FILE`, the password on standard input.
+fn set_user(file: &std::path::Path, name: &str, password: &str) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("just")
+        .arg("--justfile")
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/justfile"))
+        .args(["basic-auth-user", name])
+        .arg(file)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("just");
+    writeln!(child.stdin.take().unwrap(), "{password}").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn sha256_hex(text: &str) -> String {
     use sha2::Digest;
     sha2::Sha256::digest(text.as_bytes())
@@ -164,7 +187,9 @@ fn basic_auth_follows_its_users_file() {
         std::fs::write(&tmp, text).unwrap();
         std::fs::rename(&tmp, &users).unwrap();
     };
-    file(&[("alice", "wonderland"), ("bob", "builder")]);
+    // As an operator would: the recipe, then the file.
+    set_user(&users, "alice", "wonderland");
+    set_user(&users, "bob", "builder");
     let route = format!(
         r#"{{ host = "{host}", {}, basic_auth = {{ users_file = "{}", realm = "Longhorn" }} }}"#,
         upstream(&backend),
