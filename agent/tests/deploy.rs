@@ -1739,3 +1739,88 @@ fn client_certificates_are_mounted_in_both_containers_from_their_secret() {
         "{err}"
     );
 }
+
+/// Route policies' files in the pod: an error page inside the workspace's directory ships in
+/// the ConfigMap at its relative path (where the agent's relative path finds it); a page
+/// elsewhere comes from the operator's ConfigMap `private-ingress-error-pages`, and a users
+/// file from the Secret `private-ingress-basic-auth`, each mounted in the agent alone at the
+/// path the workspace names. sozu's bootstrap configuration names no page (the agent sets them).
+/// A users file inside the workspace's directory would ship in the ConfigMap: refused.
+#[test]
+fn route_policy_files_reach_the_agent_from_the_workspace_a_configmap_and_a_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("pages")).unwrap();
+    std::fs::write(
+        dir.path().join("pages/404.http"),
+        "HTTP/1.1 404 Not Found\n\nnothing here\n",
+    )
+    .unwrap();
+    let fields = "  lb_ip = \"10.200.3.6\",\n  listeners = { https = \"0.0.0.0:8443\", http = \"0.0.0.0:8080\" },\n  \
+        error_pages = { \"404\" = \"pages/404.http\" },\n";
+    let route = r#"{ host = "longhorn.in.librecloud.online", upstream = "10.0.0.5", port = 80, basic_auth = { users_file = "/etc/private-ingress/auth/longhorn.users" }, error_pages."503" = "/etc/private-ingress/pages/longhorn-503.http" }"#;
+    let workspace = workspace_file(dir.path(), "policies.ncl", fields, &[route]);
+    let yaml = render(&workspace, "k8s");
+    kubernetes_validate(&yaml).unwrap_or_else(|report| panic!("{report}"));
+    let docs = documents(&yaml);
+    let data = find(&docs, "ConfigMap")
+        .into_iter()
+        .find(|c| c["data"]["sozu.toml"].is_string())
+        .map(|c| c["data"].clone())
+        .unwrap();
+    assert_eq!(
+        data["pages--404.http"],
+        "HTTP/1.1 404 Not Found\n\nnothing here\n"
+    );
+    assert!(
+        !data["sozu.toml"].as_str().unwrap().contains("answers"),
+        "{}",
+        data["sozu.toml"]
+    );
+    let volumes = pod_spec(&docs)["volumes"].as_array().unwrap().clone();
+    let agent = container(&docs, "initContainers", "agent");
+    let source_at = |path: &str| {
+        let mount = agent["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["mountPath"] == path)
+            .unwrap_or_else(|| panic!("nothing at {path}"));
+        assert_eq!(mount["readOnly"], true);
+        volumes
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .unwrap()
+            .clone()
+    };
+    let users = source_at("/etc/private-ingress/auth");
+    assert_eq!(users["secret"]["secretName"], "private-ingress-basic-auth");
+    assert_eq!(
+        users["secret"]["items"],
+        serde_json::json!([{ "key": "longhorn.users", "path": "longhorn.users" }])
+    );
+    let pages = source_at("/etc/private-ingress/pages");
+    assert_eq!(pages["configMap"]["name"], "private-ingress-error-pages");
+    let sozu = container(&docs, "containers", "sozu");
+    assert!(
+        !sozu["volumeMounts"]
+            .to_string()
+            .contains("/etc/private-ingress"),
+        "sozu mounts none of them"
+    );
+
+    let inside = workspace_file(
+        dir.path(),
+        "inside.ncl",
+        fields,
+        &[&route.replace(
+            "/etc/private-ingress/auth/longhorn.users",
+            "auth/longhorn.users",
+        )],
+    );
+    let (code, _, err) = run(Command::new(env!("CARGO_BIN_EXE_private-ingress"))
+        .arg("render")
+        .arg(&inside)
+        .args(["--format", "k8s"]));
+    assert_ne!(code, 0);
+    assert!(err.contains("lies in the workspace's directory"), "{err}");
+}

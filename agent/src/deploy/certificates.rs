@@ -45,7 +45,7 @@ pub(super) struct SecretFiles {
 }
 
 /// Two keys that would be mounted at the same path: (first key, second key, the path).
-pub(super) struct Clash(String, String, String);
+pub(super) struct Clash(pub(super) String, pub(super) String, pub(super) String);
 
 impl SecretFiles {
     /// Groups `files` (Secret key, path) by directory.
@@ -76,6 +76,27 @@ impl SecretFiles {
         prefix: &str,
         mode: u32,
     ) -> (Vec<Value>, Vec<Value>) {
+        self.volumes_of("secret", "secretName", secret, prefix, mode)
+    }
+
+    /// [`SecretFiles::volumes`], from the ConfigMap `name`.
+    pub(super) fn config_map_volumes(
+        &self,
+        name: &str,
+        prefix: &str,
+        mode: u32,
+    ) -> (Vec<Value>, Vec<Value>) {
+        self.volumes_of("configMap", "name", name, prefix, mode)
+    }
+
+    fn volumes_of(
+        &self,
+        kind: &str,
+        name_field: &str,
+        source: &str,
+        prefix: &str,
+        mode: u32,
+    ) -> (Vec<Value>, Vec<Value>) {
         self.dirs
             .iter()
             .map(|(dir, files)| {
@@ -89,7 +110,7 @@ impl SecretFiles {
                 (
                     json!({
                         "name": name,
-                        "secret": { "secretName": secret, "defaultMode": mode, "items": items },
+                        kind: { name_field: source, "defaultMode": mode, "items": items },
                     }),
                     json!({ "name": name, "mountPath": dir.to_string_lossy(), "readOnly": true }),
                 )

@@ -12,6 +12,8 @@ pub struct WorkspaceFiles {
     pub entry: String,
     /// Contents by relative path, `/`-separated.
     pub files: BTreeMap<String, String>,
+    /// The directory of the workspace file here, where its relative paths (error pages) start.
+    pub dir: Option<PathBuf>,
 }
 
 impl WorkspaceFiles {
@@ -51,7 +53,9 @@ impl WorkspaceFiles {
         if let Some(text) = walked.files.remove(&read) {
             walked.files.insert(shipped.clone(), text);
         }
-        Self::laid_out(&shipped, walked)
+        let mut files = Self::laid_out(&shipped, walked)?;
+        files.dir = Some(dir);
+        Ok(files)
     }
 
     /// Reads `workspace` and follows its `import "…"`s ([`crate::imports::walk`]: confined to
@@ -71,7 +75,9 @@ impl WorkspaceFiles {
         let tree = Root::of(&entry, root)
             .map_err(|err| read_error(root.unwrap_or(&entry), err.to_string()))?;
         let walked = imports::walk(&entry, &tree).map_err(walk_error)?;
-        Self::laid_out(&entry, walked)
+        let mut files = Self::laid_out(&entry, walked)?;
+        files.dir = entry.parent().map(Path::to_owned);
+        Ok(files)
     }
 
     /// The files `walked` read, at their paths relative to their deepest common directory.
@@ -96,6 +102,7 @@ impl WorkspaceFiles {
                 .into_iter()
                 .map(|(path, text)| (relative(&path), text))
                 .collect(),
+            dir: None,
         })
     }
 }

@@ -91,6 +91,11 @@ const ACME_SECRET: &str = "private-ingress-acme";
 /// `listeners.client_auth`: the Secret (created by the operator) holding the device CA and its
 /// CRLs, mounted as the files the workspace names.
 const CLIENT_AUTH_SECRET: &str = "private-ingress-client-auth";
+/// Route policies: the Secret (created by the operator) holding the basic-auth users files, one
+/// key per file name, and the ConfigMap holding the error pages outside the workspace's
+/// directory; each mounted in the agent as the files the workspace names.
+const BASIC_AUTH_SECRET: &str = "private-ingress-basic-auth";
+const ERROR_PAGES_CONFIGMAP: &str = "private-ingress-error-pages";
 /// Each claim's size: an account and a few KiB per host.
 const ACME_STATE_SIZE: &str = "1Gi";
 /// The memory-backed tls dir: a pair is about 5 KiB, so room for ten thousand hosts.
@@ -129,6 +134,21 @@ pub enum DeployError {
         second: String,
         name: String,
     },
+    #[error(
+        "{what}: {detail} are both mounted from {store} under one key or path: give them \
+         different file names"
+    )]
+    PolicyFileClash {
+        what: &'static str,
+        store: &'static str,
+        detail: String,
+    },
+    #[error(
+        "basic_auth.users_file {} lies in the workspace's directory, which ships in a ConfigMap: \
+         give it an absolute path elsewhere and put the file in the Secret {BASIC_AUTH_SECRET} \
+         (its file name as the key)", path.display()
+    )]
+    UsersFileInWorkspace { path: PathBuf },
     #[error(
         "listeners.interface `{0}` names an interface of the host, which a pod does not have: \
          in Kubernetes, choose the listeners' addresses (and the Service's) instead"
@@ -207,6 +227,7 @@ mod files;
 mod monitoring;
 mod network;
 mod pod;
+mod policies;
 
 pub use dns::dns;
 pub use files::WorkspaceFiles;
@@ -216,6 +237,7 @@ use config::*;
 use monitoring::*;
 use network::*;
 use pod::*;
+use policies::*;
 
 /// The Kubernetes manifests of the workspace, as one multi-document YAML stream in apply order:
 /// Namespace, ServiceAccount, ConfigMap, Certificates (`'reloader`), Services (with
@@ -276,7 +298,13 @@ pub fn k8s(
     }
     docs.push(network_policy(workspace));
     let client_auth = client_auth_files(workspace)?;
-    docs.push(workload(workspace, &pod, acme.as_ref(), &client_auth));
+    docs.push(workload(
+        workspace,
+        &pod,
+        acme.as_ref(),
+        &client_auth,
+        &pod.policy_files,
+    ));
     docs.push(pod_disruption_budget(workspace));
 
     let mut out = format!(
@@ -303,6 +331,8 @@ struct Pod<'a> {
     workspace_entry: String,
     sozu_config: String,
     hosts: Vec<&'a str>,
+    /// The files the route policies name.
+    policy_files: PolicyFiles,
 }
 
 impl<'a> Pod<'a> {
@@ -317,6 +347,17 @@ impl<'a> Pod<'a> {
                 });
             }
             workspace_items.insert(key, (path.clone(), Cow::Borrowed(text.as_str())));
+        }
+        let mut policy_files = policy_files(workspace, files)?;
+        for (path, text) in std::mem::take(&mut policy_files.shipped_pages) {
+            let key = configmap_key(&path)?;
+            if key == SOZU_CONFIG_KEY || workspace_items.contains_key(&key) {
+                return Err(DeployError::ConfigMapFile {
+                    path: path.into(),
+                    reason: format!("its ConfigMap key `{key}` is already taken; rename the file"),
+                });
+            }
+            workspace_items.insert(key, (path, Cow::Owned(text)));
         }
         // The agent watches its workspace's directory for the kubelet's `..data` swap, which
         // happens at the root of the volume; a subdirectory is reached through a link into the
@@ -341,8 +382,10 @@ impl<'a> Pod<'a> {
             workspace_entry = ROOT_ENTRY.into();
         }
         // Listeners and the control socket only: the agent pushes the routes (see the module doc).
+        // The agent sets the listeners' error pages too: sozu's container does not mount them.
         let bootstrap = Workspace {
             routes: Vec::new(),
+            error_pages: BTreeMap::new(),
             ..workspace.clone()
         };
         let settings = SozuSettings {
@@ -354,6 +397,7 @@ impl<'a> Pod<'a> {
             workspace_entry,
             sozu_config: render::sozu_toml(&bootstrap, &settings)?,
             hosts: hosts(workspace),
+            policy_files,
         })
     }
 }

@@ -1,0 +1,71 @@
+//! The files route policies name, in the pod. Error pages inside the workspace's directory ship
+//! in the workspace's ConfigMap, where a relative path finds them in the pod as it does here;
+//! pages elsewhere are keys of a ConfigMap the operator creates ([`ERROR_PAGES_CONFIGMAP`]), and
+//! basic-auth users files keys of a Secret ([`BASIC_AUTH_SECRET`]), each mounted in the agent at
+//! the path the workspace names. A users file is a credential: one in the workspace's directory
+//! would ship in the ConfigMap, and is refused.
+
+use super::*;
+
+/// The pages and users files of the workspace's policies, as the pod holds them.
+#[derive(Default)]
+pub(super) struct PolicyFiles {
+    /// ConfigMap path (relative to the workspace's mount) → the page's text.
+    pub(super) shipped_pages: BTreeMap<String, String>,
+    /// Pages outside the workspace's directory, from the operator's ConfigMap.
+    pub(super) pages: SecretFiles,
+    /// Users files, from the operator's Secret.
+    pub(super) users: SecretFiles,
+}
+
+pub(super) fn policy_files(
+    workspace: &Workspace,
+    files: &WorkspaceFiles,
+) -> Result<PolicyFiles, DeployError> {
+    let (users, pages) = crate::desired::policy_file_paths(workspace);
+    let inside = |path: &Path| -> Option<String> {
+        let rel = path.strip_prefix(files.dir.as_deref()?).ok()?;
+        Some(
+            rel.components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join("/"),
+        )
+    };
+    let mut out = PolicyFiles::default();
+    let mut outside_pages = Vec::new();
+    for page in pages {
+        match inside(page) {
+            Some(rel) => {
+                let text = std::fs::read_to_string(page).map_err(|e| DeployError::Read {
+                    path: page.to_owned(),
+                    reason: e.to_string(),
+                })?;
+                out.shipped_pages.insert(rel, text);
+            }
+            None => outside_pages.push(page),
+        }
+    }
+    let by_name = |paths: Vec<&Path>, what: &'static str, store: &'static str| {
+        SecretFiles::group(paths.into_iter().map(|p| {
+            let key = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            (key, p)
+        }))
+        .map_err(|Clash(first, second, name)| DeployError::PolicyFileClash {
+            what,
+            store,
+            detail: format!("{first} and {second} ({name})"),
+        })
+    };
+    out.pages = by_name(outside_pages, "error pages", ERROR_PAGES_CONFIGMAP)?;
+    if let Some(inside) = users.iter().find(|u| inside(u).is_some()) {
+        return Err(DeployError::UsersFileInWorkspace {
+            path: inside.to_path_buf(),
+        });
+    }
+    out.users = by_name(users, "basic-auth users files", BASIC_AUTH_SECRET)?;
+    Ok(out)
+}
