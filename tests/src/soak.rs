@@ -12,7 +12,9 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::live::{atomic_write, fingerprint_of_pem, https_get, Backend, Stack};
+use crate::live::{
+    atomic_write, fingerprint_of_pem, https_get, https_get_with_headers, Backend, Stack,
+};
 
 #[derive(Debug, Clone)]
 pub struct SoakConfig {
@@ -61,6 +63,9 @@ struct Soak {
     /// Even hosts whose primary upstream is drained, their spare in rotation.
     on_spare: BTreeSet<usize>,
     routed: BTreeSet<usize>,
+    /// Each host's policy version: its route sets the response header `X-Soak` to it (none at
+    /// 0), so each edit swaps the host's frontend.
+    policy: Vec<u32>,
     /// The latest good certificate written for each host.
     latest: Vec<String>,
     generation: Vec<u32>,
@@ -98,6 +103,7 @@ pub fn run(config: &SoakConfig) -> SoakReport {
         spares,
         on_spare: BTreeSet::new(),
         routed: (0..config.hosts).collect(),
+        policy: vec![0; config.hosts],
         latest: Vec::new(),
         generation: vec![0; config.hosts],
         rng: Rng(config.seed.max(1)),
@@ -170,7 +176,16 @@ impl Soak {
                 }
                 self.note("renew all", String::new());
             }
-            60..=71 => {
+            60..=64 => {
+                // A route's policy edited: its frontend swaps to the host's other spelling.
+                self.policy[host] += 1;
+                self.note(
+                    "policy edit",
+                    format!("{} X-Soak {}", self.hosts[host], self.policy[host]),
+                );
+                self.write_workspace();
+            }
+            65..=71 => {
                 if self.routed.remove(&host) {
                     self.note("remove route", self.hosts[host].clone());
                 } else {
@@ -279,6 +294,10 @@ impl Soak {
                 address.port()
             )
         };
+        let policy = |i: usize| match self.policy[i] {
+            0 => String::new(),
+            v => format!(", headers.response.set = {{ \"X-Soak\" = \"{v}\" }}"),
+        };
         let routes: Vec<String> = self
             .routed
             .iter()
@@ -286,17 +305,19 @@ impl Soak {
                 Some(spare) => {
                     let on_spare = self.on_spare.contains(&i);
                     format!(
-                        "{{ host = \"{}\", upstreams = [{}, {}] }}",
+                        "{{ host = \"{}\", upstreams = [{}, {}]{} }}",
                         self.hosts[i],
                         upstream(self.ports[i], on_spare),
-                        upstream(spare.address, !on_spare)
+                        upstream(spare.address, !on_spare),
+                        policy(i)
                     )
                 }
                 None => format!(
-                    "{{ host = \"{}\", upstream = \"{}\", port = {} }}",
+                    "{{ host = \"{}\", upstream = \"{}\", port = {}{} }}",
                     self.hosts[i],
                     self.ports[i].ip(),
-                    self.ports[i].port()
+                    self.ports[i].port(),
+                    policy(i)
                 ),
             })
             .collect();
@@ -365,14 +386,22 @@ impl Soak {
     fn mismatches(&self) -> Vec<String> {
         let mut wrong = Vec::new();
         for (i, host) in self.hosts.iter().enumerate() {
-            let seen = https_get(self.stack.https, host, "/");
+            let seen = https_get_with_headers(self.stack.https, host, "/");
+            let version = |headers: &[(String, String)]| {
+                headers
+                    .iter()
+                    .find(|(n, _)| n == "x-soak")
+                    .map_or(0, |(_, v)| v.parse().unwrap_or(u32::MAX))
+            };
             if self.routed.contains(&i) {
                 match seen {
-                    Ok(s) if s.fingerprint == self.latest[i] && s.body == self.expected_body(i) => {
-                    }
+                    Ok((s, h))
+                        if s.fingerprint == self.latest[i]
+                            && s.body == self.expected_body(i)
+                            && version(&h) == self.policy[i] => {}
                     other => wrong.push(format!("{host}: {other:?}")),
                 }
-            } else if let Ok(s) = seen {
+            } else if let Ok((s, _)) = seen {
                 if s.fingerprint == self.latest[i] {
                     wrong.push(format!("{host} is out of the workspace but still served"));
                 }
