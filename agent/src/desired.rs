@@ -23,7 +23,7 @@ use crate::sozu_state::{
 };
 use crate::sozu_state::{ClientAuthState, ListenerSettings};
 use crate::workspace::{
-    ClientAuthMode, HeaderPolicy, ListenerPolicy, Listeners, Route, TlsVersion, Upstream, Workspace,
+    ClientAuthMode, HeaderPolicy, ListenerPolicy, Route, TlsVersion, Upstream, Workspace,
 };
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -94,7 +94,6 @@ pub fn routes(workspace: &Workspace, names: Names<'_>) -> Desired {
     desired.zone = workspace.zone.clone();
     desired.hsts = workspace.hsts;
     desired.listener_settings = listener_settings(&workspace.listener_policy);
-    desired.headers = Arc::new((*workspace.headers).clone());
     desired.client_auth_known = desired.listener_settings.client_auth.is_none();
     for route in &workspace.routes {
         desired
@@ -108,7 +107,7 @@ pub fn routes(workspace: &Workspace, names: Names<'_>) -> Desired {
         mark_hsts(&mut desired, route);
         desired
             .frontends
-            .extend(frontends(route, &desired.headers, https, http));
+            .extend(frontends(route, &workspace.headers, https, http));
     }
     desired
 }
@@ -249,7 +248,6 @@ pub fn build(
     for route in &workspace.routes {
         by_host.entry(&route.host).or_default().push(route);
     }
-    let listeners = workspace.listeners;
     for (name, routes) in by_host {
         let certificate = certificates.get(name);
         host(
@@ -257,7 +255,7 @@ pub fn build(
             &mut held,
             name,
             &routes,
-            listeners,
+            workspace,
             certificate,
             actual,
         );
@@ -274,10 +272,11 @@ pub fn host(
     held: &mut BTreeMap<String, Held>,
     name: &str,
     routes: &[&Route],
-    listeners: Listeners,
+    workspace: &Workspace,
     certificate: Option<&Certificate>,
     actual: Option<&Actual>,
 ) {
+    let (listeners, headers) = (workspace.listeners, &workspace.headers);
     let kept = || {
         let https = desired.https_address?;
         actual?
@@ -304,9 +303,8 @@ pub fn host(
             }
         },
     };
-    let headers = desired.headers.clone();
     for route in routes {
-        let [https, http] = frontends(route, &headers, listeners.https, listeners.http);
+        let [https, http] = frontends(route, headers, listeners.https, listeners.http);
         if served {
             held.remove(&route.id);
             desired.frontends.insert(https);

@@ -385,8 +385,6 @@ pub struct Desired {
     pub cluster_policies: BTreeMap<String, Arc<ClusterPolicy>>,
     /// The listeners' error pages (the workspace's `error_pages`), by status.
     pub listener_answers: BTreeMap<String, Arc<str>>,
-    /// The workspace's header edits, which every route's HTTPS frontend applies before its own.
-    pub headers: Arc<crate::workspace::HeaderPolicy>,
     /// Clusters whose responses carry an HSTS header that sozu adds. A drain there takes the
     /// backend out without closing its sessions: sozu 2.3.3 writes the header before the status
     /// line of a response in flight on a session it was told to close, and the client gets a

@@ -190,7 +190,7 @@ impl Model {
             &mut self.held,
             host,
             &routes,
-            self.workspace.listeners,
+            &self.workspace,
             certs.last_good().get(host),
             Some(actual),
         );

@@ -3,12 +3,13 @@
 //! each field; [`RoutePolicy::from_raw`] still refuses what the model cannot hold.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::raw::{RawBasicAuth, RawHeaderEdits, RawHeaders, RawLimits, RawRedirect, RawRewrite};
+use super::raw::{
+    RawBasicAuth, RawHeaderEdits, RawHeaders, RawLimits, RawRedirect, RawRewrite, RedirectScheme,
+};
 
 /// What a route does besides forwarding to its upstreams. `Default` is a route with none.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,15 +81,6 @@ impl RoutePolicy {
         }
         parts.join(", ")
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RedirectScheme {
-    Https,
-    Http,
-    /// The request's own.
-    Same,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -378,16 +370,6 @@ impl RoutePolicy {
             basic_auth,
             limits,
             error_pages: error_pages_from_raw(raw.error_pages, base)?,
-        })
-    }
-}
-
-impl fmt::Display for RedirectScheme {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            RedirectScheme::Https => "https",
-            RedirectScheme::Http => "http",
-            RedirectScheme::Same => "same",
         })
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{ClientAuthMode, Eab, LbProvider, Monitoring, PodResources, TlsRotation};
 use crate::document::ReadinessMode;
@@ -280,7 +280,7 @@ pub struct RawRoute {
 pub struct RawRedirect {
     /// Floats for the same reason as [`RawRoute::port`].
     pub status: f64,
-    pub scheme: super::policy::RedirectScheme,
+    pub scheme: RedirectScheme,
     pub host: Option<String>,
     pub path: Option<String>,
     pub port: Option<f64>,
@@ -323,4 +323,24 @@ pub struct RawLimits {
     pub connections_per_ip: Option<f64>,
     pub connections_per_subnet: Option<f64>,
     pub retry_after: f64,
+}
+
+/// The scheme of a redirect's `Location`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RedirectScheme {
+    Https,
+    Http,
+    /// The request's own.
+    Same,
+}
+
+impl std::fmt::Display for RedirectScheme {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RedirectScheme::Https => "https",
+            RedirectScheme::Http => "http",
+            RedirectScheme::Same => "same",
+        })
+    }
 }
