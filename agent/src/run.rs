@@ -151,14 +151,15 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         tasks.thread("tls-dir"),
     )?;
     tasks.adopt("tls-dir", forwarder);
-    let forwarder = sources::client_auth::spawn(
+    let forwarder = sources::watched_files::spawn(
+        sources::client_auth::Files::new(clock.clone()),
         latest_rx.clone(),
         facts.clone(),
-        clock.clone(),
         tasks.thread("client-auth"),
     )?;
     tasks.adopt("client-auth", forwarder);
-    let forwarder = sources::policy_files::spawn(
+    let forwarder = sources::watched_files::spawn(
+        sources::policy_files::Files::default(),
         latest_rx.clone(),
         facts.clone(),
         tasks.thread("policy-files"),

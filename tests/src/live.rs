@@ -249,12 +249,10 @@ fn serve(mut stream: TcpStream, body: &str, healthy: &AtomicBool) {
         if let Some(ms) = delay {
             std::thread::sleep(Duration::from_millis(ms));
         }
-        // `GET /headers` answers with the request head it got: what sozu sent the backend.
-        let body = if path == "/headers" {
-            head.as_str()
-        } else {
-            body
-        };
+        // `GET /headers` (with a query string or not), and any path with the query `?echo`,
+        // answer with the request head it got: what sozu sent the backend.
+        let echo = path.split('?').next() == Some("/headers") || path.ends_with("?echo");
+        let body = if echo { head.as_str() } else { body };
         let response = format!(
             "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()

@@ -11,6 +11,8 @@
 //! | [`tlsdir`] (a [`CertSource`]) | `<tls dir>/<host>/` of each route host | each host's pair, read and validated |
 //! | [`sozu_socket`] | sozu's socket | that it was created or removed: sozu may have restarted |
 //! | [`sozu_events`] | sozu's event stream (`SubscribeEvents`) | backends up and down, drains ended, configuration changes by whoever; a broken stream |
+//! | [`client_auth`] (a [`watched_files`] set) | the directories of `listeners.client_auth`'s CA and CRLs | what they hold, or why each is refused |
+//! | [`policy_files`] (a [`watched_files`] set) | the directories of the route policies' users files and error pages | what they hold, or why each is refused |
 
 pub mod client_auth;
 pub mod dns;
@@ -19,6 +21,7 @@ pub mod resolver;
 pub mod sozu_events;
 pub mod sozu_socket;
 pub mod tlsdir;
+pub mod watched_files;
 pub mod watcher;
 pub mod workspace;
 

@@ -131,8 +131,9 @@ impl Rewrite {
 }
 
 /// The rewrite of the path that takes `path_prefix` away. sozu's `$PATH[1]` is what follows the
-/// prefix: `/x` of `/app/x` for the prefix `/app`, `x` for `/app/`, so a prefix ending in `/`
-/// puts it back.
+/// prefix: `x` of `/app/x` for the prefix `/app/`, so the `/` is put back. The contract admits
+/// `strip_prefix` only on a prefix ending in `/` (sozu's prefix `/app` also matches `/apps` and
+/// `/app?q`, whose rest is no path); the other branch is kept for a model built without it.
 pub fn strip_template(path_prefix: &str) -> String {
     if path_prefix.ends_with('/') {
         "/$PATH[1]".to_owned()

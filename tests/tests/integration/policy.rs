@@ -120,6 +120,14 @@ fn headers_and_a_stripped_prefix_reach_the_backend_and_the_client() {
         seen.body
     );
     assert!(seen.body.contains("X-Route: app"), "{}", seen.body);
+    // The prefix itself reaches the backend as its root; the query string goes along.
+    for (path, expected) in [
+        ("/app/?echo", "GET /?echo HTTP/1.1"),
+        ("/app/headers?q=1", "GET /headers?q=1 HTTP/1.1"),
+    ] {
+        let (seen, _) = https_get_with_headers(stack.https, host, path).expect(path);
+        assert!(seen.body.starts_with(expected), "{path}: {}", seen.body);
+    }
     assert_eq!(header(&headers, "x-frame-options"), Some("DENY"));
     assert_eq!(header(&headers, "referrer-policy"), Some("no-referrer"));
     assert_eq!(header(&headers, "content-type"), None, "{headers:?}");
