@@ -453,6 +453,26 @@ pub fn https_get_behind_proxy(
     https_exchange_after(tls_config(), address, host, path, &header).map(|(seen, _)| seen)
 }
 
+/// The `Authorization` value of HTTP basic auth for `user` and `password`.
+pub fn basic_auth(user: &str, password: &str) -> String {
+    use base64::Engine;
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+    )
+}
+
+/// A users file's line for `user` and `password`: `user:` and the password's SHA-256 in
+/// lowercase hex, as sozu compares it (and `just basic-auth-user` writes it).
+pub fn users_line(user: &str, password: &str) -> String {
+    use sha2::Digest;
+    let hash: String = sha2::Sha256::digest(password.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("{user}:{hash}\n")
+}
+
 /// [`https_get_with_headers`], sending `headers` (name, value) with the request.
 pub fn https_get_sending(
     address: SocketAddr,

@@ -831,3 +831,101 @@ fn the_rendered_pod_lets_enrolled_devices_in_and_applies_a_new_crl_from_its_secr
         );
     }
 }
+
+/// Route policies in the rendered pod: the basic-auth users file comes from the Secret
+/// `private-ingress-basic-auth` the operator creates, mounted in the agent only; the error pages
+/// in the workspace's directory ship in the workspace's ConfigMap. A user added to the Secret,
+/// swapped in as the kubelet swaps it, is let in without a restart; a drained route and an
+/// unknown host get the branded pages.
+#[test]
+fn the_rendered_pod_applies_basic_auth_from_its_secret_and_pages_from_its_config_map() {
+    use private_ingress_tests::kubelet::Placement;
+    use private_ingress_tests::live::{basic_auth, https_get_sending, users_line};
+    use std::collections::BTreeMap;
+
+    let (network, backends) = pod_backends();
+    let dir = short_tempdir();
+    let path = workspace(dir.path(), &backends, PRE_STOP.as_secs());
+    std::fs::create_dir_all(dir.path().join("pages")).unwrap();
+    std::fs::write(
+        dir.path().join("pages/404.http"),
+        "HTTP/1.1 404 Not Found\nContent-Type: text/html\n\n<h1>Nothing here</h1>\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("pages/503.http"),
+        "HTTP/1.1 503 Service Unavailable\nContent-Type: text/html\n\n<h1>Closed</h1> %ROUTE\n",
+    )
+    .unwrap();
+    let (admin, drained) = (HOSTS[0], HOSTS[1]);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let text = text
+        .replace(
+            &format!("{{ host = \"{admin}\","),
+            &format!(
+                "{{ basic_auth = {{ users_file = \"/etc/private-ingress/auth/admin.users\", \
+                 realm = \"Admin\" }}, host = \"{admin}\","
+            ),
+        )
+        .replace(
+            &format!("{{ host = \"{drained}\","),
+            &format!(
+                "{{ drain = true, error_pages.\"503\" = \"pages/503.http\", host = \"{drained}\","
+            ),
+        )
+        .replace(
+            "  routes = [",
+            "  error_pages.\"404\" = \"pages/404.http\",\n  routes = [",
+        );
+    std::fs::write(&path, text).unwrap();
+    let yaml = render(&path);
+    let secret = |lines: &[(&str, &str)]| -> BTreeMap<String, Vec<u8>> {
+        let text: String = lines.iter().map(|(u, p)| users_line(u, p)).collect();
+        BTreeMap::from([("admin.users".to_owned(), text.into_bytes())])
+    };
+    let placement = Placement {
+        secrets: BTreeMap::from([(
+            "private-ingress-basic-auth".to_owned(),
+            secret(&[("alice", "wonderland")]),
+        )]),
+        ..Placement::default()
+    };
+    let pod = Pod::start_placed(&yaml, &images(), network, &placement);
+    pod.wait_ready(Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let get = |user: Option<(&str, &str)>| {
+        let auth = user.map(|(u, p)| basic_auth(u, p));
+        let headers: Vec<(&str, &str)> = auth
+            .as_deref()
+            .map(|a| vec![("Authorization", a)])
+            .unwrap_or_default();
+        https_get_sending(https(), admin, "/", &headers)
+            .map(|(seen, _)| seen.status)
+            .unwrap_or_else(|e| panic!("{e}\n{}", pod.describe()))
+    };
+    assert_eq!(get(Some(("alice", "wonderland"))), 200);
+    assert_eq!(get(None), 401);
+    assert_eq!(get(Some(("bob", "builder"))), 401);
+    pod.volumes().update_secret(
+        "private-ingress-basic-auth",
+        &secret(&[("alice", "wonderland"), ("bob", "builder")]),
+    );
+    eventually(Duration::from_secs(30), "bob let in", || {
+        (get(Some(("bob", "builder"))) == 200).then_some(())
+    });
+
+    let closed = https_get(https(), drained, "/").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(closed.status, 503);
+    assert!(closed.body.contains("<h1>Closed</h1>"), "{}", closed.body);
+    let unknown =
+        https_get(https(), "nobody.in.example.org", "/").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(unknown.status, 404);
+    assert!(unknown.body.contains("Nothing here"), "{}", unknown.body);
+    for container in ["agent", "sozu"] {
+        assert!(
+            !pod.logs(container).contains("--- kubelet: run 2 ---"),
+            "{container} was restarted:\n{}",
+            pod.logs(container)
+        );
+    }
+}

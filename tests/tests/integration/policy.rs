@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use private_ingress_tests::live::{
-    certificate, eventually, https_get, https_get_sending, https_get_with_headers, Backend,
-    KeepAlive, Stack,
+    basic_auth, certificate, eventually, https_get, https_get_sending, https_get_with_headers,
+    users_line, Backend, KeepAlive, Stack,
 };
 
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -159,22 +159,6 @@ fn set_user(file: &std::path::Path, name: &str, password: &str) {
     );
 }
 
-fn sha256_hex(text: &str) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-fn basic(user: &str, password: &str) -> String {
-    use base64::Engine;
-    format!(
-        "Basic {}",
-        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
-    )
-}
-
 /// Basic auth from a users file: no credentials and wrong ones get 401 with
 /// `WWW-Authenticate`, right ones 200, and a user removed from the file gets 401 at the next
 /// request, without a restart.
@@ -186,10 +170,7 @@ fn basic_auth_follows_its_users_file() {
     let users = stack.dir.path().join("auth/users");
     std::fs::create_dir_all(users.parent().unwrap()).unwrap();
     let file = |lines: &[(&str, &str)]| {
-        let text: String = lines
-            .iter()
-            .map(|(u, p)| format!("{u}:{}\n", sha256_hex(p)))
-            .collect();
+        let text: String = lines.iter().map(|(u, p)| users_line(u, p)).collect();
         // As a Secret's AtomicWriter would: a new file moved into place.
         let tmp = users.with_extension("tmp");
         std::fs::write(&tmp, text).unwrap();
@@ -212,7 +193,7 @@ fn basic_auth_follows_its_users_file() {
         https_get_sending(stack.https, host, "/", &headers)
     };
     let (seen, _) = eventually(PATIENCE, "alice let in", || {
-        get(Some(basic("alice", "wonderland")))
+        get(Some(basic_auth("alice", "wonderland")))
             .ok()
             .filter(|(s, _)| s.status == 200)
     });
@@ -223,17 +204,26 @@ fn basic_auth_follows_its_users_file() {
         header(&headers, "www-authenticate"),
         Some("Basic realm=\"Longhorn\"")
     );
-    assert_eq!(get(Some(basic("alice", "wrong"))).unwrap().0.status, 401);
-    assert_eq!(get(Some(basic("bob", "builder"))).unwrap().0.status, 200);
+    assert_eq!(
+        get(Some(basic_auth("alice", "wrong"))).unwrap().0.status,
+        401
+    );
+    assert_eq!(
+        get(Some(basic_auth("bob", "builder"))).unwrap().0.status,
+        200
+    );
 
     file(&[("alice", "wonderland")]);
     eventually(PATIENCE, "bob refused once removed", || {
-        get(Some(basic("bob", "builder")))
+        get(Some(basic_auth("bob", "builder")))
             .ok()
             .filter(|(s, _)| s.status == 401)
     });
     assert_eq!(
-        get(Some(basic("alice", "wonderland"))).unwrap().0.status,
+        get(Some(basic_auth("alice", "wonderland")))
+            .unwrap()
+            .0
+            .status,
         200
     );
 
@@ -256,7 +246,10 @@ fn basic_auth_follows_its_users_file() {
         "{status}"
     );
     assert_eq!(
-        get(Some(basic("alice", "wonderland"))).unwrap().0.status,
+        get(Some(basic_auth("alice", "wonderland")))
+            .unwrap()
+            .0
+            .status,
         200
     );
 }
@@ -542,7 +535,7 @@ fn the_rendered_file_alone_behaves_as_the_agent_does() {
         stack.https,
         "admin.in.example.org",
         "/",
-        &[("Authorization", &basic("alice", "wonderland"))],
+        &[("Authorization", &basic_auth("alice", "wonderland"))],
     )
     .unwrap();
     assert_eq!(admin.status, 401);
