@@ -269,14 +269,39 @@ async fn state(State(views): State<Views>) -> Response {
     }
 }
 
-async fn metrics(State(views): State<Views>) -> Response {
+/// `/metrics`, gzipped when the scraper accepts it (Prometheus does).
+async fn metrics(State(views): State<Views>, headers: axum::http::HeaderMap) -> Response {
+    const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+    let gzip = headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(crate::api::gzip::accepts_gzip);
+    if gzip {
+        match views.metrics_gzip().await {
+            Ok(Some(body)) => {
+                return (
+                    StatusCode::OK,
+                    [
+                        (header::CONTENT_TYPE, TEXT),
+                        (header::CONTENT_ENCODING, "gzip"),
+                        (header::VARY, "Accept-Encoding"),
+                    ],
+                    body,
+                )
+                    .into_response()
+            }
+            Ok(None) => {}
+            Err(_) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        }
+    }
     match views.metrics_body().await {
         Ok(body) => (
             StatusCode::OK,
-            [(
-                header::CONTENT_TYPE,
-                "text/plain; version=0.0.4; charset=utf-8",
-            )],
+            [
+                (header::CONTENT_TYPE, TEXT),
+                (header::VARY, "Accept-Encoding"),
+            ],
             body,
         )
             .into_response(),
@@ -344,5 +369,51 @@ mod tests {
             .insert(header::HOST, "evil.example:9180".parse().unwrap());
         let refused = router.clone().oneshot(rebound).await.unwrap();
         assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    }
+
+    /// A scraper that accepts gzip gets one gzip member of exactly the text others get.
+    #[tokio::test]
+    async fn metrics_are_gzipped_for_a_scraper_that_asks() {
+        use http_body_util::BodyExt;
+        use std::io::Read;
+        use tower::ServiceExt;
+        let router = router(Views::default(), AllowedHosts::default());
+        let scrape = |encoding: Option<&str>| {
+            let mut request = http::Request::get("/metrics").header(header::HOST, "127.0.0.1:9180");
+            if let Some(encoding) = encoding {
+                request = request.header(header::ACCEPT_ENCODING, encoding);
+            }
+            let router = router.clone();
+            async move {
+                let response = router
+                    .oneshot(request.body(axum::body::Body::empty()).unwrap())
+                    .await
+                    .unwrap();
+                assert_eq!(response.status(), StatusCode::OK);
+                let encoding = response
+                    .headers()
+                    .get(header::CONTENT_ENCODING)
+                    .map(|v| v.to_str().unwrap().to_owned());
+                let body = response.into_body().collect().await.unwrap().to_bytes();
+                (encoding, body)
+            }
+        };
+        let (plain_encoding, plain) = scrape(None).await;
+        assert_eq!(plain_encoding, None);
+        assert!(
+            String::from_utf8_lossy(&plain).contains("private_ingress_"),
+            "{plain:?}"
+        );
+        for accept in ["gzip", "gzip, deflate, br"] {
+            let (encoding, body) = scrape(Some(accept)).await;
+            assert_eq!(encoding.as_deref(), Some("gzip"), "{accept}");
+            let mut text = Vec::new();
+            flate2::read::GzDecoder::new(&body[..])
+                .read_to_end(&mut text)
+                .unwrap();
+            assert_eq!(text, plain, "{accept}");
+        }
+        let (encoding, body) = scrape(Some("gzip;q=0, identity")).await;
+        assert_eq!((encoding, body), (None, plain));
     }
 }

@@ -3,6 +3,7 @@
 //! `/v1/state` document's types are [`crate::document`]'s.
 
 pub mod admin;
+pub mod gzip;
 pub mod metrics;
 
 use std::sync::{Arc, RwLock};
@@ -132,12 +133,23 @@ pub struct Views {
     pub bodies: Arc<Bodies>,
 }
 
+/// The traffic families of `/metrics` as they are now: they move with every request.
+fn traffic_metrics(traffic: &crate::traffic::TrafficHandle) -> String {
+    let mut text = String::new();
+    metrics::write_traffic(&mut text, &traffic.table().snapshot(), &traffic.figures());
+    metrics::write_handshake_failures(&mut text, &traffic.handshakes().snapshot());
+    text
+}
+
 /// `/v1/state` and `/metrics` as last rendered, with what they were rendered from: a request
 /// while nothing changed gets the same bytes, shared, not a copy of its own.
 #[derive(Default)]
 pub struct Bodies {
     state: tokio::sync::Mutex<Option<(Version, bytes::Bytes)>>,
     metrics: tokio::sync::Mutex<Option<(Version, bytes::Bytes)>>,
+    /// The agent's own families of `/metrics`, deflated ([`gzip`]), with
+    /// what it was deflated from (compared by identity: the bytes of one rendering).
+    metrics_deflated: tokio::sync::Mutex<Option<(bytes::Bytes, Arc<gzip::Deflated>)>>,
 }
 
 /// What a body was rendered from: the loop's snapshot (kept, so that it is compared by
@@ -266,15 +278,10 @@ impl Views {
     /// `/metrics` as bytes to send: the agent's own families rendered once per change, on the
     /// blocking pool, and the traffic families, which move with every request, as they are now.
     pub async fn metrics_body(&self) -> Result<bytes::Bytes, serde_json::Error> {
-        let views = self.clone();
-        let own = self
-            .cached(&self.bodies.metrics, move || Ok(views.metrics().into()))
-            .await?;
+        let own = self.own_metrics().await?;
         let traffic = self.traffic.clone();
         let body = tokio::task::spawn_blocking(move || {
-            let mut text = String::new();
-            metrics::write_traffic(&mut text, &traffic.table().snapshot(), &traffic.figures());
-            metrics::write_handshake_failures(&mut text, &traffic.handshakes().snapshot());
+            let text = traffic_metrics(&traffic);
             let mut body = bytes::BytesMut::with_capacity(own.len() + text.len());
             body.extend_from_slice(&own);
             body.extend_from_slice(text.as_bytes());
@@ -283,6 +290,47 @@ impl Views {
         .await
         .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
         Ok(body)
+    }
+
+    /// [`Self::metrics_body`] as one gzip member: the agent's own families deflated once per
+    /// change, the traffic families at each scrape. `None` when deflating failed (the caller
+    /// sends the text as it is).
+    pub async fn metrics_gzip(&self) -> Result<Option<bytes::Bytes>, serde_json::Error> {
+        let own = self.own_metrics().await?;
+        let mut slot = self.bodies.metrics_deflated.lock().await;
+        let front = match slot.as_ref() {
+            Some((source, front))
+                if source.as_ptr() == own.as_ptr() && source.len() == own.len() =>
+            {
+                front.clone()
+            }
+            _ => {
+                let text = own.clone();
+                let deflated = tokio::task::spawn_blocking(move || gzip::Deflated::new(&text))
+                    .await
+                    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+                let Ok(front) = deflated.map(Arc::new) else {
+                    return Ok(None);
+                };
+                *slot = Some((own, front.clone()));
+                front
+            }
+        };
+        drop(slot);
+        let traffic = self.traffic.clone();
+        let body = tokio::task::spawn_blocking(move || {
+            front.finish(traffic_metrics(&traffic).as_bytes()).ok()
+        })
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+        Ok(body)
+    }
+
+    /// The agent's own families, rendered once per change.
+    async fn own_metrics(&self) -> Result<bytes::Bytes, serde_json::Error> {
+        let views = self.clone();
+        self.cached(&self.bodies.metrics, move || Ok(views.metrics().into()))
+            .await
     }
 
     async fn cached(
