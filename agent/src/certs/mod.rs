@@ -281,6 +281,68 @@ mod tests {
         assert_eq!(reason(&crt, &m.key), "bad_signature");
     }
 
+    /// The serial number's last byte flipped in a certificate's DER: it still parses, and its
+    /// signature no longer verifies.
+    fn altered(pem_text: &str) -> String {
+        let der = CertificateDer::from_pem_slice(pem_text.as_bytes()).unwrap();
+        let (_, cert) = X509Certificate::from_der(der.as_ref()).unwrap();
+        let serial = cert.tbs_certificate.raw_serial();
+        let at = der
+            .as_ref()
+            .windows(serial.len())
+            .position(|w| w == serial)
+            .unwrap();
+        let mut altered = der.to_vec();
+        altered[at + serial.len() - 1] ^= 0x01;
+        pem("CERTIFICATE", &altered)
+    }
+
+    /// Intermediates are verified once per issuer key and remembered: a second pair of the
+    /// same CA passes, and an altered copy of the intermediate (or a leaf altered under a
+    /// remembered one) is refused all the same.
+    #[test]
+    fn a_remembered_intermediate_never_lets_an_altered_one_through() {
+        let root_key = KeyPair::generate().unwrap();
+        let mut root = CertificateParams::new(Vec::<String>::new()).unwrap();
+        root.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        root.distinguished_name
+            .push(rcgen::DnType::CommonName, "remembered root");
+        let root_pem = root.self_signed(&root_key).unwrap().pem();
+        let int_key = KeyPair::generate().unwrap();
+        let mut int = CertificateParams::new(Vec::<String>::new()).unwrap();
+        int.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        int.distinguished_name
+            .push(rcgen::DnType::CommonName, "remembered intermediate");
+        let int_pem = int
+            .signed_by(&int_key, &Issuer::from_params(&root, &root_key))
+            .unwrap()
+            .pem();
+        let issuer = Issuer::from_params(&int, &int_key);
+        let leaf = || {
+            let key = KeyPair::generate().unwrap();
+            let mut params = CertificateParams::new(vec![HOST.to_owned()]).unwrap();
+            params.not_before = rcgen::date_time_ymd(2026, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2027, 1, 1);
+            let crt = params.signed_by(&key, &issuer).unwrap().pem();
+            (crt, key.serialize_pem())
+        };
+        for _ in 0..2 {
+            let (crt, key) = leaf();
+            assert_eq!(reason(&format!("{crt}{int_pem}{root_pem}"), &key), "ok");
+        }
+        let (crt, key) = leaf();
+        let chain = format!("{crt}{}{root_pem}", altered(&int_pem));
+        match check(&chain, &key) {
+            Err(CertError::BadSignature { index: 1, .. }) => {}
+            other => panic!("an altered intermediate passed: {other:?}"),
+        }
+        let chain = format!("{}{int_pem}{root_pem}", altered(&crt));
+        match check(&chain, &key) {
+            Err(CertError::BadSignature { index: 0, .. }) => {}
+            other => panic!("an altered leaf passed: {other:?}"),
+        }
+    }
+
     #[test]
     fn errors_name_the_file_and_never_the_key() {
         let m = good(&[HOST]);

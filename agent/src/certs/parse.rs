@@ -164,6 +164,11 @@ fn valid_for(leaf: &CertificateDer<'_>, host: &str) -> bool {
 /// last certificate of a chain that stops below its root cannot be checked here: its issuer is
 /// not in the file. Clients verify every signature, so a certificate altered on disk (one byte
 /// of its DER changed still parses and can still match the key) would be refused by all of them.
+///
+/// The leaf's signature is verified every time. The CA certificates after it are the same in
+/// every pair their CA issued and almost never change, so each is verified once per issuer key
+/// ([`VerifiedIntermediates`]): a renewal, or a cold start of a thousand pairs from one CA, pays
+/// for one signature per pair instead of one per certificate in its chain.
 fn verify_signatures(chain: &[X509Certificate<'_>], crt_path: &Path) -> Result<(), CertError> {
     for (index, cert) in chain.iter().enumerate() {
         let issuer_key = match chain.get(index + 1) {
@@ -171,6 +176,13 @@ fn verify_signatures(chain: &[X509Certificate<'_>], crt_path: &Path) -> Result<(
             None if cert.issuer() == cert.subject() => None,
             None => continue,
         };
+        let known = (index > 0).then(|| {
+            let key = issuer_key.unwrap_or_else(|| cert.public_key());
+            VerifiedIntermediates::key(cert.as_raw(), key.raw)
+        });
+        if known.is_some_and(|k| VerifiedIntermediates::contains(&k)) {
+            continue;
+        }
         cert.verify_signature(issuer_key)
             .map_err(|e| CertError::BadSignature {
                 path: crt_path.to_owned(),
@@ -182,8 +194,48 @@ fn verify_signatures(chain: &[X509Certificate<'_>], crt_path: &Path) -> Result<(
                     other => other.to_string(),
                 },
             })?;
+        if let Some(key) = known {
+            VerifiedIntermediates::insert(key);
+        }
     }
     Ok(())
+}
+
+/// The CA certificates whose signature verified, each with the key that verified it: a digest of
+/// the certificate's whole DER (its signed part and its signature) and of that key's bytes, so an
+/// altered certificate, or the same one under another issuer, is verified afresh. Shared by
+/// every reader (the tls dir's threads, the ACME issuer); bounded, since a tls dir can name any
+/// number of CAs over a process's life.
+struct VerifiedIntermediates;
+
+static VERIFIED: std::sync::Mutex<Option<std::collections::HashSet<[u8; 32]>>> =
+    std::sync::Mutex::new(None);
+
+impl VerifiedIntermediates {
+    /// More distinct CA certificates than any deployment has; past it the set starts over.
+    const MAX: usize = 4096;
+
+    fn key(cert_der: &[u8], issuer_key: &[u8]) -> [u8; 32] {
+        let mut digest = Sha256::new();
+        digest.update((cert_der.len() as u64).to_le_bytes());
+        digest.update(cert_der);
+        digest.update(issuer_key);
+        digest.finalize().into()
+    }
+
+    fn contains(key: &[u8; 32]) -> bool {
+        let set = VERIFIED.lock().unwrap_or_else(|p| p.into_inner());
+        set.as_ref().is_some_and(|s| s.contains(key))
+    }
+
+    fn insert(key: [u8; 32]) {
+        let mut set = VERIFIED.lock().unwrap_or_else(|p| p.into_inner());
+        let set = set.get_or_insert_with(Default::default);
+        if set.len() >= Self::MAX {
+            set.clear();
+        }
+        set.insert(key);
+    }
 }
 
 /// SHA-256 of the DER, lowercase hex: sozu's certificate fingerprint.
