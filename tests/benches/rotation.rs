@@ -325,6 +325,24 @@ fn sizes(args: &Args) {
             ms(r.append_served) / evaluated,
         );
     }
+    println!(
+        "\n{:>7}  {:>22}  {:>22}  {:>26}  {:>26}",
+        "routes", "first swap after ready", "the next 9 (p50/max)", "scrape CPU, plain (bytes)", "scrape CPU, gzip (bytes)"
+    );
+    for r in &rows {
+        let [(plain_cpu, plain_bytes), (gzip_cpu, gzip_bytes)] = r.scrape_cpu;
+        println!(
+            "{:>7}  {:>20.2}ms  {:>9.2} / {:>6.2} ms  {:>15.1}ms ({:>6.2} MB)  {:>15.1}ms ({:>6.2} MB)",
+            r.routes,
+            r.after_ready.first().copied().map_or(f64::NAN, ms),
+            p(r.after_ready.get(1..).unwrap_or(&[]), 50.0),
+            p(r.after_ready.get(1..).unwrap_or(&[]), 100.0),
+            ms(plain_cpu),
+            plain_bytes as f64 / 1e6,
+            ms(gzip_cpu),
+            gzip_bytes as f64 / 1e6,
+        );
+    }
     if let (Some(first), Some(last)) = (rows.first(), rows.last()) {
         println!(
             "rotation at {} routes / at {}: p50 {:.2}x, p99 {:.2}x; with scrapes, p50 {:.2}x",
@@ -338,7 +356,10 @@ fn sizes(args: &Args) {
     println!(
         "rotation: from the AtomicWriter swap to the first handshake presenting the new certificate, \
          {rotations} swaps of hosts drawn from a seed, 50 ms apart; with scrapes: {rotations} more while \
-         /metrics is fetched back to back; append: from the workspace with one more route renamed \
+         /metrics is fetched back to back (gzip, as Prometheus asks); first swap after ready: swaps \
+         started the moment /readyz answered 200, 50 ms apart; scrape CPU: the agent's user + system \
+         time per scrape, averaged over 20, after one request to every route (traffic families \
+         included); append: from the workspace with one more route renamed \
          into place to that host's first handshake; evaluation: the agent's own, of that workspace \
          (its log); ratio = append / evaluation"
     );

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use private_ingress_tests::bench::mass::cpu;
 use private_ingress_tests::live::{certificate, eventually, free_port, Backend, KeepAlive, Stack};
 
 const HOST: &str = "bench.in.example.org";
@@ -191,20 +192,6 @@ fn percentile(sorted: &[u32], p: f64) -> f64 {
     }
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     f64::from(sorted[i]) / 1000.0
-}
-
-/// The agent's CPU time so far (user + system), from /proc.
-fn cpu(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
-    let fields: Vec<u64> = after
-        .split_whitespace()
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    // After the command: state is field 3 (not a number), utime 14, stime 15 → indexes 10, 11
-    // among the numeric fields that follow it.
-    let ticks = fields.get(10).copied().unwrap_or(0) + fields.get(11).copied().unwrap_or(0);
-    Duration::from_millis(ticks * 10)
 }
 
 fn counter(metrics: &str, name: &str) -> f64 {

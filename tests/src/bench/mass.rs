@@ -59,6 +59,20 @@ pub fn rss_mib(pid: Option<u32>) -> f64 {
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
+/// A process's CPU time so far (user + system, all its threads), from /proc: 10 ms ticks.
+pub fn cpu(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+    let fields: Vec<u64> = after
+        .split_whitespace()
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    // After the command: state is field 3 (not a number), utime 14, stime 15 → indexes 10, 11
+    // among the numeric fields that follow it.
+    let ticks = fields.get(10).copied().unwrap_or(0) + fields.get(11).copied().unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
 pub fn host(i: usize) -> String {
     format!("svc{i}.in.example.org")
 }

@@ -20,12 +20,18 @@ pub struct ScaleOutcome {
     pub cold_start: Duration,
     /// The agent's resident memory after the start and 10 s idle, in MiB.
     pub rss_rest: f64,
+    /// Swaps started the moment `/readyz` answered 200, 50 ms apart: the first is the one a
+    /// start-up still under way would hold.
+    pub after_ready: Vec<Duration>,
     pub rotations: Vec<Duration>,
     /// Rotations while `/metrics` is scraped back to back.
     pub rotations_scraped: Vec<Duration>,
     /// Each scrape's duration, and the size of the last.
     pub scrapes: Vec<Duration>,
     pub scrape_bytes: usize,
+    /// One scrape each way, every route having served a request (traffic families included):
+    /// the agent's CPU per scrape (user + system) and the bytes, plain text then gzip.
+    pub scrape_cpu: [(Duration, usize); 2],
     /// From the workspace with one more route renamed into place to its host's first handshake.
     pub append_served: Duration,
     /// The agent's own evaluation of that workspace (its debug log).
@@ -52,7 +58,7 @@ pub fn run(n: usize, rotations: usize, seed: u64) -> Result<ScaleOutcome, String
     let backend = Backend::start("app");
     let firsts: Vec<Pair> = (0..n).map(|i| Pair::new(&host(i))).collect();
     let mut rng = Rng(seed.max(1));
-    let renewals: Vec<(usize, Pair)> = (0..2 * rotations)
+    let renewals: Vec<(usize, Pair)> = (0..2 * rotations + AFTER_READY)
         .map(|_| {
             let i = rng.below(n);
             (i, Pair::new(&host(i)))
@@ -72,12 +78,15 @@ pub fn run(n: usize, rotations: usize, seed: u64) -> Result<ScaleOutcome, String
         "warn,private_ingress::sources::workspace=debug",
     )?;
     let cold_start = started.elapsed();
+    let (right_after, renewals) = renewals.split_at(AFTER_READY);
+    let after_ready = rotate(&ours, ours.stack.https, right_after, 0)?;
     std::thread::sleep(super::mass::REST);
     let rss_rest = super::mass::rss_mib(ours.stack.agent_pid());
     let https = ours.stack.https;
 
     let (idle, scraped) = renewals.split_at(rotations);
-    let rotations = rotate(&ours, https, idle)?;
+    let rotations = rotate(&ours, https, idle, AFTER_READY_SWAPS)?;
+    let scrape_cpu = scrape_cost(&ours, n)?;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let scraper = {
         let (stop, admin) = (stop.clone(), ours.stack.admin);
@@ -86,16 +95,15 @@ pub fn run(n: usize, rotations: usize, seed: u64) -> Result<ScaleOutcome, String
             let mut bytes = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let t = Instant::now();
-                let body = ureq::get(&format!("http://{admin}/metrics"))
-                    .call()
-                    .and_then(|mut r| r.body_mut().read_to_string());
+                // As Prometheus asks for it.
+                let body = scrape(admin, true);
                 took.push(t.elapsed());
                 bytes = body.map_or(0, |b| b.len());
             }
             (took, bytes)
         })
     };
-    let rotations_scraped = rotate(&ours, https, scraped);
+    let rotations_scraped = rotate(&ours, https, scraped, AFTER_READY_SWAPS + idle.len() as u32);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (scrapes, scrape_bytes) = scraper.join().map_err(|_| "the scraper panicked")?;
     let rotations_scraped = rotations_scraped?;
@@ -145,10 +153,12 @@ pub fn run(n: usize, rotations: usize, seed: u64) -> Result<ScaleOutcome, String
                     routes: n,
                     cold_start,
                     rss_rest,
+                    after_ready,
                     rotations,
                     rotations_scraped,
                     scrapes,
                     scrape_bytes,
+                    scrape_cpu,
                     append_served,
                     append_evaluated,
                 });
@@ -164,13 +174,19 @@ pub fn run(n: usize, rotations: usize, seed: u64) -> Result<ScaleOutcome, String
     }
 }
 
+/// How many swaps start the moment the agent is ready.
+const AFTER_READY: usize = 10;
+/// The generation of the first swap after them.
+const AFTER_READY_SWAPS: u32 = AFTER_READY as u32;
+
 /// Swaps each host's pair in turn; for each, the time to the first handshake presenting it.
+/// `generation` counts the swaps made before, so that each writes a directory of its own.
 fn rotate(
     ours: &Ours,
     https: SocketAddr,
     renewals: &[(usize, Pair)],
+    mut generation: u32,
 ) -> Result<Vec<Duration>, String> {
-    let mut generation = 0;
     let mut latencies = Vec::new();
     for (i, pair) in renewals {
         generation += 1;
@@ -194,6 +210,51 @@ fn rotate(
         std::thread::sleep(Duration::from_millis(50));
     }
     Ok(latencies)
+}
+
+/// One `/metrics` body as sent: gzip-encoded when `gzip` (not decoded here).
+fn scrape(admin: SocketAddr, gzip: bool) -> Result<Vec<u8>, ureq::Error> {
+    let mut request = ureq::get(&format!("http://{admin}/metrics"));
+    if gzip {
+        request = request.header("Accept-Encoding", "gzip");
+    }
+    request.call()?.body_mut().with_config().limit(u64::MAX).read_to_vec()
+}
+
+/// Scrapes to average the agent's CPU over (10 ms ticks).
+const SCRAPES: usize = 20;
+
+/// Sends one request to every route, so that each has traffic families, then scrapes
+/// [`SCRAPES`] times each way, one after the other: the agent's CPU per scrape and the bytes.
+fn scrape_cost(ours: &Ours, n: usize) -> Result<[(Duration, usize); 2], String> {
+    for i in 0..n {
+        crate::live::https_get(ours.stack.https, &host(i), "/")
+            .map_err(|e| format!("a request to {}: {e}", host(i)))?;
+    }
+    let pid = ours.stack.agent_pid().ok_or("the agent is not running")?;
+    let admin = ours.stack.admin;
+    // The traffic records reach the agent over UDP: wait until the last route's are counted.
+    let last = format!("host=\"{}\"", host(n - 1));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !String::from_utf8_lossy(&scrape(admin, false).map_err(|e| e.to_string())?)
+        .lines()
+        .any(|l| l.starts_with("private_ingress_http_requests_total") && l.contains(&last))
+    {
+        if Instant::now() > deadline {
+            return Err("the last route's request never showed in /metrics".into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut out = [(Duration::ZERO, 0); 2];
+    for (k, gzip) in [false, true].into_iter().enumerate() {
+        let before = super::mass::cpu(pid);
+        let mut bytes = 0;
+        for _ in 0..SCRAPES {
+            bytes = scrape(admin, gzip).map_err(|e| e.to_string())?.len();
+        }
+        out[k] = (super::mass::cpu(pid).saturating_sub(before) / SCRAPES as u32, bytes);
+    }
+    Ok(out)
 }
 
 /// Every "workspace evaluated" time in the agent's log, in order.
