@@ -75,6 +75,16 @@ pub fn serve(hosts: &[(String, &Pair)], backend: SocketAddr, log: &str) -> Resul
     serve_with(None, hosts, backend, log, None)
 }
 
+/// [`serve`], with sozu sending its access-log records to the agent, as a rendered
+/// configuration has it: `/metrics` then carries the traffic families.
+pub fn serve_sending_traffic(
+    hosts: &[(String, &Pair)],
+    backend: SocketAddr,
+    log: &str,
+) -> Result<Ours, String> {
+    serve_inner(None, hosts, backend, log, None, true)
+}
+
 /// [`serve`] with the agent binary `bin` (this build's when `None`).
 pub fn serve_with(
     bin: Option<&std::path::Path>,
@@ -83,7 +93,21 @@ pub fn serve_with(
     log: &str,
     sozu_log: Option<&str>,
 ) -> Result<Ours, String> {
+    serve_inner(bin, hosts, backend, log, sozu_log, false)
+}
+
+fn serve_inner(
+    bin: Option<&std::path::Path>,
+    hosts: &[(String, &Pair)],
+    backend: SocketAddr,
+    log: &str,
+    sozu_log: Option<&str>,
+    traffic: bool,
+) -> Result<Ours, String> {
     let mut stack = Stack::new();
+    if traffic {
+        stack.send_traffic();
+    }
     if let Some(level) = sozu_log {
         stack.set_sozu_log_level(level);
     }

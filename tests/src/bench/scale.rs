@@ -72,7 +72,7 @@ pub fn run(n: usize, rotations: usize, seed: u64) -> Result<ScaleOutcome, String
         .collect();
 
     let started = Instant::now();
-    let ours = ours::serve(
+    let ours = ours::serve_sending_traffic(
         &hosts,
         backend.address,
         "warn,private_ingress::sources::workspace=debug",
