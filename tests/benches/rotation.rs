@@ -327,7 +327,11 @@ fn sizes(args: &Args) {
     }
     println!(
         "\n{:>7}  {:>22}  {:>22}  {:>26}  {:>26}",
-        "routes", "first swap after ready", "the next 9 (p50/max)", "scrape CPU, plain (bytes)", "scrape CPU, gzip (bytes)"
+        "routes",
+        "first swap after ready",
+        "the next 9 (p50/max)",
+        "scrape CPU, plain (bytes)",
+        "scrape CPU, gzip (bytes)"
     );
     for r in &rows {
         let [(plain_cpu, plain_bytes), (gzip_cpu, gzip_bytes)] = r.scrape_cpu;

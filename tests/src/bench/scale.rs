@@ -218,7 +218,12 @@ fn scrape(admin: SocketAddr, gzip: bool) -> Result<Vec<u8>, ureq::Error> {
     if gzip {
         request = request.header("Accept-Encoding", "gzip");
     }
-    request.call()?.body_mut().with_config().limit(u64::MAX).read_to_vec()
+    request
+        .call()?
+        .body_mut()
+        .with_config()
+        .limit(u64::MAX)
+        .read_to_vec()
 }
 
 /// Scrapes to average the agent's CPU over (10 ms ticks).
@@ -252,7 +257,10 @@ fn scrape_cost(ours: &Ours, n: usize) -> Result<[(Duration, usize); 2], String> 
         for _ in 0..SCRAPES {
             bytes = scrape(admin, gzip).map_err(|e| e.to_string())?.len();
         }
-        out[k] = (super::mass::cpu(pid).saturating_sub(before) / SCRAPES as u32, bytes);
+        out[k] = (
+            super::mass::cpu(pid).saturating_sub(before) / SCRAPES as u32,
+            bytes,
+        );
     }
     Ok(out)
 }
