@@ -72,14 +72,18 @@ pub fn run(n: usize, rotations: usize, seed: u64) -> Result<ScaleOutcome, String
         .collect();
 
     let started = Instant::now();
-    let ours = ours::serve_sending_traffic(
-        &hosts,
-        backend.address,
-        "warn,private_ingress::sources::workspace=debug",
-    )?;
+    // `SCALE_AGENT_LOG` adds to the agent's log filter (debug timings, for a figure to explain).
+    let log = match std::env::var("SCALE_AGENT_LOG") {
+        Ok(more) => format!("warn,private_ingress::sources::workspace=debug,{more}"),
+        Err(_) => "warn,private_ingress::sources::workspace=debug".to_owned(),
+    };
+    let ours = ours::serve_sending_traffic(&hosts, backend.address, &log)?;
     let cold_start = started.elapsed();
     let (right_after, renewals) = renewals.split_at(AFTER_READY);
     let after_ready = rotate(&ours, ours.stack.https, right_after, 0)?;
+    if std::env::var_os("SCALE_AGENT_LOG").is_some() {
+        eprintln!("{}", ours.stack.agent_logs());
+    }
     std::thread::sleep(super::mass::REST);
     let rss_rest = super::mass::rss_mib(ours.stack.agent_pid());
     let https = ours.stack.https;
