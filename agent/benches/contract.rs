@@ -1,9 +1,10 @@
 //! Cost of checking a workspace: `private-ingress check` on generated workspaces of 10, 1,000 and
 //! 10,000 routes, beside the same file evaluated by Nickel without the contract (the floor any
-//! contract adds to) in the same run. Each size is measured twice: routes written with `upstream`
-//! and `port` only ("plain"), and routes using the newer fields `upstreams`, `health`, `hsts` and
-//! `drain` in turn ("new fields"), whose per-route cost is compared with the plain one measured
-//! just before. Prints figures and ratios; asserts nothing.
+//! contract adds to) in the same run. Each size is measured three times: routes written with
+//! `upstream` and `port` only ("plain"); the same with one of the newer fields `drain`, `hsts`,
+//! `health` and `upstreams` in turn ("one field"); and routes using several of them, with weighted
+//! upstreams, health checks of both modes and HSTS policies ("fields"). The per-route cost of each
+//! is compared with the plain one measured just before. Prints figures and ratios; asserts nothing.
 //!
 //!     cargo bench -p private-ingress --bench contract
 //!
@@ -25,7 +26,7 @@ fn main() {
     let exe = env!("CARGO_BIN_EXE_private-ingress");
     println!("workspace check cost (median of runs; RSS is the peak of the check process tree)");
     println!(
-        "{:>7}  {:>10}  {:>12}  {:>12}  {:>12}  {:>7}  {:>9}  {:>8}  {:>8}",
+        "{:>7}  {:>9}  {:>12}  {:>12}  {:>12}  {:>7}  {:>9}  {:>8}  {:>8}",
         "routes",
         "kind",
         "check (wall)",
@@ -42,7 +43,8 @@ fn main() {
         let mut plain_per_route = None;
         for (kind, route) in [
             ("plain", plain_route as fn(usize) -> String),
-            ("new fields", new_field_route),
+            ("one field", one_field_route),
+            ("fields", new_field_route),
         ] {
             let path = dir.path().join(format!("ws-{kind}-{routes}.ncl"));
             std::fs::write(&path, workspace(routes, route)).expect("write workspace");
@@ -71,7 +73,7 @@ fn main() {
             let vs_plain = *plain_per_route.get_or_insert(per_route);
 
             println!(
-                "{:>7}  {:>10}  {:>9.1} ms  {:>9.1} ms  {:>9.1} ms  {:>6.2}x  {:>6.1} µs  {:>7.2}x  {:>4.0} MiB",
+                "{:>7}  {:>9}  {:>9.1} ms  {:>9.1} ms  {:>9.1} ms  {:>6.2}x  {:>6.1} µs  {:>7.2}x  {:>4.0} MiB",
                 routes,
                 kind,
                 ms(check),
@@ -112,7 +114,23 @@ fn plain_route(i: usize) -> String {
     )
 }
 
-/// A route using the newer fields, in turn: a drained one with the recommended HSTS; two
+/// A plain route with one of the newer fields, in turn: drained, the recommended HSTS, an HTTP
+/// health check of its path, or its upstream in `upstreams`.
+fn one_field_route(i: usize) -> String {
+    let host = format!("svc{i}.in.example.org");
+    let name = format!("svc{i}.team{}.svc.cluster.local", i % 50);
+    let port = 1024 + i % 60_000;
+    match i % 4 {
+        0 => format!("{{ host = \"{host}\", upstream = \"{name}\", port = {port}, drain = true }}"),
+        1 => format!("{{ host = \"{host}\", upstream = \"{name}\", port = {port}, hsts = true }}"),
+        2 => format!(
+            "{{ host = \"{host}\", upstream = \"{name}\", port = {port}, health = {{ path = \"/healthz\" }} }}"
+        ),
+        _ => format!("{{ host = \"{host}\", upstreams = [{{ upstream = \"{name}\", port = {port} }}] }}"),
+    }
+}
+
+/// A route using several of the newer fields, in turn: a drained one with the recommended HSTS; two
 /// weighted upstreams with an HTTP health check; a tcp health check and a day of HSTS; a canary
 /// with a drained IP upstream and no HSTS.
 fn new_field_route(i: usize) -> String {
