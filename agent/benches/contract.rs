@@ -20,13 +20,40 @@ use nickel_lang_core::program::{Program, ProgramBuilder};
 
 const SIZES: [usize; 3] = [10, 1_000, 10_000];
 
+/// Writes the `i`th route of a generated workspace.
+type RouteOf = fn(usize) -> String;
+
+/// The kinds of routes measured at each size, plain first: the others are compared with it.
+const KINDS: [(&str, RouteOf); 3] = [
+    ("plain", plain_route),
+    ("one field", one_field_route),
+    ("fields", new_field_route),
+];
+
 fn main() {
     // `cargo bench` passes `--bench`; a filter argument is not meaningful here.
     let dir = tempfile::tempdir().expect("temporary directory");
     let exe = env!("CARGO_BIN_EXE_private-ingress");
+
+    // Every `check` first, while this process is small: a child's peak RSS counts its parent's
+    // until it executes `check` (the two share their memory until then), and the in-process
+    // evaluations below grow this process by hundreds of MiB.
+    let mut checks = Vec::new();
+    for routes in SIZES {
+        for (kind, route) in KINDS {
+            let path = dir.path().join(format!("ws-{kind}-{routes}.ncl"));
+            std::fs::write(&path, workspace(routes, route)).expect("write workspace");
+            let mut peak_rss = 0.0_f64;
+            let check = median(runs(routes), || {
+                peak_rss = peak_rss.max(check_peak_rss_mib(exe, &path));
+            });
+            checks.push((routes, kind, path, check, peak_rss));
+        }
+    }
+
     println!("workspace check cost (median of runs; RSS is the peak of the check process tree)");
     println!(
-        "{:>7}  {:>9}  {:>12}  {:>12}  {:>12}  {:>7}  {:>9}  {:>8}  {:>8}",
+        "{:>7}  {:>9}  {:>12}  {:>10}  {:>11}  {:>6}  {:>9}  {:>8}  {:>9}  {:>8}  {:>8}",
         "routes",
         "kind",
         "check (wall)",
@@ -35,66 +62,86 @@ fn main() {
         "ratio",
         "per route",
         "vs plain",
+        "contract",
+        "vs plain",
         "peak RSS"
     );
-    // Sizes run in ascending order, plain first: RUSAGE_CHILDREN's max RSS is the largest run's
-    // so far, so a row's figure is only its own where it exceeds every row above it.
-    for routes in SIZES {
-        let mut plain_per_route = None;
-        for (kind, route) in [
-            ("plain", plain_route as fn(usize) -> String),
-            ("one field", one_field_route),
-            ("fields", new_field_route),
-        ] {
-            let path = dir.path().join(format!("ws-{kind}-{routes}.ncl"));
-            std::fs::write(&path, workspace(routes, route)).expect("write workspace");
-            let runs = if routes >= 10_000 { 3 } else { 7 };
-
-            // `check`'s warnings (no `allowed_sources`) are shown only if it fails. Its output is
-            // not captured: captured, its peak RSS came out as this process's (305 MiB where the
-            // same check alone peaks at 209 MiB).
-            let check = median(runs, || {
-                let status = Command::new(exe)
-                    .arg("check")
-                    .arg(&path)
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status()
-                    .expect("run private-ingress check");
-                if !status.success() {
-                    let output = Command::new(exe).arg("check").arg(&path).output();
-                    panic!("check failed on {}: {output:?}", path.display());
-                }
-            });
-            let peak_rss = children_peak_rss_mib();
-            let in_process = median(runs, || {
-                private_ingress::contract::evaluate(&path).expect("valid workspace");
-            });
-            let baseline = median(runs, || evaluate_without_contract(&path));
-            let per_route = in_process.as_secs_f64() / routes as f64;
-            let vs_plain = *plain_per_route.get_or_insert(per_route);
-
-            println!(
-                "{:>7}  {:>9}  {:>9.1} ms  {:>9.1} ms  {:>9.1} ms  {:>6.2}x  {:>6.1} µs  {:>7.2}x  {:>4.0} MiB",
-                routes,
-                kind,
-                ms(check),
-                ms(in_process),
-                ms(baseline),
-                in_process.as_secs_f64() / baseline.as_secs_f64(),
-                per_route * 1e6,
-                per_route / vs_plain,
-                peak_rss
-            );
+    let mut plain = None;
+    for (routes, kind, path, check, peak_rss) in checks {
+        let in_process = median(runs(routes), || {
+            private_ingress::contract::evaluate(&path).expect("valid workspace");
+        });
+        let baseline = median(runs(routes), || evaluate_without_contract(&path));
+        let per_route = in_process.as_secs_f64() / routes as f64;
+        let contract = (in_process.as_secs_f64() - baseline.as_secs_f64()) / routes as f64;
+        if kind == "plain" {
+            plain = Some((per_route, contract));
         }
+        let (plain_per_route, plain_contract) = plain.expect("plain routes measured first");
+        println!(
+            "{:>7}  {:>9}  {:>9.1} ms  {:>7.1} ms  {:>8.1} ms  {:>5.2}x  {:>6.1} µs  {:>7.2}x  {:>6.1} µs  {:>7.2}x  {:>4.0} MiB",
+            routes,
+            kind,
+            ms(check),
+            ms(in_process),
+            ms(baseline),
+            in_process.as_secs_f64() / baseline.as_secs_f64(),
+            per_route * 1e6,
+            per_route / plain_per_route,
+            contract * 1e6,
+            contract / plain_contract,
+            peak_rss
+        );
     }
     println!(
         "ratio = in-process evaluation with the contract / the same file evaluated without it"
     );
-    println!("vs plain = in-process cost per route / that of plain routes of the same size");
+    println!("per route = in-process / routes; contract = (in-process - no contract) / routes");
+    println!("vs plain = the column before it / that of plain routes of the same size");
 }
 
-fn workspace(routes: usize, route: fn(usize) -> String) -> String {
+fn runs(routes: usize) -> usize {
+    if routes >= 10_000 {
+        3
+    } else {
+        7
+    }
+}
+
+/// Runs `check` on `path`, and returns the peak RSS of its process tree. Its warnings (no
+/// `allowed_sources`) are shown only if it fails.
+// The child is reaped by `wait4`, which `Child` does not offer (it gives no resource usage).
+#[allow(clippy::zombie_processes)]
+fn check_peak_rss_mib(exe: &str, path: &Path) -> f64 {
+    let child = Command::new(exe)
+        .arg("check")
+        .arg(path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run private-ingress check");
+    let (mut status, mut usage) = (0, std::mem::MaybeUninit::<libc::rusage>::zeroed());
+    // SAFETY: `usage` is a valid `rusage` to write to; the child is reaped here, and `child` is
+    // not waited for again.
+    let pid = unsafe {
+        libc::wait4(
+            child.id() as libc::pid_t,
+            &mut status,
+            0,
+            usage.as_mut_ptr(),
+        )
+    };
+    assert_eq!(pid, child.id() as libc::pid_t, "wait4");
+    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        let output = Command::new(exe).arg("check").arg(path).output();
+        panic!("check failed on {}: {output:?}", path.display());
+    }
+    // SAFETY: written by `wait4`. Linux gives `ru_maxrss` in KiB, over the child and the
+    // children it waited for.
+    unsafe { usage.assume_init() }.ru_maxrss as f64 / 1024.0
+}
+
+fn workspace(routes: usize, route: RouteOf) -> String {
     let mut out = String::from(
         "{\n  zone = \"in.example.org\",\n  cluster_issuer = \"internal-ca\",\n  routes = [\n",
     );
@@ -186,10 +233,4 @@ fn median(runs: usize, mut f: impl FnMut()) -> Duration {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
-}
-
-fn children_peak_rss_mib() -> f64 {
-    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
-        .expect("getrusage");
-    usage.max_rss() as f64 / 1024.0
 }
