@@ -52,6 +52,26 @@ fn forward_workspaces(
     })
 }
 
+/// Starts a source's thread, named `name`, holding `guard` for its life (a supervisor learns of
+/// its end when the guard drops).
+fn spawn_thread(
+    name: &str,
+    guard: impl Send + 'static,
+    run: impl FnOnce() + Send + 'static,
+) -> Result<(), WatchError> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let _guard = guard;
+            run()
+        })
+        .map(drop)
+        .map_err(|e| WatchError {
+            path: std::path::PathBuf::new(),
+            error: notify::Error::io(e),
+        })
+}
+
 /// What a source tells the loop.
 #[derive(Debug, Clone)]
 pub enum Fact {

@@ -135,16 +135,7 @@ pub fn spawn(
         facts,
         clock,
     };
-    std::thread::Builder::new()
-        .name("tls-dir".into())
-        .spawn(move || {
-            let _guard = guard;
-            reader.run(received)
-        })
-        .map_err(|e| WatchError {
-            path: PathBuf::new(),
-            error: notify::Error::io(e),
-        })?;
+    super::spawn_thread("tls-dir", guard, move || reader.run(received))?;
     Ok((TlsDir { inputs }, forwarder))
 }
 

@@ -67,16 +67,7 @@ pub fn spawn<F: FileSet>(
         watcher,
         facts,
     };
-    std::thread::Builder::new()
-        .name(F::NAME.into())
-        .spawn(move || {
-            let _guard = guard;
-            reader.run(received)
-        })
-        .map_err(|e| WatchError {
-            path: PathBuf::new(),
-            error: notify::Error::io(e),
-        })?;
+    super::spawn_thread(F::NAME, guard, move || reader.run(received))?;
     Ok(forwarder)
 }
 
