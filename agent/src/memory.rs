@@ -12,6 +12,23 @@ pub fn release_freed_memory() {
     }
 }
 
+/// What glibc's heap holds: bytes in use by the program, and bytes freed but kept (in the heap's
+/// free lists, part of the resident memory until trimmed or reused). `None` off glibc.
+///
+/// Logged after each trim, so that a figure of resident memory can be split between what the
+/// agent keeps alive and what the allocator keeps for it.
+#[allow(unsafe_code)]
+pub fn heap_usage() -> Option<(usize, usize)> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 takes nothing and returns a plain struct by value.
+        let info = unsafe { libc::mallinfo2() };
+        Some((info.uordblks + info.hblkhd, info.fordblks))
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    None
+}
+
 /// Makes every thread of this process allocate from the main heap. Call it before the first
 /// thread starts.
 ///

@@ -347,6 +347,20 @@ fn sizes(args: &Args) {
             gzip_bytes as f64 / 1e6,
         );
     }
+    println!(
+        "\n{:>7}  {:>12}  {:>12}  {:>14}  {:>22}",
+        "routes", "agent RSS", "sozu main", "sozu worker", "agent per route"
+    );
+    for r in &rows {
+        // Against the smallest size of the same run: what each route adds.
+        let per_route = rows.first().map_or(f64::NAN, |small| {
+            (r.rss_rest - small.rss_rest) * 1024.0 / (r.routes - small.routes) as f64
+        });
+        println!(
+            "{:>7}  {:>9.1}MiB  {:>9.1}MiB  {:>11.1}MiB  {:>19.1}KiB",
+            r.routes, r.rss_rest, r.sozu_rss_rest.0, r.sozu_rss_rest.1, per_route
+        );
+    }
     if let (Some(first), Some(last)) = (rows.first(), rows.last()) {
         println!(
             "rotation at {} routes / at {}: p50 {:.2}x, p99 {:.2}x; with scrapes, p50 {:.2}x",
@@ -365,7 +379,9 @@ fn sizes(args: &Args) {
          time per scrape, averaged over 20, after one request to every route (traffic families \
          included); append: from the workspace with one more route renamed \
          into place to that host's first handshake; evaluation: the agent's own, of that workspace \
-         (its log); ratio = append / evaluation"
+         (its log); ratio = append / evaluation; RSS: resident memory after the start and 10 s idle, \
+         the agent's beside sozu's main process and its worker at the same moment; per route: \
+         the agent's growth over the smallest size, divided by the routes added"
     );
 }
 

@@ -926,6 +926,11 @@ impl Stack {
         self.sozu.as_ref().map(Process::pid)
     }
 
+    /// sozu's workers (the children of its main process).
+    pub fn sozu_worker_pids(&self) -> Vec<u32> {
+        self.sozu_pid().map(children).unwrap_or_default()
+    }
+
     pub fn agent_pid(&self) -> Option<u32> {
         self.agent.as_ref().map(Process::pid)
     }

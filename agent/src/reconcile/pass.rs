@@ -55,17 +55,21 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             self.publish();
             return PassOutcome::Unreachable;
         }
+        let sent = self.counters.sozu_requests - sent_before;
+        // A bulk pass that may make the agent ready settles first (`Agent::settle`). One made
+        // while ready (a big edit, a restarted sozu) leaves readiness as it is.
+        if sent >= BULK_REQUESTS && !self.ready {
+            self.settling = true;
+        }
         let started = Instant::now();
         self.publish();
         step_took(started, "status published");
-        // Last, once readiness is published: returning pages is not worth a later /readyz.
-        // Returning them before publishing was tried (the first rotation after Ready can wait
-        // behind this walk: 3 to 33 ms at 10,000 routes, the loop's allocations waiting for it
-        // even from another thread): the publication's own garbage then stayed, 30 MiB more at
-        // rest at 10,000 routes, for no clear gain in the first rotation (docs/benchmarks.md).
-        let sent = self.counters.sozu_requests - sent_before;
+        // After publishing, so that the publication's own garbage is returned too: trimmed
+        // before it, 30 MiB more stayed at rest at 10,000 routes.
         if sent >= BULK_REQUESTS {
-            self.churn.trim();
+            if !self.settling {
+                self.churn.trim();
+            }
         } else {
             self.churn.add(usize::try_from(sent).unwrap_or(usize::MAX));
         }

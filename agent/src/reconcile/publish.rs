@@ -100,8 +100,10 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                         })
                     })
                     .map(|(_, _, stalled)| stalled),
+                settling: self.settling,
             },
         );
+        self.ready = readiness.ready;
         let mut head = Head {
             readiness,
             counters: self.counters.clone(),

@@ -67,6 +67,9 @@ pub struct Facts<'a> {
     pub refusals: &'a Refusals,
     /// With `tls_rotation = 'sozu_managed`: what the issuer has given up on.
     pub issuer: Option<&'a Stalled>,
+    /// A bulk pass was just applied and the loop has not yet taken up what queued during it
+    /// (sozu's reports of its changes): a rotation now would wait behind that.
+    pub settling: bool,
 }
 
 pub fn decide(mode: ReadinessMode, facts: &Facts<'_>) -> Readiness {
@@ -164,6 +167,12 @@ pub fn decide(mode: ReadinessMode, facts: &Facts<'_>) -> Readiness {
         let which = if count == routes { "none" } else { "not all" };
         return not_ready(
             format!("{which} of the {routes} routes can be served ({count} not served)"),
+            count,
+        );
+    }
+    if facts.settling {
+        return not_ready(
+            "taking up sozu's reports of the changes just applied".to_owned(),
             count,
         );
     }

@@ -38,6 +38,12 @@ struct FakeSozu {
     bulk_fails_next: bool,
     /// Where sozu's event stream goes, when the test listens as the agent does.
     events: Option<UnboundedSender<Fact>>,
+    /// A fact that arrives while sozu takes its request with this number (1-based), as a
+    /// swapped pair arrives in the middle of a long pass.
+    during: Option<(usize, Fact)>,
+    /// The published status, read at each request: whether `/readyz` said ready then, and the
+    /// certificate sent, if any.
+    watch: Option<(SharedStatus, Vec<(bool, Option<String>)>)>,
 }
 
 impl FakeSozu {
@@ -107,6 +113,21 @@ impl Proxy for Fake {
             }
             s.requests += 1;
             s.report(op);
+            if s.during.as_ref().is_some_and(|(at, _)| *at == s.requests) {
+                if let (Some((_, fact)), Some(facts)) = (s.during.take(), &s.events) {
+                    let _ = facts.send(fact);
+                }
+            }
+            if let Some((status, seen)) = &mut s.watch {
+                let fingerprint = match op {
+                    Op::AddCertificate { certificate, .. }
+                    | Op::ReplaceCertificate { certificate, .. } => {
+                        Some(certificate.fingerprint.clone())
+                    }
+                    _ => None,
+                };
+                seen.push((status.load().head.readiness.ready, fingerprint));
+            }
             if let Op::AddCertificate { certificate, .. }
             | Op::ReplaceCertificate { certificate, .. } = op
             {
@@ -1264,6 +1285,53 @@ async fn healthz_fails_when_the_loop_is_wedged() {
     let (code, body) = healthz(&h).await;
     assert_eq!(code, 503, "{body}");
     assert!(body.contains("has not turned for"), "{body}");
+}
+
+/// A start's bulk pass leaves sozu's reports of its changes queued for the loop, and a pair
+/// swapped during it queued behind them. `/readyz` says ready only once the loop has taken them
+/// up: the swapped pair is sent before readiness says ready, not after it, behind the start.
+#[tokio::test(start_paused = true)]
+async fn readiness_waits_for_what_queued_during_the_start() {
+    let h = start(Settings {
+        resync: None,
+        ..Settings::default()
+    });
+    let hosts: Vec<String> = (0..100).map(|i| format!("h{i}.in.example.org")).collect();
+    let swapped = certificate(&hosts[7], h.clock.now(), 90);
+    {
+        let mut s = h.sozu.0.lock().unwrap();
+        s.events = Some(h.facts.clone());
+        // Four requests a route (cluster, two frontends, certificate): past the first third.
+        s.during = Some((150, Fact::Pairs(vec![(hosts[7].clone(), Ok(swapped.clone()))])));
+        s.watch = Some((h.status.clone(), Vec::new()));
+    }
+    h.send(workspace(
+        hosts
+            .iter()
+            .enumerate()
+            .map(|(i, host)| route(host, ip(&format!("10.0.2.{}:80", i + 1))))
+            .collect(),
+    ));
+    for host in &hosts {
+        h.pair(host, 90);
+    }
+    h.until("ready", |s| s.ready).await;
+    assert_eq!(h.served(&hosts[7]), [swapped.fingerprint.clone()]);
+    let s = h.sozu.0.lock().unwrap();
+    let seen = &s.watch.as_ref().unwrap().1;
+    assert!(seen.len() > 400, "a bulk start: {} requests", seen.len());
+    let sent_when_ready = seen
+        .iter()
+        .find(|(_, fp)| fp.as_deref() == Some(swapped.fingerprint.as_str()))
+        .map(|(ready, _)| *ready);
+    assert_eq!(
+        sent_when_ready,
+        Some(false),
+        "the swapped pair was sent before /readyz said ready"
+    );
+    drop(s);
+    // Nothing of the start was taken for drift.
+    assert_eq!(h.status().counters.drift_repairs, 0);
 }
 
 /// sozu reports a request of its own twice and a state file once: the proxy says which went

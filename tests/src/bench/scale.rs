@@ -20,6 +20,8 @@ pub struct ScaleOutcome {
     pub cold_start: Duration,
     /// The agent's resident memory after the start and 10 s idle, in MiB.
     pub rss_rest: f64,
+    /// At the same moment, sozu's main process and its workers (summed), in MiB.
+    pub sozu_rss_rest: (f64, f64),
     /// Swaps started the moment `/readyz` answered 200, 50 ms apart: the first is the one a
     /// start-up still under way would hold.
     pub after_ready: Vec<Duration>,
@@ -86,6 +88,14 @@ pub fn run(n: usize, rotations: usize, seed: u64) -> Result<ScaleOutcome, String
     }
     std::thread::sleep(super::mass::REST);
     let rss_rest = super::mass::rss_mib(ours.stack.agent_pid());
+    let sozu_rss_rest = (
+        super::mass::rss_mib(ours.stack.sozu_pid()),
+        ours.stack
+            .sozu_worker_pids()
+            .into_iter()
+            .map(|w| super::mass::rss_mib(Some(w)))
+            .sum(),
+    );
     let https = ours.stack.https;
 
     let (idle, scraped) = renewals.split_at(rotations);
@@ -157,6 +167,7 @@ pub fn run(n: usize, rotations: usize, seed: u64) -> Result<ScaleOutcome, String
                     routes: n,
                     cold_start,
                     rss_rest,
+                    sozu_rss_rest,
                     after_ready,
                     rotations,
                     rotations_scraped,
