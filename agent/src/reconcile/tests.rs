@@ -43,8 +43,11 @@ struct FakeSozu {
     during: Option<(usize, Fact)>,
     /// The published status, read at each request: whether `/readyz` said ready then, and the
     /// certificate sent, if any.
-    watch: Option<(SharedStatus, Vec<(bool, Option<String>)>)>,
+    watch: Option<(SharedStatus, Vec<SeenAtRequest>)>,
 }
+
+/// Whether the status said ready when sozu took a request, and the certificate it carried.
+type SeenAtRequest = (bool, Option<String>);
 
 impl FakeSozu {
     /// What sozu's event stream says of a request it received: a change, twice (when its main
@@ -1302,7 +1305,10 @@ async fn readiness_waits_for_what_queued_during_the_start() {
         let mut s = h.sozu.0.lock().unwrap();
         s.events = Some(h.facts.clone());
         // Four requests a route (cluster, two frontends, certificate): past the first third.
-        s.during = Some((150, Fact::Pairs(vec![(hosts[7].clone(), Ok(swapped.clone()))])));
+        s.during = Some((
+            150,
+            Fact::Pairs(vec![(hosts[7].clone(), Ok(swapped.clone()))]),
+        ));
         s.watch = Some((h.status.clone(), Vec::new()));
     }
     h.send(workspace(
@@ -1316,7 +1322,10 @@ async fn readiness_waits_for_what_queued_during_the_start() {
         h.pair(host, 90);
     }
     h.until("ready", |s| s.ready).await;
-    assert_eq!(h.served(&hosts[7]), [swapped.fingerprint.clone()]);
+    assert_eq!(
+        h.served(&hosts[7]),
+        std::slice::from_ref(&swapped.fingerprint)
+    );
     let s = h.sozu.0.lock().unwrap();
     let seen = &s.watch.as_ref().unwrap().1;
     assert!(seen.len() > 400, "a bulk start: {} requests", seen.len());
