@@ -15,6 +15,7 @@
 //! | [`policy_files`] (a [`watched_files`] set) | the directories of the route policies' users files and error pages | what they hold, or why each is refused |
 
 pub mod client_auth;
+pub mod dir_watch;
 pub mod dns;
 pub mod policy_files;
 pub mod resolver;

@@ -2,24 +2,25 @@
 //! (the layout of cert-manager's CSI driver and of Secret volumes), read and validated on a
 //! thread of its own and published whenever it may have changed.
 //!
-//! Watched, non-recursively: the tls dir (a host directory that appears or goes) and each route
-//! host's directory. Within a host directory only the names a pair is read through count
-//! (`..data`, `tls.crt`, `tls.key`): an AtomicWriter swap first creates a timestamped directory
-//! and a `..data_tmp` link and last removes the old directory, and none of those change what a
-//! read returns, so one swap costs one read, started by the rename itself.
+//! Watched, non-recursively, straight on inotify ([`dir_watch`]): the tls dir (a host directory
+//! that appears or goes) and each route host's directory. Within a host directory only the names
+//! a pair is read through count (`..data`, `tls.crt`, `tls.key`): an AtomicWriter swap first
+//! creates a timestamped directory and a `..data_tmp` link and last removes the old directory,
+//! and none of those change what a read returns, so one swap costs one read, started by the
+//! rename itself.
 //!
-//! No change goes unseen between a read and the watch that guards it: a host directory's watch
-//! is added after its first read (so a cold start publishes without waiting for thousands of
-//! watches), and its pair is then read again and published if its bytes changed in between.
+//! No change goes unseen: a host directory is watched before its pair is read, so anything
+//! written after the read began is an event, and each pair is read once.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 
-use notify::{RecommendedWatcher, Watcher};
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::dir_watch::{self, DirEvent, DirWatches, Watch};
 use super::{watcher, CertSource, Fact, WatchError, WorkspaceWatch};
 use crate::certs::{self, CertError};
 use crate::clock::Clock;
@@ -50,64 +51,98 @@ enum Input {
     Workspace(Option<Arc<Workspace>>),
     Reread,
     Host(String),
-    Event(notify::Result<notify::Event>),
+    Events(Vec<DirEvent>),
+    /// Reading the watches' events failed: none will come again.
+    WatchBroken(std::io::Error),
 }
 
 /// What a file-system event means for the pairs.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Change {
-    /// This host's pair may have changed, or its directory came or went.
+    /// This host's pair may have changed.
     Host(String),
+    /// This host's directory came, went, or lost its watch: watch it again, and read its pair.
+    Dir(String),
+    /// The tls dir itself was removed, moved or unmounted: watch it again and read every pair.
+    TlsDir,
     /// Events were lost: read every pair again.
     Rescan,
 }
 
-/// Pure: what `event` means, for a tls dir whose host directories in `watched` are watched.
-pub fn classify(
-    event: &notify::Result<notify::Event>,
-    tls_dir: &Path,
-    watched: &BTreeSet<String>,
-) -> Vec<Change> {
-    let event = match event {
-        Ok(event) => event,
-        // A watch error: what it lost is unknown.
-        Err(_) => return vec![Change::Rescan],
-    };
-    if event.need_rescan() {
-        return vec![Change::Rescan];
-    }
-    if watcher::is_read(event) {
-        return vec![];
-    }
-    let name = |p: &Path| p.file_name().and_then(|n| n.to_str()).map(str::to_owned);
-    let mut changes = BTreeSet::new();
-    for path in &event.paths {
-        let Some(parent) = path.parent() else {
-            continue;
-        };
-        if parent == tls_dir {
-            // A host directory came or went.
-            changes.extend(name(path).map(Change::Host));
-        } else if parent.parent() == Some(tls_dir) && changes_pair(path) {
-            changes.extend(
-                name(parent)
-                    .filter(|h| watched.contains(h))
-                    .map(Change::Host),
-            );
-        }
-    }
-    changes.into_iter().collect()
+/// What the watches are on: the tls dir's, and each host directory's, by the number events
+/// carry. Two hosts whose directories are one inode share a watch.
+#[derive(Debug, Default)]
+pub struct Watched {
+    tls_dir: Option<Watch>,
+    hosts: BTreeMap<String, Watch>,
+    by_id: HashMap<i32, BTreeSet<String>>,
 }
 
-/// Whether a change to `path`, in a host directory, can change the pair read from it.
-fn changes_pair(path: &Path) -> bool {
-    path.file_name()
-        .is_some_and(|n| n == "..data" || n == "tls.crt" || n == "tls.key")
+impl Watched {
+    fn insert(&mut self, host: String, watch: Watch) {
+        self.by_id
+            .entry(watch.id())
+            .or_default()
+            .insert(host.clone());
+        self.hosts.insert(host, watch);
+    }
+
+    /// Forgets `host`'s watch; returns it when no other host shares it (to take it off).
+    fn remove(&mut self, host: &str) -> Option<Watch> {
+        let watch = self.hosts.remove(host)?;
+        let id = watch.id();
+        let shared = self.by_id.get_mut(&id).is_some_and(|hosts| {
+            hosts.remove(host);
+            !hosts.is_empty()
+        });
+        if shared {
+            return None;
+        }
+        self.by_id.remove(&id);
+        Some(watch)
+    }
+
+    fn hosts_of(&self, id: i32) -> impl Iterator<Item = &String> {
+        self.by_id.get(&id).into_iter().flatten()
+    }
+}
+
+/// Pure: what `event` means, given what is watched.
+pub fn classify(event: &DirEvent, watched: &Watched) -> Vec<Change> {
+    if event.overflowed() {
+        return vec![Change::Rescan];
+    }
+    if watched.tls_dir.as_ref().is_some_and(|w| w.id() == event.wd) {
+        if event.watch_gone() {
+            return vec![Change::TlsDir];
+        }
+        // An entry of the tls dir: a host directory came, went or changed its permissions.
+        return event
+            .name
+            .as_deref()
+            .and_then(OsStr::to_str)
+            .map(|host| vec![Change::Dir(host.to_owned())])
+            .unwrap_or_default();
+    }
+    let hosts = watched.hosts_of(event.wd);
+    if event.watch_gone() {
+        return hosts.cloned().map(Change::Dir).collect();
+    }
+    if event.name.as_deref().is_some_and(changes_pair) {
+        return hosts.cloned().map(Change::Host).collect();
+    }
+    Vec::new()
+}
+
+/// Whether a change to `name`, in a host directory, can change the pair read from it.
+fn changes_pair(name: &OsStr) -> bool {
+    name == "..data" || name == "tls.crt" || name == "tls.key"
 }
 
 /// Starts the source: a thread of its own, which holds `guard` for its life (a supervisor
-/// learns of its end), and the task that hands it each new workspace (returned). Pairs live
-/// under `tls_dir` when given (the `--tls-dir` flag), else under the workspace's `tls_dir`.
+/// learns of its end), the thread that reads its watches' events, and the task that hands it
+/// each new workspace (returned). Pairs live under `tls_dir` when given (the `--tls-dir` flag),
+/// else under the workspace's `tls_dir`.
 pub fn spawn(
     tls_dir: Option<PathBuf>,
     workspace: WorkspaceWatch,
@@ -117,8 +152,16 @@ pub fn spawn(
 ) -> Result<(TlsDir, tokio::task::JoinHandle<()>), WatchError> {
     let (inputs, received) = channel();
     let events = inputs.clone();
-    let watcher = watcher::watch(&[], move |event| {
-        let _ = events.send(Input::Event(event));
+    let watches = dir_watch::start("tls-dir-events", move |batch| {
+        let input = match batch {
+            Ok(batch) => Input::Events(batch),
+            Err(e) => Input::WatchBroken(e),
+        };
+        events.send(input).is_ok()
+    })
+    .map_err(|e| WatchError {
+        path: PathBuf::new(),
+        error: notify::Error::io(e),
     })?;
     let forward = inputs.clone();
     let forwarder = super::forward_workspaces(workspace, move |latest| {
@@ -127,11 +170,9 @@ pub fn spawn(
     let reader = Reader {
         override_dir: tls_dir.map(|d| watcher::absolute(&d)),
         tls_dir: None,
-        tls_dir_watched: false,
         hosts: BTreeSet::new(),
-        watched: BTreeSet::new(),
-        digests: BTreeMap::new(),
-        watcher,
+        watched: Watched::default(),
+        watches,
         facts,
         clock,
     };
@@ -142,14 +183,10 @@ pub fn spawn(
 struct Reader {
     override_dir: Option<PathBuf>,
     tls_dir: Option<PathBuf>,
-    tls_dir_watched: bool,
     /// The route hosts of the latest workspace.
     hosts: BTreeSet<String>,
-    /// Host directories with a watch.
-    watched: BTreeSet<String>,
-    /// A digest of each host's pair as last read, to tell a change from a repeat.
-    digests: BTreeMap<String, [u8; 32]>,
-    watcher: RecommendedWatcher,
+    watched: Watched,
+    watches: DirWatches,
     facts: UnboundedSender<Fact>,
     clock: Arc<dyn Clock>,
 }
@@ -162,7 +199,7 @@ struct Todo {
     hosts: BTreeSet<String>,
     /// Host directories that came or went: their watch is made again.
     rewatch: BTreeSet<String>,
-    /// Watch the tls dir if it is not yet (it may have been created since).
+    /// Watch the tls dir again (it may have been created, moved or removed since).
     tls_dir: bool,
 }
 
@@ -170,52 +207,69 @@ impl Reader {
     fn run(mut self, inputs: Receiver<Input>) {
         while let Ok(first) = inputs.recv() {
             let mut todo = Todo::default();
-            self.absorb(first, &mut todo);
+            let mut broken = self.absorb(first, &mut todo);
             // Coalesce whatever else is already queued: one read for a burst of events.
             while let Ok(more) = inputs.try_recv() {
-                self.absorb(more, &mut todo);
+                broken |= self.absorb(more, &mut todo);
             }
-            if !self.work(todo) {
-                return;
+            if !self.work(todo) || broken {
+                break;
             }
+        }
+        // Taking the last watch off wakes the events' thread, which then finds nobody listening.
+        if let Some(watch) = self.watched.tls_dir.take() {
+            self.watches.remove(watch);
+        }
+        for host in std::mem::take(&mut self.watched).hosts.into_keys() {
+            self.unwatch(&host);
         }
     }
 
-    fn absorb(&self, input: Input, todo: &mut Todo) {
+    /// Takes one input into `todo`; returns true when the watches broke (the source ends, and
+    /// its supervisor learns it).
+    fn absorb(&mut self, input: Input, todo: &mut Todo) -> bool {
         match input {
             Input::Workspace(workspace) => todo.workspace = Some(workspace),
             Input::Reread => todo.everything = true,
             Input::Host(host) => {
                 // A directory the issuer just made needs its watch (and the tls dir its own); a
                 // renewal of a watched one is a read, nothing more.
-                if !self.watched.contains(&host) {
+                if !self.watched.hosts.contains_key(&host) {
                     todo.rewatch.insert(host.clone());
                 }
-                todo.tls_dir |= !self.tls_dir_watched;
+                todo.tls_dir |= self.watched.tls_dir.is_none();
                 todo.hosts.insert(host);
             }
-            Input::Event(event) => {
-                let Some(tls_dir) = &self.tls_dir else { return };
-                for change in classify(&event, tls_dir, &self.watched) {
-                    match change {
-                        Change::Rescan => {
-                            todo.everything = true;
-                            todo.overflow = true;
-                        }
-                        Change::Host(host) => {
-                            if event.as_ref().is_ok_and(|e| {
-                                e.paths
-                                    .iter()
-                                    .any(|p| p.parent() == Some(tls_dir.as_path()))
-                            }) {
-                                todo.rewatch.insert(host.clone());
+            Input::Events(events) => {
+                for event in &events {
+                    for change in classify(event, &self.watched) {
+                        match change {
+                            Change::Rescan => {
+                                todo.everything = true;
+                                todo.overflow = true;
                             }
-                            todo.hosts.insert(host);
+                            Change::TlsDir => {
+                                self.watched.tls_dir = None;
+                                todo.tls_dir = true;
+                                todo.everything = true;
+                            }
+                            Change::Dir(host) => {
+                                todo.rewatch.insert(host.clone());
+                                todo.hosts.insert(host);
+                            }
+                            Change::Host(host) => {
+                                todo.hosts.insert(host);
+                            }
                         }
                     }
                 }
             }
+            Input::WatchBroken(e) => {
+                tracing::error!(error = %e, "the certificate watcher broke; the tls dir source ends");
+                return true;
+            }
         }
+        false
     }
 
     /// Does `todo`; returns false once nobody listens.
@@ -247,24 +301,18 @@ impl Reader {
             todo.hosts = self.hosts.clone();
         }
         for host in &todo.rewatch {
-            if self.watched.remove(host) {
-                self.unwatch(host);
-            }
+            self.unwatch(host);
+        }
+        // Watches first, then the one read they guard.
+        if rewatch {
+            self.watch_hosts();
         }
         let hosts: Vec<String> = todo
             .hosts
             .into_iter()
             .filter(|h| self.hosts.contains(h))
             .collect();
-        if !hosts.is_empty() && !self.publish(&hosts, false) {
-            return false;
-        }
-        if !rewatch {
-            return true;
-        }
-        // Watches for hosts read without one, then a second look at those.
-        let unguarded = self.watch_hosts();
-        unguarded.is_empty() || self.publish(&unguarded, true)
+        hosts.is_empty() || self.publish(&hosts)
     }
 
     /// Takes the latest workspace; returns the hosts to read (all of them when the tls dir
@@ -279,25 +327,21 @@ impl Reader {
             .unwrap_or_else(|| watcher::absolute(&workspace.tls_dir));
         let hosts: BTreeSet<String> = workspace.routes.iter().map(|r| r.host.clone()).collect();
         if self.tls_dir.as_ref() != Some(&dir) {
-            if let Some(old) = self.tls_dir.take() {
-                let _ = self.watcher.unwatch(&old);
-                for host in std::mem::take(&mut self.watched) {
-                    let _ = self.watcher.unwatch(&old.join(host));
-                }
+            if let Some(old) = self.watched.tls_dir.take() {
+                self.watches.remove(old);
+            }
+            let old_hosts: Vec<String> = self.watched.hosts.keys().cloned().collect();
+            for host in old_hosts {
+                self.unwatch(&host);
             }
             self.tls_dir = Some(dir);
-            self.tls_dir_watched = false;
-            self.digests.clear();
             self.watch_tls_dir();
             self.hosts = hosts;
             return self.hosts.clone();
         }
         let gone: Vec<String> = self.hosts.difference(&hosts).cloned().collect();
         for host in gone {
-            if self.watched.remove(&host) {
-                self.unwatch(&host);
-            }
-            self.digests.remove(&host);
+            self.unwatch(&host);
         }
         let new = hosts.difference(&self.hosts).cloned().collect();
         self.hosts = hosts;
@@ -308,103 +352,81 @@ impl Reader {
         let Some(dir) = self.tls_dir.clone() else {
             return;
         };
-        if self.tls_dir_watched {
+        if self.watched.tls_dir.is_some() {
             return;
         }
-        match watcher::add(&mut self.watcher, &dir) {
-            Ok(()) => {
-                self.tls_dir_watched = true;
+        match self.watches.add(&dir) {
+            Ok(watch) => {
+                self.watched.tls_dir = Some(watch);
                 tracing::debug!(dir = %dir.display(), "watching the tls dir");
             }
-            Err(e) => tracing::warn!(error = %e,
+            Err(e) => tracing::warn!(dir = %dir.display(), error = %e,
                 "cannot watch the tls dir; a host directory that appears is read at the next resync"),
         }
     }
 
     fn unwatch(&mut self, host: &str) {
-        if let Some(dir) = &self.tls_dir {
-            let _ = self.watcher.unwatch(&dir.join(host));
+        if let Some(watch) = self.watched.remove(host) {
+            self.watches.remove(watch);
         }
     }
 
-    /// Adds a watch on each route host's directory that has none; returns the hosts it was
-    /// added for.
-    fn watch_hosts(&mut self) -> Vec<String> {
+    /// Adds a watch on each route host's directory that has none. A directory that does not
+    /// exist yet is watched when the tls dir's watch sees it come.
+    fn watch_hosts(&mut self) {
         let Some(dir) = self.tls_dir.clone() else {
-            return Vec::new();
+            return;
         };
         let started = std::time::Instant::now();
-        let mut added = Vec::new();
-        let missing: Vec<String> = self.hosts.difference(&self.watched).cloned().collect();
+        let missing: Vec<String> = self
+            .hosts
+            .iter()
+            .filter(|h| !self.watched.hosts.contains_key(*h))
+            .cloned()
+            .collect();
+        let mut added = 0usize;
         for host in missing {
-            let path = dir.join(&host);
-            if !path.is_dir() {
-                continue;
-            }
-            match watcher::add(&mut self.watcher, &path) {
-                Ok(()) => {
-                    self.watched.insert(host.clone());
-                    added.push(host);
+            match self.watches.add(&dir.join(&host)) {
+                Ok(watch) => {
+                    self.watched.insert(host, watch);
+                    added += 1;
                 }
-                Err(e) => tracing::warn!(error = %e,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                    ) => {}
+                Err(e) => tracing::warn!(host, error = %e,
                     "cannot watch a host directory; its pair is read again at each resync"),
             }
         }
-        if !added.is_empty() {
-            // One round trip to notify's thread per directory: at a cold start, thousands.
+        if added > 0 {
             tracing::debug!(
-                added = added.len(),
+                added,
                 elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
                 "host directories watched"
             );
         }
-        added
     }
 
-    /// Reads and publishes the pairs of `hosts`; with `only_changed`, only those whose bytes
-    /// differ from the last read. Returns false once nobody listens.
-    fn publish(&mut self, hosts: &[String], only_changed: bool) -> bool {
+    /// Reads and publishes the pairs of `hosts`. Returns false once nobody listens.
+    fn publish(&mut self, hosts: &[String]) -> bool {
         let Some(dir) = self.tls_dir.clone() else {
             return true;
         };
         let started = std::time::Instant::now();
         let now = self.clock.unix();
-        let previous = &self.digests;
-        let read = read_pairs(&dir, hosts, |host, raw| {
-            let digest = raw.digest();
-            let changed = previous.get(host) != Some(&digest);
-            (
-                digest,
-                (changed || !only_changed).then(|| raw.parse(host, now)),
-            )
-        });
+        let batch = read_pairs(&dir, hosts, |host, raw| raw.parse(host, now));
         tracing::debug!(
             hosts = hosts.len(),
             elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
             "certificate pairs read"
         );
-        let mut batch = Vec::new();
-        for (host, result) in read {
-            match result {
-                Ok((digest, parsed)) => {
-                    self.digests.insert(host.clone(), digest);
-                    if let Some(parsed) = parsed {
-                        batch.push((host, parsed));
-                    }
-                }
-                Err(e) => {
-                    let was_readable = self.digests.remove(&host).is_some();
-                    if !only_changed || was_readable {
-                        batch.push((host, Err(e)));
-                    }
-                }
-            }
-        }
-        batch.is_empty() || self.facts.send(Fact::Pairs(batch)).is_ok()
+        self.facts.send(Fact::Pairs(batch)).is_ok()
     }
 }
 
-type Parsed = ([u8; 32], Option<Result<Certificate, CertError>>);
+type PairRead = Result<Certificate, CertError>;
 
 /// From this many pairs on, reading is spread over threads: parsing and checking a pair is CPU
 /// work (about 40 µs), and a cold start reads every route's pair before anything is served.
@@ -412,12 +434,12 @@ const PARALLEL_READ_MIN: usize = 64;
 
 /// Reads each host's pair and hands its bytes to `parse`, in order. Many pairs (a cold start, a
 /// resync) are read on one thread per core.
-fn read_pairs<F>(dir: &Path, hosts: &[String], parse: F) -> Vec<(String, Result<Parsed, CertError>)>
+fn read_pairs<F>(dir: &Path, hosts: &[String], parse: F) -> Vec<(String, PairRead)>
 where
-    F: Fn(&str, &certs::RawPair) -> Parsed + Sync,
+    F: Fn(&str, &certs::RawPair) -> PairRead + Sync,
 {
     let load = |host: &String| {
-        let result = certs::read_pair(&dir.join(host)).map(|raw| parse(host, &raw));
+        let result = certs::read_pair(&dir.join(host)).and_then(|raw| parse(host, &raw));
         (host.clone(), result)
     };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -443,74 +465,110 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use notify::event::{
-        AccessKind, CreateKind, EventKind, Flag, ModifyKind, RemoveKind, RenameMode,
-    };
+    use inotify::EventMask;
 
-    fn event(kind: EventKind, paths: &[&str]) -> notify::Result<notify::Event> {
-        let mut event = notify::Event::new(kind);
-        for p in paths {
-            event = event.add_path(PathBuf::from(p));
+    fn event(wd: i32, mask: EventMask, name: Option<&str>) -> DirEvent {
+        DirEvent {
+            wd,
+            mask,
+            name: name.map(Into::into),
         }
-        Ok(event)
     }
 
     fn host(name: &str) -> Change {
         Change::Host(name.into())
     }
 
+    fn dir(name: &str) -> Change {
+        Change::Dir(name.into())
+    }
+
+    /// Real watches (their numbers are the kernel's): the tls dir, `a.z`, and `b.z` and `c.z`
+    /// that are one directory (`c.z` a symlink to `b.z`).
     #[test]
     fn events_are_classified_by_where_they_happen() {
-        let tls = Path::new("/tls");
-        let watched = BTreeSet::from(["a.z".to_owned()]);
-        let rename = EventKind::Modify(ModifyKind::Name(RenameMode::Both));
-        let create = EventKind::Create(CreateKind::Any);
-        let cases: Vec<(notify::Result<notify::Event>, Vec<Change>)> = vec![
+        let tls = tempfile::tempdir().unwrap();
+        for d in ["a.z", "b.z"] {
+            std::fs::create_dir(tls.path().join(d)).unwrap();
+        }
+        std::os::unix::fs::symlink(tls.path().join("b.z"), tls.path().join("c.z")).unwrap();
+        let mut watches = dir_watch::start("classify-test", |_| true).unwrap();
+        let mut watched = Watched {
+            tls_dir: Some(watches.add(tls.path()).unwrap()),
+            ..Watched::default()
+        };
+        for h in ["a.z", "b.z", "c.z"] {
+            watched.insert(h.into(), watches.add(&tls.path().join(h)).unwrap());
+        }
+        let [t, a, b] = [
+            watched.tls_dir.as_ref().unwrap().id(),
+            watched.hosts["a.z"].id(),
+            watched.hosts["b.z"].id(),
+        ];
+        assert_eq!(watched.hosts["c.z"].id(), b, "one inode, one watch");
+        let cases = vec![
             // The AtomicWriter swap: only the rename of `..data` counts.
-            (event(create, &["/tls/a.z/..2026_11_30_00_00_01.1"]), vec![]),
-            (event(create, &["/tls/a.z/..data_tmp"]), vec![]),
             (
-                event(rename, &["/tls/a.z/..data_tmp", "/tls/a.z/..data"]),
+                event(
+                    a,
+                    EventMask::CREATE | EventMask::ISDIR,
+                    Some("..2026_11_30.1"),
+                ),
+                vec![],
+            ),
+            (event(a, EventMask::CREATE, Some("..data_tmp")), vec![]),
+            (event(a, EventMask::MOVED_FROM, Some("..data_tmp")), vec![]),
+            (
+                event(a, EventMask::MOVED_TO, Some("..data")),
                 vec![host("a.z")],
             ),
             (
                 event(
-                    EventKind::Remove(RemoveKind::Folder),
-                    &["/tls/a.z/..2026_11_30_00_00_00.0"],
+                    a,
+                    EventMask::DELETE | EventMask::ISDIR,
+                    Some("..2026_11_30.0"),
                 ),
                 vec![],
             ),
-            // Plain files written in place.
+            // Plain files written in place, or made unreadable.
             (
-                event(EventKind::Modify(ModifyKind::Any), &["/tls/a.z/tls.key"]),
+                event(a, EventMask::CLOSE_WRITE, Some("tls.key")),
                 vec![host("a.z")],
             ),
-            (event(create, &["/tls/a.z/tls.crt"]), vec![host("a.z")]),
-            // A host directory that came or went, watched or not.
-            (event(create, &["/tls/b.z"]), vec![host("b.z")]),
             (
-                event(EventKind::Remove(RemoveKind::Folder), &["/tls/a.z"]),
+                event(a, EventMask::ATTRIB, Some("tls.crt")),
                 vec![host("a.z")],
             ),
-            // An unwatched host's files, reads, and what lies elsewhere are nothing.
-            (event(create, &["/tls/b.z/tls.crt"]), vec![]),
+            // One directory, two hosts.
             (
-                event(EventKind::Access(AccessKind::Any), &["/tls/a.z/tls.crt"]),
-                vec![],
+                event(b, EventMask::MOVED_TO, Some("..data")),
+                vec![host("b.z"), host("c.z")],
             ),
-            (event(create, &["/elsewhere/a.z/tls.crt"]), vec![]),
-            // Lost events, a broken watch.
+            // A host directory that came or went, watched or not; the watch of one removed.
             (
-                Ok(notify::Event::new(EventKind::Other).set_flag(Flag::Rescan)),
-                vec![Change::Rescan],
+                event(t, EventMask::CREATE | EventMask::ISDIR, Some("d.z")),
+                vec![dir("d.z")],
             ),
             (
-                Err(notify::Error::generic("queue overflow")),
-                vec![Change::Rescan],
+                event(t, EventMask::DELETE | EventMask::ISDIR, Some("a.z")),
+                vec![dir("a.z")],
             ),
+            (event(a, EventMask::IGNORED, None), vec![dir("a.z")]),
+            // The tls dir itself gone; events lost.
+            (event(t, EventMask::DELETE_SELF, None), vec![Change::TlsDir]),
+            (event(-1, EventMask::Q_OVERFLOW, None), vec![Change::Rescan]),
+            // A watch taken off before its last events came.
+            (event(9_999, EventMask::MOVED_TO, Some("..data")), vec![]),
         ];
         for (event, expected) in cases {
-            assert_eq!(classify(&event, tls, &watched), expected, "{event:?}");
+            assert_eq!(classify(&event, &watched), expected, "{event:?}");
         }
+        // `c.z` goes: the watch stays for `b.z`; then `b.z` goes and it is taken off.
+        assert!(watched.remove("c.z").is_none());
+        assert_eq!(
+            classify(&event(b, EventMask::MOVED_TO, Some("..data")), &watched),
+            vec![host("b.z")]
+        );
+        assert!(watched.remove("b.z").is_some());
     }
 }
