@@ -299,12 +299,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                         }
                         self.absorb(fact, &mut work);
                         // Coalesce whatever else is already queued.
-                        while let Ok(fact) = facts.try_recv() {
-                            if matches!(fact, Fact::SozuSocket) {
-                                retry_at = None;
-                            }
-                            self.absorb(fact, &mut work);
-                        }
+                        self.absorb_queued(&mut facts, &mut work, &mut retry_at);
                     }
                     _ = tokio::time::sleep_until(retry_at.unwrap_or(never)), if retry_at.is_some() => {
                         retry_at = None;
@@ -382,14 +377,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         retry_at: &mut Option<Instant>,
     ) {
         let started = std::time::Instant::now();
-        let mut taken = 0usize;
-        while let Ok(fact) = facts.try_recv() {
-            if matches!(fact, Fact::SozuSocket) {
-                *retry_at = None;
-            }
-            self.absorb(fact, work);
-            taken += 1;
-        }
+        let taken = self.absorb_queued(facts, work, retry_at);
         tracing::debug!(
             elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
             facts = taken,
@@ -401,6 +389,25 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         self.churn.trim();
         self.settling = false;
         self.publish();
+    }
+
+    /// Takes up every fact already queued; returns how many. A new socket is the sozu a back-off
+    /// waits for.
+    fn absorb_queued(
+        &mut self,
+        facts: &mut UnboundedReceiver<Fact>,
+        work: &mut Work,
+        retry_at: &mut Option<Instant>,
+    ) -> usize {
+        let mut taken = 0;
+        while let Ok(fact) = facts.try_recv() {
+            if matches!(fact, Fact::SozuSocket) {
+                *retry_at = None;
+            }
+            self.absorb(fact, work);
+            taken += 1;
+        }
+        taken
     }
 
     /// Takes one fact into the trackers and notes what it asks of the next pass.
