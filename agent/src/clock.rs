@@ -54,3 +54,10 @@ pub fn unix_seconds(time: SystemTime) -> i64 {
 pub fn from_unix(seconds: i64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
 }
+
+/// CPU time the calling thread has used. Logged beside a debug timing's wall time, so that a slow
+/// figure tells work apart from waiting for a core that other processes hold.
+pub fn thread_cpu_time() -> Duration {
+    use nix::time::{clock_gettime, ClockId};
+    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(Duration::ZERO, Duration::from)
+}

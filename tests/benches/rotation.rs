@@ -17,7 +17,8 @@
 //! back beside them; one route appended. One table, with the ratios of each size to the first.
 //!
 //! With `--hops`: where each rotation's time goes, hop by hop (see `bench::hops`), at one route
-//! or at each size given (`--hops 10 10000`).
+//! or at each size given (`--hops 10 10000`); with `PRIVATE_INGRESS_BASELINE_BIN`, that build is
+//! timed too, before this one at each size.
 //!
 //!     cargo bench -p private-ingress-tests --bench rotation [-- --rotations 100 --hosts 1000]
 //!     cargo bench -p private-ingress-tests --bench rotation -- 10 1000 10000 [--rotations 30]
@@ -250,11 +251,29 @@ fn hops(args: &Args, pairs: &[workload::Pair]) {
     }
 }
 
+/// With `PRIVATE_INGRESS_BASELINE_BIN` set, that build is timed first at each size, in the same
+/// run: before and after, on one machine at one moment.
 fn hops_at(args: &Args, pairs: &[workload::Pair], routes: usize) {
-    let outcome = hops::run(pairs, args.rotations, routes).unwrap_or_else(|e| panic!("{e}"));
+    let baseline = ours::baseline_bin();
+    if let Some(bin) = &baseline {
+        hops_of(args, pairs, routes, Some(bin), "the baseline build");
+    }
+    let label = if baseline.is_some() { "this build" } else { "" };
+    hops_of(args, pairs, routes, None, label);
+}
+
+fn hops_of(
+    args: &Args,
+    pairs: &[workload::Pair],
+    routes: usize,
+    bin: Option<&std::path::Path>,
+    label: &str,
+) {
+    let outcome = hops::run(bin, pairs, args.rotations, routes).unwrap_or_else(|e| panic!("{e}"));
     let ms = |d: Option<Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3);
     println!(
-        "\n{routes} route(s): {} rotations timed hop by hop ({} with a timestamp missing)",
+        "\n{routes} route(s){}{label}: {} rotations timed hop by hop ({} with a timestamp missing)",
+        if label.is_empty() { "" } else { ", " },
         outcome.totals.len(),
         outcome.incomplete
     );

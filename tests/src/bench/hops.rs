@@ -41,7 +41,13 @@ pub struct HopsOutcome {
 
 /// `routes` in all: the rotated host and as many others as it takes, each with a certificate of
 /// its own, so that the same hops can be compared between a small and a large workspace.
-pub fn run(pairs: &[Pair], rotations: usize, routes: usize) -> Result<HopsOutcome, String> {
+/// `bin` is another build of the agent to time instead of this one (a baseline).
+pub fn run(
+    bin: Option<&std::path::Path>,
+    pairs: &[Pair],
+    rotations: usize,
+    routes: usize,
+) -> Result<HopsOutcome, String> {
     let backend = Backend::start("app");
     let others: Vec<(String, Pair)> = (1..routes.max(1))
         .map(|i| {
@@ -54,7 +60,7 @@ pub fn run(pairs: &[Pair], rotations: usize, routes: usize) -> Result<HopsOutcom
         .chain(others.iter().map(|(h, p)| (h.clone(), p)))
         .collect();
     let ours = super::ours::serve_with(
-        None,
+        bin,
         &hosts,
         backend.address,
         "warn,private_ingress=debug",
@@ -88,6 +94,10 @@ pub fn run(pairs: &[Pair], rotations: usize, routes: usize) -> Result<HopsOutcom
         std::thread::sleep(Duration::from_millis(100));
     }
     let agent = ours.stack.agent_logs();
+    // `HOPS_AGENT_LOG=1` prints the agent's debug log, to read a hop's lines around it.
+    if std::env::var_os("HOPS_AGENT_LOG").is_some() {
+        eprintln!("{agent}");
+    }
     let sozu = std::fs::read_to_string(ours.stack.dir.path().join("sozu.log")).unwrap_or_default();
     let at = |log: &str, needle: &str| -> Vec<(f64, String)> {
         log.lines()
