@@ -7,6 +7,7 @@
 //! is compared with the plain one measured just before. Prints figures and ratios; asserts nothing.
 //!
 //!     cargo bench -p private-ingress --bench contract
+//!     CONTRACT_BENCH_KEEP=/tmp/ws cargo bench -p private-ingress --bench contract   # keeps them
 //!
 //! Targets (see docs/benchmarks.md): 1,000 routes ≤ 200 ms; 10,000 routes ≤ 2 s and ≤ 300 MiB;
 //! a route using the newer fields within 1.5× the in-process cost of a plain one.
@@ -33,6 +34,8 @@ const KINDS: [(&str, RouteOf); 3] = [
 fn main() {
     // `cargo bench` passes `--bench`; a filter argument is not meaningful here.
     let dir = tempfile::tempdir().expect("temporary directory");
+    // `CONTRACT_BENCH_KEEP=<dir>` writes the workspaces there too, to profile one of them alone.
+    let keep = std::env::var_os("CONTRACT_BENCH_KEEP").map(std::path::PathBuf::from);
     let exe = env!("CARGO_BIN_EXE_private-ingress");
 
     // Every `check` first, while this process is small: a child's peak RSS counts its parent's
@@ -43,6 +46,11 @@ fn main() {
         for (kind, route) in KINDS {
             let path = dir.path().join(format!("ws-{kind}-{routes}.ncl"));
             std::fs::write(&path, workspace(routes, route)).expect("write workspace");
+            if let Some(keep) = &keep {
+                std::fs::create_dir_all(keep).expect("create CONTRACT_BENCH_KEEP");
+                std::fs::copy(&path, keep.join(path.file_name().expect("a file name")))
+                    .expect("copy the workspace to CONTRACT_BENCH_KEEP");
+            }
             let mut peak_rss = 0.0_f64;
             let check = median(runs(routes), || {
                 peak_rss = peak_rss.max(check_peak_rss_mib(exe, &path));
