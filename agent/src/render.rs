@@ -76,6 +76,10 @@ pub fn json(workspace: &Workspace) -> Result<String, RenderError> {
 pub struct SozuSettings {
     pub command_socket: PathBuf,
     pub worker_count: u16,
+    /// The routes sozu's control socket must answer for, when the workspace rendered is not the
+    /// one the agent will push (the pod's bootstrap has no routes); the rendered workspace's own
+    /// routes count too. See [`max_command_buffer_size`].
+    pub routes: usize,
 }
 
 impl Default for SozuSettings {
@@ -83,8 +87,25 @@ impl Default for SozuSettings {
         SozuSettings {
             command_socket: PathBuf::from("/var/run/sozu/sozu.sock"),
             worker_count: 1,
+            routes: 0,
         }
     }
+}
+
+/// What sozu's control socket may buffer for one answer (`max_command_buffer_size`), for a
+/// workspace of `routes` routes.
+///
+/// The agent reads sozu's whole state back at each resync: every frontend in one answer (about
+/// 270 bytes a route) and every certificate with its chain and key in another (1 to 8 KiB a
+/// route, by key type and chain). sozu's main process cannot write an answer larger than this
+/// buffer: it logs an error and closes the connection, so at sozu's default of 2,000,000 bytes
+/// an agent of 10,000 routes could never read its state again. 16 KiB a route leaves room for
+/// RSA chains and for a workspace that grows before sozu restarts with a new file; the buffer
+/// grows only as an answer needs it, so the bound costs nothing until it is used.
+pub fn max_command_buffer_size(routes: usize) -> u64 {
+    const FLOOR: u64 = 64 << 20;
+    const PER_ROUTE: u64 = 16 << 10;
+    FLOOR.max((routes as u64).saturating_mul(PER_ROUTE))
 }
 
 /// A complete sozu 2.3.3 configuration: listeners, one cluster per route with its HTTPS frontend
@@ -118,6 +139,9 @@ struct SozuConfig {
     access_logs_format: &'static str,
     worker_count: u16,
     worker_automatic_restart: bool,
+    /// Large enough for the agent to read every frontend and certificate back in one answer
+    /// ([`max_command_buffer_size`]).
+    max_command_buffer_size: u64,
     activate_listeners: bool,
     listeners: Vec<SozuListener>,
     clusters: BTreeMap<String, SozuCluster>,
@@ -477,6 +501,9 @@ impl SozuConfig {
             access_logs_format: "protobuf",
             worker_count: settings.worker_count,
             worker_automatic_restart: true,
+            max_command_buffer_size: max_command_buffer_size(
+                settings.routes.max(workspace.routes.len()),
+            ),
             activate_listeners: true,
             listeners: [workspace.listeners.https, workspace.listeners.http]
                 .iter()
@@ -624,6 +651,35 @@ mod tests {
                 .map(|f| f["address"].as_str().unwrap().to_owned())
                 .collect();
             assert_eq!(addresses, ["127.0.0.1:8443", "127.0.0.1:8080"]);
+        }
+    }
+
+    /// sozu's main process closes a connection whose answer is larger than its
+    /// `max_command_buffer_size`, and the agent reads every frontend and every certificate back
+    /// in one answer each. The file, as sozu reads it, leaves room for that at the routes the
+    /// agent will push: the workspace's own, or those given for a bootstrap without any.
+    #[test]
+    fn the_control_socket_has_room_to_read_the_state_back() {
+        let up = Upstream::Ip {
+            address: "10.0.0.1:80".parse().unwrap(),
+        };
+        let ws = workspace(vec![route("a.in.example.org", "/", up)]);
+        let bootstrap = workspace(Vec::new());
+        // Two frontends of about 270 bytes and a certificate with an RSA chain and key, at most
+        // about 8 KiB, per route.
+        let needed = |routes: u64| routes * 8 * 1024;
+        for (ws, routes) in [(&ws, 0), (&bootstrap, 10_000), (&bootstrap, 100_000)] {
+            let settings = SozuSettings {
+                routes,
+                ..SozuSettings::default()
+            };
+            let text = sozu_toml(ws, &settings).unwrap();
+            let file: sozu_command_lib::config::FileConfig = toml::from_str(&text).unwrap();
+            let max = file.max_command_buffer_size.unwrap_or(2_000_000);
+            assert!(
+                max >= needed(routes as u64) && max > 2_000_000,
+                "{max} bytes for {routes} routes"
+            );
         }
     }
 

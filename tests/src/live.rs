@@ -755,8 +755,11 @@ impl Stack {
             format!(
                 "command_socket = \"{run}/sozu.sock\"\nlog_level = \"info\"\nlog_target = \"stdout\"\n\
                  worker_count = 1\nworker_automatic_restart = true\npid_file_path = \"{run}/sozu.pid\"\n\
-                 ctl_command_timeout = 5000\n",
-                run = dir.path().join("run").display()
+                 ctl_command_timeout = 5000\nmax_command_buffer_size = {buffer}\n",
+                run = dir.path().join("run").display(),
+                // As a rendered configuration has it for the largest workspace the benches run
+                // (10,000 routes, 16 KiB each): room to read back the whole state.
+                buffer = 10_000 * 16 * 1024
             ),
         )
         .expect("write sozu.toml");

@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod gzip;
+pub mod low_priority;
 pub mod metrics;
 
 use std::sync::{Arc, RwLock};
@@ -266,7 +267,7 @@ impl Views {
         )
     }
 
-    /// `/v1/state` as bytes to send: rendered once per change, on the blocking pool.
+    /// `/v1/state` as bytes to send: rendered once per change, on [`low_priority`]'s thread.
     pub async fn state_body(&self) -> Result<bytes::Bytes, serde_json::Error> {
         let views = self.clone();
         self.cached(&self.bodies.state, move || {
@@ -275,20 +276,20 @@ impl Views {
         .await
     }
 
-    /// `/metrics` as bytes to send: the agent's own families rendered once per change, on the
-    /// blocking pool, and the traffic families, which move with every request, as they are now.
+    /// `/metrics` as bytes to send: the agent's own families rendered once per change, and the
+    /// traffic families, which move with every request, as they are now; both on the
+    /// low-priority thread ([`low_priority`]).
     pub async fn metrics_body(&self) -> Result<bytes::Bytes, serde_json::Error> {
         let own = self.own_metrics().await?;
         let traffic = self.traffic.clone();
-        let body = tokio::task::spawn_blocking(move || {
+        let body = low_priority::run(move || {
             let text = traffic_metrics(&traffic);
             let mut body = bytes::BytesMut::with_capacity(own.len() + text.len());
             body.extend_from_slice(&own);
             body.extend_from_slice(text.as_bytes());
             body.freeze()
         })
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+        .await;
         Ok(body)
     }
 
@@ -306,9 +307,7 @@ impl Views {
             }
             _ => {
                 let text = own.clone();
-                let deflated = tokio::task::spawn_blocking(move || gzip::Deflated::new(&text))
-                    .await
-                    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+                let deflated = low_priority::run(move || gzip::Deflated::new(&text)).await;
                 let Ok(front) = deflated.map(Arc::new) else {
                     return Ok(None);
                 };
@@ -318,11 +317,9 @@ impl Views {
         };
         drop(slot);
         let traffic = self.traffic.clone();
-        let body = tokio::task::spawn_blocking(move || {
-            front.finish(traffic_metrics(&traffic).as_bytes()).ok()
-        })
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+        let body =
+            low_priority::run(move || front.finish(traffic_metrics(&traffic).as_bytes()).ok())
+                .await;
         Ok(body)
     }
 
@@ -346,9 +343,7 @@ impl Views {
                 return Ok(body.clone());
             }
         }
-        let body = tokio::task::spawn_blocking(render)
-            .await
-            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+        let body = low_priority::run(render).await?;
         *slot = Some((version, body.clone()));
         Ok(body)
     }

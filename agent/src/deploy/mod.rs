@@ -390,6 +390,8 @@ impl<'a> Pod<'a> {
         };
         let settings = SozuSettings {
             command_socket: PathBuf::from(SOZU_SOCKET),
+            // Sized for the routes the agent will push, not the bootstrap's none.
+            routes: workspace.routes.len(),
             ..SozuSettings::default()
         };
         Ok(Pod {

@@ -131,9 +131,12 @@ fn serve_inner(
     );
     stack.write_workspace(&text.replace(&tls_dir(&stack.tls_dir()), &tls_dir(certs.path())));
     stack.start_sozu();
+    // `BENCH_AGENT_ARGS` adds flags to the agent's command line (`--resync-interval 5`, say).
+    let extra = std::env::var("BENCH_AGENT_ARGS").unwrap_or_default();
+    let args: Vec<&str> = extra.split_whitespace().collect();
     match bin {
-        Some(bin) => stack.start_agent_from(bin, &[], &[("RUST_LOG", log)]),
-        None => stack.start_agent_with(&[], &[("RUST_LOG", log)]),
+        Some(bin) => stack.start_agent_from(bin, &args, &[("RUST_LOG", log)]),
+        None => stack.start_agent_with(&args, &[("RUST_LOG", log)]),
     }
     let timeout = START_TIMEOUT + Duration::from_millis(20 * hosts.len() as u64);
     let deadline = Instant::now() + timeout;

@@ -160,6 +160,12 @@ pub fn run(n: usize, rotations: usize, seed: u64) -> Result<ScaleOutcome, String
         if let Ok((fp, done)) = handshake(https, &host(n)) {
             if fp == appended.fingerprint {
                 let append_served = done.duration_since(renamed);
+                if std::env::var_os("SCALE_AGENT_LOG").is_some() {
+                    // The agent's own lines of the whole run (its access-log records left out).
+                    let agent = ours.stack.agent_logs();
+                    let own: Vec<&str> = agent.lines().filter(|l| !l.starts_with('{')).collect();
+                    eprintln!("--- the agent's log, whole run\n{}", own.join("\n"));
+                }
                 let append_evaluated = evaluations(&ours.stack.agent_logs())
                     .get(evaluations_before)
                     .copied();
@@ -181,12 +187,26 @@ pub fn run(n: usize, rotations: usize, seed: u64) -> Result<ScaleOutcome, String
         }
         if Instant::now() > deadline {
             return Err(format!(
-                "the appended route was not served: {}",
-                ours.stack.logs()
+                "the appended route was not served\n{}",
+                failure_logs(&ours)
             ));
         }
         std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// The agent's own lines (its access-log records left out: at 10,000 routes they are most of
+/// the log) and the end of sozu's, for a failure's message.
+fn failure_logs(ours: &Ours) -> String {
+    let agent = ours.stack.agent_logs();
+    let own: Vec<&str> = agent.lines().filter(|l| !l.starts_with('{')).collect();
+    let sozu = std::fs::read_to_string(ours.stack.dir.path().join("sozu.log")).unwrap_or_default();
+    let sozu: Vec<&str> = sozu.lines().collect();
+    format!(
+        "--- the agent's log, its last 200 lines of its own\n{}\n--- sozu's log, its last 40 lines\n{}",
+        own[own.len().saturating_sub(200)..].join("\n"),
+        sozu[sozu.len().saturating_sub(40)..].join("\n")
+    )
 }
 
 /// How many swaps start the moment the agent is ready.
@@ -208,7 +228,8 @@ fn rotate(
         let dir = ours.certs.path().join(host(*i));
         let swapped = Instant::now();
         atomic_write(&dir, &pair.crt, &pair.key, generation);
-        let deadline = swapped + Duration::from_secs(10);
+        // Long enough that a stall is measured, not cut short.
+        let deadline = swapped + Duration::from_secs(120);
         loop {
             match handshake(https, &host(*i)) {
                 Ok((fp, done)) if fp == pair.fingerprint => {
@@ -216,7 +237,11 @@ fn rotate(
                     break;
                 }
                 _ if Instant::now() > deadline => {
-                    return Err(format!("{} not rotated after 10 s", host(*i)));
+                    return Err(format!(
+                        "{} not rotated after 120 s\n{}",
+                        host(*i),
+                        failure_logs(ours)
+                    ));
                 }
                 _ => {}
             }

@@ -216,8 +216,19 @@ fn a_broken_edit_keeps_the_last_good_state_serving() {
 /// comes back, and the other route is served throughout.
 #[test]
 fn a_resync_puts_back_a_backend_removed_behind_the_agents_back() {
+    resync_puts_back_a_removed_backend(2);
+}
+
+/// The same with more clusters than the agent reads one after the other: its first resync reads
+/// them over connections of their own, and what it read is what it compares with.
+#[test]
+fn a_resync_of_many_clusters_puts_back_a_backend_removed_behind_the_agents_back() {
+    resync_puts_back_a_removed_backend(80);
+}
+
+fn resync_puts_back_a_removed_backend(count: usize) {
     let mut stack = Stack::new();
-    let (specs, backends, _) = routes(&stack, 2);
+    let (specs, backends, _) = routes(&stack, count);
     stack.write_workspace(&stack.workspace_text(&specs));
     stack.start_sozu();
     stack.start_agent_with(&["--resync-interval", "2"], &[("RUST_LOG", "info")]);
