@@ -425,30 +425,45 @@ impl SozuClient {
     /// handles the connections' queries as they come, so they overlap. What was read before a
     /// query failed stays in the cache.
     fn read_clusters(&mut self, owned: Vec<(String, u64)>) -> Result<(), SozuError> {
-        if owned.len() < PARALLEL_CLUSTER_READS_MIN {
-            for (id, hash) in owned {
-                let cluster = self.read_cluster(&id)?;
+        let results: Vec<ReaderOutcome> = if owned.len() < PARALLEL_CLUSTER_READS_MIN {
+            vec![self.read_each(&owned)]
+        } else {
+            self.read_each_in_parallel(&owned)
+        };
+        let mut failure = None;
+        for (read, error) in results {
+            for (id, hash, cluster) in read {
                 self.clusters_read.insert(id, (hash, cluster));
             }
-            return Ok(());
+            failure = failure.or(error);
         }
+        failure.map_or(Ok(()), Err)
+    }
+
+    /// Reads each of `part` on this connection, until one fails.
+    fn read_each(&mut self, part: &[(String, u64)]) -> ReaderOutcome {
+        let mut read = Vec::with_capacity(part.len());
+        for (id, hash) in part {
+            match self.read_cluster(id) {
+                Ok(cluster) => read.push((id.clone(), *hash, cluster)),
+                Err(e) => return (read, Some(e)),
+            }
+        }
+        (read, None)
+    }
+
+    /// [`Self::read_each`] over [`CLUSTER_READERS`] connections of their own, one thread each.
+    fn read_each_in_parallel(&self, owned: &[(String, u64)]) -> Vec<ReaderOutcome> {
         let chunk = owned.len().div_ceil(CLUSTER_READERS);
-        let (path, timeout, peer) = (self.path.clone(), self.timeout, self.peer);
-        let results: Vec<ReaderOutcome> = std::thread::scope(|scope| {
+        let (path, timeout, peer) = (self.path.as_path(), self.timeout, self.peer);
+        std::thread::scope(|scope| {
             let readers: Vec<_> = owned
                 .chunks(chunk)
                 .map(|part| {
-                    let path = &path;
                     scope.spawn(move || {
-                        let mut reader = SozuClient::new(path, timeout).with_peer(peer);
-                        let mut read = Vec::with_capacity(part.len());
-                        for (id, hash) in part {
-                            match reader.read_cluster(id) {
-                                Ok(cluster) => read.push((id.clone(), *hash, cluster)),
-                                Err(e) => return (read, Some(e)),
-                            }
-                        }
-                        (read, None)
+                        SozuClient::new(path, timeout)
+                            .with_peer(peer)
+                            .read_each(part)
                     })
                 })
                 .collect();
@@ -464,15 +479,7 @@ impl SozuClient {
                     })
                 })
                 .collect()
-        });
-        let mut failure = None;
-        for (read, error) in results {
-            for (id, hash, cluster) in read {
-                self.clusters_read.insert(id, (hash, cluster));
-            }
-            failure = failure.or(error);
-        }
-        failure.map_or(Ok(()), Err)
+        })
     }
 
     /// One owned cluster's backends and health check, as sozu's main process holds them.

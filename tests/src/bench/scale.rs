@@ -83,9 +83,6 @@ pub fn run(n: usize, rotations: usize, seed: u64) -> Result<ScaleOutcome, String
     let cold_start = started.elapsed();
     let (right_after, renewals) = renewals.split_at(AFTER_READY);
     let after_ready = rotate(&ours, ours.stack.https, right_after, 0)?;
-    if std::env::var_os("SCALE_AGENT_LOG").is_some() {
-        eprintln!("{}", ours.stack.agent_logs());
-    }
     std::thread::sleep(super::mass::REST);
     let rss_rest = super::mass::rss_mib(ours.stack.agent_pid());
     let sozu_rss_rest = (
@@ -161,9 +158,7 @@ pub fn run(n: usize, rotations: usize, seed: u64) -> Result<ScaleOutcome, String
             if fp == appended.fingerprint {
                 let append_served = done.duration_since(renamed);
                 if std::env::var_os("SCALE_AGENT_LOG").is_some() {
-                    // The agent's own lines of the whole run (its access-log records left out).
-                    let agent = ours.stack.agent_logs();
-                    let own: Vec<&str> = agent.lines().filter(|l| !l.starts_with('{')).collect();
+                    let own = agent_own_lines(&ours);
                     eprintln!("--- the agent's log, whole run\n{}", own.join("\n"));
                 }
                 let append_evaluated = evaluations(&ours.stack.agent_logs())
@@ -195,11 +190,20 @@ pub fn run(n: usize, rotations: usize, seed: u64) -> Result<ScaleOutcome, String
     }
 }
 
-/// The agent's own lines (its access-log records left out: at 10,000 routes they are most of
-/// the log) and the end of sozu's, for a failure's message.
+/// The agent's own log lines: its access-log records (JSON, one per request) left out, as at
+/// 10,000 routes they are most of the log.
+fn agent_own_lines(ours: &Ours) -> Vec<String> {
+    ours.stack
+        .agent_logs()
+        .lines()
+        .filter(|l| !l.starts_with('{'))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The end of the agent's own lines and of sozu's log, for a failure's message.
 fn failure_logs(ours: &Ours) -> String {
-    let agent = ours.stack.agent_logs();
-    let own: Vec<&str> = agent.lines().filter(|l| !l.starts_with('{')).collect();
+    let own = agent_own_lines(ours);
     let sozu = std::fs::read_to_string(ours.stack.dir.path().join("sozu.log")).unwrap_or_default();
     let sozu: Vec<&str> = sozu.lines().collect();
     format!(
