@@ -94,10 +94,17 @@ fn lower_own_priority() {
 mod tests {
     use super::*;
 
+    fn nice_of_this_thread() -> rustix::io::Result<i32> {
+        rustix::process::getpriority_process(Some(rustix::thread::gettid()))
+    }
+
+    /// Which thread ran the work: the rendering thread's id.
+    fn this_thread() -> rustix::process::Pid {
+        rustix::thread::gettid()
+    }
+
     #[tokio::test]
     async fn work_runs_at_a_lower_priority_and_its_result_comes_back() {
-        let nice_of_this_thread =
-            || rustix::process::getpriority_process(Some(rustix::thread::gettid()));
         let before = nice_of_this_thread().expect("getpriority");
         let rendering = run(nice_of_this_thread).await.expect("getpriority");
         // The thread starts from the nice value of whichever thread first used it.
@@ -110,8 +117,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_panic_reaches_the_caller_and_the_thread_goes_on() {
+        let thread = run(this_thread).await;
         let caught = tokio::spawn(run(|| -> u8 { panic!("render failed") })).await;
-        assert!(caught.is_err_and(|e| e.is_panic()));
-        assert_eq!(run(|| 7).await, 7);
+        let panic = caught
+            .expect_err("the panic reaches the caller")
+            .into_panic();
+        assert_eq!(panic.downcast_ref::<&str>(), Some(&"render failed"));
+        // The same thread, not the blocking pool taking over from a dead one.
+        assert_eq!(run(this_thread).await, thread);
     }
 }
