@@ -415,16 +415,23 @@ impl Reader {
             return true;
         };
         let started = std::time::Instant::now();
-        // This thread's CPU alone: a large batch's helper threads are not counted.
-        let cpu = crate::clock::thread_cpu_time();
+        // This thread's CPU alone (a large batch's helper threads are not counted), asked of the
+        // kernel only when the line is logged: it is a system call each time.
+        let timed = tracing::enabled!(tracing::Level::DEBUG);
+        let cpu = timed.then(crate::clock::thread_cpu_time);
         let now = self.clock.unix();
         let batch = read_pairs(&dir, hosts, |host, raw| raw.parse(host, now));
-        tracing::debug!(
-            hosts = hosts.len(),
-            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
-            cpu_ms = (crate::clock::thread_cpu_time().saturating_sub(cpu)).as_secs_f64() * 1e3,
-            "certificate pairs read"
-        );
+        if let Some(cpu) = cpu {
+            tracing::debug!(
+                hosts = hosts.len(),
+                elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+                cpu_ms = crate::clock::thread_cpu_time()
+                    .saturating_sub(cpu)
+                    .as_secs_f64()
+                    * 1e3,
+                "certificate pairs read"
+            );
+        }
         self.facts.send(Fact::Pairs(batch)).is_ok()
     }
 }
