@@ -1023,12 +1023,13 @@ impl Stack {
 
     /// SIGTERM to the agent; returns whether it exited successfully in time.
     pub fn stop_agent(&mut self) -> bool {
-        match self.agent.take() {
-            Some(mut p) => p
-                .terminate(Duration::from_secs(10))
-                .is_some_and(|s| s.success()),
-            None => false,
-        }
+        self.stop_agent_status().is_some_and(|s| s.success())
+    }
+
+    /// SIGTERM to the agent: its exit status, or `None` when it had to be killed after 10 s (or
+    /// none ran), for a failure's message to say which.
+    pub fn stop_agent_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.agent.take()?.terminate(Duration::from_secs(10))
     }
 
     /// Sends `signal` (`USR1`, `TERM`, …) to the running agent.

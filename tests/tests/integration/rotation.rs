@@ -268,9 +268,11 @@ fn a_pair_swapped_while_the_agent_starts_is_served_without_a_resync() {
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
     let mut latencies = Vec::new();
     for restart in 1..=RESTARTS {
+        let status = stack.stop_agent_status();
         assert!(
-            stack.stop_agent(),
-            "restart {restart}: the agent stopped on SIGTERM\n{}",
+            status.is_some_and(|s| s.success()),
+            "restart {restart}: the agent stopped on SIGTERM (exit: {status:?}; None is killed \
+             after 10 s)\n{}",
             stack.logs()
         );
         stack.start_agent_with(&args, &[("RUST_LOG", "info")]);
