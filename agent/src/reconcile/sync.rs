@@ -7,12 +7,19 @@ use crate::plan::{self, Op, Outcome};
 use crate::sozu::generation::{should_resync, Generation};
 use crate::sozu::Proxy;
 use crate::sozu::SozuError;
-use crate::sozu_state::Actual;
+use std::collections::BTreeSet;
+
+use crate::sozu_state::{Actual, ClusterState};
+use crate::workspace::ID_PREFIX;
 
 pub struct SozuSync<P> {
     proxy: P,
     shadow: Option<Actual>,
     generation: Option<Generation>,
+    /// Owned clusters a state file created since sozu's state was last read, and that nobody
+    /// but the agent has changed since, as far as it knows: what the shadow holds of them is
+    /// taken as read after each state file that touches them (see [`Self::remember_created`]).
+    created: BTreeSet<String>,
 }
 
 impl<P: Proxy> SozuSync<P> {
@@ -21,6 +28,7 @@ impl<P: Proxy> SozuSync<P> {
             proxy,
             shadow: None,
             generation: None,
+            created: BTreeSet::new(),
         }
     }
 
@@ -31,6 +39,7 @@ impl<P: Proxy> SozuSync<P> {
     /// Forgets the shadow: the next pass reads sozu's state again.
     pub fn invalidate(&mut self) {
         self.shadow = None;
+        self.created.clear();
     }
 
     /// True when a pass can plan without asking sozu anything first.
@@ -57,7 +66,7 @@ impl<P: Proxy> SozuSync<P> {
         if changed {
             tracing::info!(generation = %now, "sozu changed; reading its state again");
         }
-        self.shadow = None;
+        self.invalidate();
         self.generation = Some(now);
         Ok(changed)
     }
@@ -106,6 +115,7 @@ impl<P: Proxy> SozuSync<P> {
             .zip(delivered.in_file)
             .map(|((op, outcome), in_file)| (op, outcome, in_file))
             .collect();
+        let created = self.created_in_bulk(&done);
         for (op, outcome, _) in &done {
             match outcome {
                 Outcome::Applied | Outcome::Closing(_) => {
@@ -120,7 +130,96 @@ impl<P: Proxy> SozuSync<P> {
         if broken {
             self.shadow = None;
             self.generation = None;
+            self.created.clear();
+        } else if delivered.files > 0 {
+            // Clusters created before and changed by this change are taken as read again (a
+            // removed one is forgotten below, as the shadow no longer holds it).
+            let touched: BTreeSet<String> = done
+                .iter()
+                .filter(|(_, outcome, _)| matches!(outcome, Outcome::Applied))
+                .filter_map(|(op, _, _)| cluster_of(op))
+                .filter(|id| self.created.contains(*id))
+                .map(str::to_owned)
+                .collect();
+            let mut remember = created;
+            remember.extend(touched);
+            if !remember.is_empty() {
+                self.remember_created(remember).await;
+            }
         }
         (done, delivered.files)
+    }
+
+    /// The owned clusters a state file created from nothing: ones the shadow, before `done`
+    /// advances it, does not hold.
+    fn created_in_bulk(&self, done: &[(Op, Outcome, bool)]) -> BTreeSet<String> {
+        let Some(shadow) = &self.shadow else {
+            return BTreeSet::new();
+        };
+        done.iter()
+            .filter_map(|(op, outcome, in_file)| match op {
+                Op::AddCluster { id, .. }
+                    if *in_file
+                        && matches!(outcome, Outcome::Applied)
+                        && id.starts_with(ID_PREFIX)
+                        && !shadow.clusters.contains(id) =>
+                {
+                    Some(id.clone())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Hands the proxy what the shadow now holds of the clusters bulk changes created, so that
+    /// the next resync does not read them back one by one (see
+    /// [`crate::sozu::SozuClient::remember_created`]). A start creates its clusters in one
+    /// state file and their frontends, which sozu's cluster hash covers, in the next, once the
+    /// certificates are read. Failing costs only that read.
+    async fn remember_created(&mut self, ids: BTreeSet<String>) {
+        let Some(shadow) = &self.shadow else {
+            return;
+        };
+        // A cluster the change removed is forgotten.
+        self.created.retain(|id| shadow.clusters.contains(id));
+        let created: Vec<(String, ClusterState)> = ids
+            .into_iter()
+            .filter(|id| shadow.clusters.contains(id))
+            .map(|id| {
+                self.created.insert(id.clone());
+                let state = ClusterState {
+                    exists: true,
+                    backends: shadow.backends.get(&id).cloned().unwrap_or_default(),
+                    health_check: shadow.health_checks.get(&id).cloned(),
+                    policy: shadow.cluster_policies.get(&id).cloned(),
+                    frontends: Vec::new(),
+                };
+                (id, state)
+            })
+            .collect();
+        let (count, started) = (created.len(), std::time::Instant::now());
+        match self.proxy.remember_created(created).await {
+            Ok(()) => tracing::debug!(
+                clusters = count,
+                elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+                "clusters created in bulk taken as read"
+            ),
+            Err(e) => tracing::debug!(error = %e,
+                "could not take the clusters created in bulk as read; the next resync reads them"),
+        }
+    }
+}
+
+/// The cluster whose configuration `op` changes, if any: what sozu's hash of it covers.
+fn cluster_of(op: &Op) -> Option<&str> {
+    match op {
+        Op::AddCluster { id, .. } | Op::RemoveCluster { id } => Some(id),
+        Op::AddBackend { cluster_id, .. }
+        | Op::RemoveBackend { cluster_id, .. }
+        | Op::SetHealthCheck { cluster_id, .. }
+        | Op::RemoveHealthCheck { cluster_id } => Some(cluster_id),
+        Op::SwapFrontend { frontend, .. } => frontend.cluster_id.as_deref(),
+        Op::AddFrontend(f) | Op::RemoveFrontend(f) => f.cluster_id.as_deref(),
+        _ => None,
     }
 }

@@ -27,6 +27,15 @@ pub trait Proxy: Send + 'static {
     /// Sends `ops` (see [`super::phases::send_in_phases`]) and says what became of each,
     /// and how each went (see [`Delivered`]).
     fn apply(&mut self, ops: Vec<Op>) -> impl Future<Output = Delivered> + Send;
+    /// Takes `created`, clusters the agent has just created in bulk, as already read (see
+    /// [`SozuClient::remember_created`]). A proxy with nothing to remember has nothing to do.
+    fn remember_created(
+        &mut self,
+        created: Vec<(String, ClusterState)>,
+    ) -> impl Future<Output = Result<(), SozuError>> + Send {
+        let _ = created;
+        async { Ok(()) }
+    }
 }
 
 pub struct SozuProxy {
@@ -102,6 +111,13 @@ impl Proxy for SozuProxy {
 
     async fn read_cluster(&mut self, id: String) -> Result<ClusterState, SozuError> {
         self.with_first(move |c| c.cluster_state(&id)).await
+    }
+
+    async fn remember_created(
+        &mut self,
+        created: Vec<(String, ClusterState)>,
+    ) -> Result<(), SozuError> {
+        self.with_first(move |c| c.remember_created(created)).await
     }
 
     /// A change of [`BATCH_MIN`] requests or more goes in bulk ([`send_bulk`]). When sozu does

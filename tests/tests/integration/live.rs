@@ -219,11 +219,26 @@ fn a_resync_puts_back_a_backend_removed_behind_the_agents_back() {
     resync_puts_back_a_removed_backend(2);
 }
 
-/// The same with more clusters than the agent reads one after the other: its first resync reads
-/// them over connections of their own, and what it read is what it compares with.
+/// The same with more clusters than a start sends one by one: the start loads them in bulk and
+/// takes what it created as read, so the first resync reads back only the cluster that changed,
+/// and one of an unchanged sozu sends nothing.
 #[test]
 fn a_resync_of_many_clusters_puts_back_a_backend_removed_behind_the_agents_back() {
     resync_puts_back_a_removed_backend(80);
+}
+
+/// How long a pass may take to show in the agent's counters: a busy machine's scheduling.
+const COUNTED: Duration = Duration::from_secs(60);
+
+/// The value of one series (`name{labels}` exactly as rendered); 0 when the scrape lacks it.
+fn sample(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|line| {
+            let (key, value) = line.rsplit_once(' ')?;
+            (key == series).then(|| value.parse().ok()).flatten()
+        })
+        .unwrap_or(0.0)
 }
 
 fn resync_puts_back_a_removed_backend(count: usize) {
@@ -233,26 +248,27 @@ fn resync_puts_back_a_removed_backend(count: usize) {
     stack.start_sozu();
     stack.start_agent_with(&["--resync-interval", "2"], &[("RUST_LOG", "info")]);
     stack.wait_ready(READY);
-    // Past the first resync, which reads every cluster and remembers its hash.
-    std::thread::sleep(Duration::from_millis(2500));
+    let sent = sample(&stack.metrics(), "private_ingress_sozu_requests_total");
+    // Past the first resync, which remembers each cluster's hash. A pass's counters show once
+    // it has ended.
+    let metrics = eventually(COUNTED, "a resync", || {
+        let metrics = stack.metrics();
+        (sample(&metrics, "private_ingress_resyncs_total") >= 1.0).then_some(metrics)
+    });
+    assert_eq!(
+        sample(&metrics, "private_ingress_sozu_requests_total"),
+        sent,
+        "a resync of a sozu nobody else changed sent requests\n{metrics}"
+    );
+    assert_eq!(
+        sample(&metrics, "private_ingress_drift_repairs_total"),
+        0.0,
+        "{metrics}"
+    );
     let body = |i: usize| https_get(stack.https, &host(i), "/").map(|s| s.body);
     assert_eq!(body(0).as_deref(), Ok("backend-0"));
 
-    let state = stack.state().expect("/v1/state");
-    let route = state["routes"]
-        .as_array()
-        .and_then(|routes| routes.iter().find(|r| r["host"] == host(0)))
-        .expect("route 0 in /v1/state");
-    let id = route["id"].as_str().expect("route id");
-    let address = backends[0].address.to_string();
-    let removed = std::process::Command::new(private_ingress_tests::sozu_bin())
-        .arg("-c")
-        .arg(stack.dir.path().join("sozu.toml"))
-        .args(["backend", "remove", "--id", id, "--address", &address])
-        .args(["--backend-id", &format!("{id}-{address}")])
-        .output()
-        .expect("run sozu's command line");
-    assert!(removed.status.success(), "{removed:?}");
+    remove_backend(&stack, &route_id(&stack, &host(0)), &backends[0]);
     assert_ne!(
         body(0).as_deref(),
         Ok("backend-0"),
@@ -263,6 +279,62 @@ fn resync_puts_back_a_removed_backend(count: usize) {
         (body(0).as_deref() == Ok("backend-0")).then_some(())
     });
     assert_eq!(body(1).as_deref(), Ok("backend-1"));
+}
+
+/// A start against a sozu that already holds more clusters than the agent reads one after the
+/// other reads them over connections of their own, and what it read is what it compares with:
+/// a backend removed while the agent was down is back once it is ready.
+#[test]
+fn a_backend_removed_while_the_agent_was_down_is_put_back_when_it_starts() {
+    let mut stack = Stack::new();
+    let (specs, backends, _) = routes(&stack, 80);
+    stack.write_workspace(&stack.workspace_text(&specs));
+    stack.start_sozu();
+    stack.start_agent_with(&["--resync-interval", "0"], &[("RUST_LOG", "info")]);
+    stack.wait_ready(READY);
+    let id = route_id(&stack, &host(0));
+    let status = stack.stop_agent_status();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the agent stopped on SIGTERM (exit: {status:?})"
+    );
+    let https = stack.https;
+    let body = |i: usize| https_get(https, &host(i), "/").map(|s| s.body);
+    remove_backend(&stack, &id, &backends[0]);
+    assert_ne!(
+        body(0).as_deref(),
+        Ok("backend-0"),
+        "the backend was not removed"
+    );
+
+    stack.start_agent_with(&["--resync-interval", "0"], &[("RUST_LOG", "info")]);
+    stack.wait_ready(READY);
+    assert_eq!(body(0).as_deref(), Ok("backend-0"));
+    assert_eq!(body(79).as_deref(), Ok("backend-79"));
+}
+
+/// The id `host`'s route has in `/v1/state` (its cluster's in sozu).
+fn route_id(stack: &Stack, host: &str) -> String {
+    let state = stack.state().expect("/v1/state");
+    let route = state["routes"]
+        .as_array()
+        .and_then(|routes| routes.iter().find(|r| r["host"] == host))
+        .unwrap_or_else(|| panic!("{host}'s route in /v1/state"));
+    route["id"].as_str().expect("route id").to_owned()
+}
+
+/// Removes `backend` from cluster `id` with sozu's own command line, as someone else with access
+/// to its socket would.
+fn remove_backend(stack: &Stack, id: &str, backend: &Backend) {
+    let address = backend.address.to_string();
+    let removed = std::process::Command::new(private_ingress_tests::sozu_bin())
+        .arg("-c")
+        .arg(stack.dir.path().join("sozu.toml"))
+        .args(["backend", "remove", "--id", id, "--address", &address])
+        .args(["--backend-id", &format!("{id}-{address}")])
+        .output()
+        .expect("run sozu's command line");
+    assert!(removed.status.success(), "{removed:?}");
 }
 
 #[test]
