@@ -95,19 +95,100 @@ impl Process {
         self.child.try_wait().ok().flatten()
     }
 
-    /// Sends SIGTERM and waits for the exit status.
+    /// Sends SIGTERM and waits for the exit status. A process that has ended, its main thread
+    /// gone, while the kernel still tears down one of its threads (seen here: the agent's
+    /// inotify thread in `__flush_work`, the kernel destroying its watches, for over 10 s on a
+    /// busy machine) is waited for longer: the program has done its part, and the machine is
+    /// slow. It is said, with where each thread waits.
     fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         self.signal("TERM");
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
+        let sent = Instant::now();
+        let mut deadline = sent + timeout;
+        let mut said = false;
+        loop {
             if let Ok(Some(status)) = self.child.try_wait() {
+                if said {
+                    eprintln!(
+                        "pid {} exited {:?} after SIGTERM",
+                        self.child.id(),
+                        sent.elapsed()
+                    );
+                }
                 return Some(status);
+            }
+            if Instant::now() >= deadline {
+                let pid = self.child.id();
+                let ended = leader_state(pid) == Some('Z');
+                if !said {
+                    eprintln!(
+                        "pid {pid} has not exited {:?} after SIGTERM ({}); its threads:\n{}",
+                        sent.elapsed(),
+                        if ended {
+                            "its main thread has ended: the kernel is tearing it down"
+                        } else {
+                            "its main thread still runs"
+                        },
+                        threads_of(pid)
+                    );
+                    said = true;
+                }
+                if !ended || sent.elapsed() >= TEARDOWN {
+                    self.kill();
+                    return None;
+                }
+                deadline = Instant::now() + Duration::from_millis(100);
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        self.kill();
-        None
     }
+}
+
+/// How long a process whose program has ended may take the kernel to tear down.
+const TEARDOWN: Duration = Duration::from_secs(120);
+
+/// The state letter of `pid`'s main thread (`Z`: it has exited).
+fn leader_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
+/// Each thread of `pid`: its name, its state and where it waits in the kernel, and with gdb on
+/// the PATH its stack: what a process that does not exit is stuck on.
+fn threads_of(pid: u32) -> String {
+    let mut out = String::new();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten();
+    for task in tasks.flatten() {
+        let path = task.path();
+        let read = |f: &str| std::fs::read_to_string(path.join(f)).unwrap_or_default();
+        let stat = read("stat");
+        // The state follows the name, which is in parentheses and may hold spaces.
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.get(..1))
+            .unwrap_or("?");
+        out.push_str(&format!(
+            "  {} {:<16} {state} {}\n",
+            task.file_name().to_string_lossy(),
+            read("comm").trim(),
+            read("wchan")
+        ));
+    }
+    let gdb = Command::new("gdb")
+        .args([
+            "-p",
+            &pid.to_string(),
+            "-batch",
+            "-ex",
+            "thread apply all bt 12",
+        ])
+        .stdin(Stdio::null())
+        .output();
+    if let Ok(gdb) = gdb {
+        out.push_str(&String::from_utf8_lossy(&gdb.stdout));
+    }
+    out
 }
 
 impl Drop for Process {
@@ -1026,8 +1107,9 @@ impl Stack {
         self.stop_agent_status().is_some_and(|s| s.success())
     }
 
-    /// SIGTERM to the agent: its exit status, or `None` when it had to be killed after 10 s (or
-    /// none ran), for a failure's message to say which.
+    /// SIGTERM to the agent: its exit status, or `None` when it had to be killed (or none ran):
+    /// its program still ran 10 s after, or the kernel had not torn it down 120 s after. For a
+    /// failure's message to say which.
     pub fn stop_agent_status(&mut self) -> Option<std::process::ExitStatus> {
         self.agent.take()?.terminate(Duration::from_secs(10))
     }

@@ -3,12 +3,12 @@
 //! change and on every resync; in between it advances with each request sozu accepted, so a
 //! rotation costs one request, not a read of sozu's whole state.
 
+use std::collections::BTreeSet;
+
 use crate::plan::{self, Op, Outcome};
 use crate::sozu::generation::{should_resync, Generation};
 use crate::sozu::Proxy;
 use crate::sozu::SozuError;
-use std::collections::BTreeSet;
-
 use crate::sozu_state::{Actual, ClusterState};
 use crate::workspace::ID_PREFIX;
 
@@ -132,8 +132,7 @@ impl<P: Proxy> SozuSync<P> {
             self.generation = None;
             self.created.clear();
         } else if delivered.files > 0 {
-            // Clusters created before and changed by this change are taken as read again (a
-            // removed one is forgotten below, as the shadow no longer holds it).
+            // Clusters created before and changed by this change are taken as read again.
             let touched: BTreeSet<String> = done
                 .iter()
                 .filter(|(_, outcome, _)| matches!(outcome, Outcome::Applied))

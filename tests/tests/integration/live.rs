@@ -296,7 +296,8 @@ fn a_backend_removed_while_the_agent_was_down_is_put_back_when_it_starts() {
     let status = stack.stop_agent_status();
     assert!(
         status.is_some_and(|s| s.success()),
-        "the agent stopped on SIGTERM (exit: {status:?})"
+        "the agent stopped on SIGTERM (exit: {status:?}; None: killed, see above)\n{}",
+        stack.logs()
     );
     let https = stack.https;
     let body = |i: usize| https_get(https, &host(i), "/").map(|s| s.body);

@@ -271,8 +271,8 @@ fn a_pair_swapped_while_the_agent_starts_is_served_without_a_resync() {
         let status = stack.stop_agent_status();
         assert!(
             status.is_some_and(|s| s.success()),
-            "restart {restart}: the agent stopped on SIGTERM (exit: {status:?}; None is killed \
-             after 10 s)\n{}",
+            "restart {restart}: the agent stopped on SIGTERM (exit: {status:?}; None: killed, \
+             see above)\n{}",
             stack.logs()
         );
         stack.start_agent_with(&args, &[("RUST_LOG", "info")]);
