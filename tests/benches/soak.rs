@@ -35,7 +35,23 @@ fn main() {
             "seed {seed}: {minutes} min, {hosts} hosts, {} checkpoints, slowest convergence {:?}",
             report.checkpoints, report.slowest_convergence
         );
+        let mut waits = report.convergences.clone();
+        waits.sort();
+        let at = |q: f64| {
+            let i = ((waits.len() as f64 * q) as usize).min(waits.len().saturating_sub(1));
+            waits.get(i).map_or(0.0, |d| d.as_secs_f64() * 1e3)
+        };
+        println!(
+            "  convergence p50 {:.0} ms, p90 {:.0} ms, p99 {:.0} ms",
+            at(0.5),
+            at(0.9),
+            at(0.99)
+        );
         println!("  actions: {:?}", report.actions);
+        println!(
+            "  the slowest after: {}",
+            report.slowest_after.join("\n                     ")
+        );
         for failure in &report.failures {
             println!("  FAILED: {failure}");
         }

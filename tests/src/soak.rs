@@ -32,6 +32,10 @@ pub struct SoakReport {
     pub failures: Vec<String>,
     /// The slowest checkpoint's wait for convergence.
     pub slowest_convergence: Duration,
+    /// The actions before the slowest checkpoint (up to eight), for a figure to explain.
+    pub slowest_after: Vec<String>,
+    /// Every checkpoint's wait for convergence, in order.
+    pub convergences: Vec<Duration>,
 }
 
 /// xorshift64*: small, seeded, the same sequence everywhere.
@@ -344,7 +348,12 @@ impl Soak {
             let wrong = self.mismatches();
             if wrong.is_empty() {
                 let took = started.elapsed();
-                self.report.slowest_convergence = self.report.slowest_convergence.max(took);
+                self.report.convergences.push(took);
+                if took > self.report.slowest_convergence {
+                    self.report.slowest_convergence = took;
+                    let recent = self.log.len().saturating_sub(8);
+                    self.report.slowest_after = self.log.iter().skip(recent).cloned().collect();
+                }
                 self.check_traffic();
                 return;
             }
