@@ -573,6 +573,18 @@ pub struct ClusterState {
 }
 
 impl Actual {
+    /// What is known of cluster `id`, its frontends left out: the inverse of
+    /// [`Self::replace_cluster`] for a cluster that exists.
+    pub fn cluster_state(&self, id: &str) -> ClusterState {
+        ClusterState {
+            exists: self.clusters.contains(id),
+            backends: self.backends.get(id).cloned().unwrap_or_default(),
+            health_check: self.health_checks.get(id).cloned(),
+            policy: self.cluster_policies.get(id).cloned(),
+            frontends: Vec::new(),
+        }
+    }
+
     /// Replaces what is known of cluster `id` with `state`; `hosts` are the hosts whose
     /// frontends may route to it.
     pub fn replace_cluster(&mut self, id: &str, state: ClusterState, hosts: &[&str]) {

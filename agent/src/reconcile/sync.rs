@@ -186,13 +186,7 @@ impl<P: Proxy> SozuSync<P> {
             .filter(|id| shadow.clusters.contains(id))
             .map(|id| {
                 self.created.insert(id.clone());
-                let state = ClusterState {
-                    exists: true,
-                    backends: shadow.backends.get(&id).cloned().unwrap_or_default(),
-                    health_check: shadow.health_checks.get(&id).cloned(),
-                    policy: shadow.cluster_policies.get(&id).cloned(),
-                    frontends: Vec::new(),
-                };
+                let state = shadow.cluster_state(&id);
                 (id, state)
             })
             .collect();

@@ -16,8 +16,8 @@ use super::request::{health_check_of, hsts_of, to_request};
 use super::SozuError;
 use crate::plan::Op;
 use crate::sozu_state::{
-    Actual, Address, Backend, ClientAuthState, ClusterState, Frontend, HealthCheck,
-    ListenerCertificates, ListenerSettings, Protocol,
+    Actual, Address, Backend, ClientAuthState, ClusterState, Frontend, ListenerCertificates,
+    ListenerSettings, Protocol,
 };
 use crate::workspace::ID_PREFIX;
 
@@ -33,7 +33,7 @@ const BUFFER_BYTES: u64 = 4 * 1024;
 const MAX_BUFFER_BYTES: u64 = 1 << 30;
 
 /// What one reading connection read, and why it stopped early if it did.
-type ReaderOutcome = (Vec<(String, u64, ClusterRead)>, Option<SozuError>);
+type ReaderOutcome = (Vec<(String, u64, ClusterState)>, Option<SozuError>);
 
 /// From this many clusters to read by id on, they are read over [`CLUSTER_READERS`] connections
 /// of their own.
@@ -86,17 +86,7 @@ pub struct SozuClient {
     /// sozu's cluster hash covers the cluster (its health check included), its backends and its
     /// frontends, so an unchanged hash means an unchanged read: a resync of an unchanged sozu
     /// asks for no cluster by id.
-    clusters_read: BTreeMap<String, (u64, ClusterRead)>,
-}
-
-/// An owned cluster as read from sozu.
-#[derive(Debug, Clone, Default)]
-struct ClusterRead {
-    backends: BTreeMap<String, Backend>,
-    health_check: Option<HealthCheck>,
-    policy: Option<std::sync::Arc<crate::sozu_state::ClusterPolicy>>,
-    frontends: Vec<Frontend>,
-    exists: bool,
+    clusters_read: BTreeMap<String, (u64, ClusterState)>,
 }
 
 impl SozuClient {
@@ -272,6 +262,12 @@ impl SozuClient {
         }
     }
 
+    /// A connection of its own to the same socket, held to the same peer: for a query that runs
+    /// beside this connection's.
+    fn sibling(&self) -> SozuClient {
+        SozuClient::new(&self.path, self.timeout).with_peer(self.peer)
+    }
+
     /// Reads everything the planner compares against: listeners, clusters, frontends, the
     /// backends of the clusters the agent owns, and the certificates of the main state.
     ///
@@ -281,23 +277,17 @@ impl SozuClient {
     /// cluster hashes, and the agent decodes one answer while sozu builds the next.
     pub fn read_state(&mut self) -> Result<Actual, SozuError> {
         let mut actual = Actual::default();
-        let (path, timeout, peer) = (self.path.clone(), self.timeout, self.peer);
+        let mut sibling = self.sibling();
         let (rest, certificates) = std::thread::scope(|scope| {
             let certificates = scope.spawn(move || {
                 let started = Instant::now();
-                let held = SozuClient::new(&path, timeout)
-                    .with_peer(peer)
-                    .certificate_summaries();
+                let held = sibling.certificate_summaries();
                 (held, started.elapsed().as_secs_f64() * 1e3)
             });
             let rest = self.read_all_but_certificates(&mut actual);
-            let certificates = certificates.join().unwrap_or_else(|_| {
-                let e = SozuError::Channel {
-                    request: "QueryCertificatesFromTheState".into(),
-                    reason: "the reading thread panicked".into(),
-                };
-                (Err(e), 0.0)
-            });
+            let certificates = certificates
+                .join()
+                .unwrap_or_else(|_| (Err(panicked("QueryCertificatesFromTheState")), 0.0));
             (rest, certificates)
         });
         let times = rest?;
@@ -490,30 +480,10 @@ impl SozuClient {
         let hashes = self.cluster_hashes()?;
         for (id, state) in created {
             if let Some(&hash) = hashes.get(&id) {
-                let read = ClusterRead {
-                    backends: state.backends,
-                    health_check: state.health_check,
-                    policy: state.policy,
-                    frontends: Vec::new(),
-                    exists: true,
-                };
-                self.clusters_read.insert(id, (hash, read));
+                self.clusters_read.insert(id, (hash, state));
             }
         }
         Ok(())
-    }
-
-    /// One cluster as sozu holds it: whether it exists, its backends, its health check and its
-    /// frontends.
-    pub fn cluster_state(&mut self, id: &str) -> Result<ClusterState, SozuError> {
-        let read = self.read_cluster(id)?;
-        Ok(ClusterState {
-            exists: read.exists,
-            backends: read.backends,
-            health_check: read.health_check,
-            policy: read.policy,
-            frontends: read.frontends,
-        })
     }
 
     /// Reads each of `owned` by id into the cache, on connections of their own when they are
@@ -542,7 +512,7 @@ impl SozuClient {
     fn read_each(&mut self, part: &[(String, u64)]) -> ReaderOutcome {
         let mut read = Vec::with_capacity(part.len());
         for (id, hash) in part {
-            match self.read_cluster(id) {
+            match self.cluster_state(id) {
                 Ok(cluster) => read.push((id.clone(), *hash, cluster)),
                 Err(e) => return (read, Some(e)),
             }
@@ -553,39 +523,32 @@ impl SozuClient {
     /// [`Self::read_each`] over [`CLUSTER_READERS`] connections of their own, one thread each.
     fn read_each_in_parallel(&self, owned: &[(String, u64)]) -> Vec<ReaderOutcome> {
         let chunk = owned.len().div_ceil(CLUSTER_READERS);
-        let (path, timeout, peer) = (self.path.as_path(), self.timeout, self.peer);
         std::thread::scope(|scope| {
             let readers: Vec<_> = owned
                 .chunks(chunk)
                 .map(|part| {
-                    scope.spawn(move || {
-                        SozuClient::new(path, timeout)
-                            .with_peer(peer)
-                            .read_each(part)
-                    })
+                    let mut reader = self.sibling();
+                    scope.spawn(move || reader.read_each(part))
                 })
                 .collect();
             readers
                 .into_iter()
                 .map(|reader| {
-                    reader.join().unwrap_or_else(|_| {
-                        let e = SozuError::Channel {
-                            request: "QueryClusterById".into(),
-                            reason: "a reading thread panicked".into(),
-                        };
-                        (Vec::new(), Some(e))
-                    })
+                    reader
+                        .join()
+                        .unwrap_or_else(|_| (Vec::new(), Some(panicked("QueryClusterById"))))
                 })
                 .collect()
         })
     }
 
-    /// One owned cluster's backends and health check, as sozu's main process holds them.
-    fn read_cluster(&mut self, id: &str) -> Result<ClusterRead, SozuError> {
+    /// One cluster as sozu's main process holds it: whether it exists, its backends, its health
+    /// check, its policy and its frontends.
+    pub fn cluster_state(&mut self, id: &str) -> Result<ClusterState, SozuError> {
         let info = self.request(RequestType::QueryClusterById(id.to_owned()))?;
         main_content(info, "query cluster", |c| match c {
             ContentType::Clusters(list) => {
-                let mut read = ClusterRead::default();
+                let mut read = ClusterState::default();
                 for info in list.vec {
                     read.exists |= info.configuration.is_some();
                     let http = info.http_frontends.into_iter().map(|f| (Protocol::Http, f));
@@ -773,6 +736,14 @@ fn frontend_of(
         hsts: super::request::frontend_hsts_of(f.hsts.as_ref()),
         policy,
         alias,
+    }
+}
+
+/// A reading thread of [`SozuClient::read_state`] ended in a panic instead of an answer.
+fn panicked(request: &str) -> SozuError {
+    SozuError::Channel {
+        request: request.into(),
+        reason: "the reading thread panicked".into(),
     }
 }
 
