@@ -148,7 +148,12 @@ const TEARDOWN: Duration = Duration::from_secs(120);
 
 /// The state letter of `pid`'s main thread (`Z`: it has exited).
 fn leader_state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    state_in(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The state letter in a `/proc` `stat` line: after the name, which is in parentheses and may
+/// hold spaces.
+fn state_in(stat: &str) -> Option<char> {
     stat.rsplit_once(") ")?.1.chars().next()
 }
 
@@ -162,12 +167,7 @@ fn threads_of(pid: u32) -> String {
     for task in tasks.flatten() {
         let path = task.path();
         let read = |f: &str| std::fs::read_to_string(path.join(f)).unwrap_or_default();
-        let stat = read("stat");
-        // The state follows the name, which is in parentheses and may hold spaces.
-        let state = stat
-            .rsplit_once(") ")
-            .and_then(|(_, rest)| rest.get(..1))
-            .unwrap_or("?");
+        let state = state_in(&read("stat")).unwrap_or('?');
         out.push_str(&format!(
             "  {} {:<16} {state} {}\n",
             task.file_name().to_string_lossy(),
@@ -208,13 +208,7 @@ fn children(pid: u32) -> Vec<u32> {
 
 /// Whether `pid` still runs (a zombie waiting for its reaper does not).
 fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            stat.rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().next().map(|s| s != "Z"))
-        })
-        .unwrap_or(false)
+    leader_state(pid).is_some_and(|state| state != 'Z')
 }
 
 /// A loopback HTTP/1.1 server that answers every request with its own name (after a pause for
@@ -761,6 +755,14 @@ impl KeepAlive {
     }
 }
 
+/// The value of one series in a scrape (`name{labels}` exactly as rendered), if it has it.
+pub fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        let (key, value) = line.rsplit_once(' ')?;
+        (key == series).then(|| value.parse().ok()).flatten()
+    })
+}
+
 /// `promtool check metrics` on a scrape (scripts/test installs Debian's prometheus package).
 pub fn promtool_check(metrics: &str) -> Result<(), String> {
     let mut promtool = Command::new("promtool")
@@ -995,8 +997,13 @@ impl Stack {
     /// Starts the agent with the default flags; `AGENT_LOG` (a `RUST_LOG` filter, `info` when
     /// unset) sets its log level.
     pub fn start_agent(&mut self) {
+        self.start_agent_args(&[]);
+    }
+
+    /// [`Self::start_agent`] with `args` added to the agent's command line.
+    pub fn start_agent_args(&mut self, args: &[&str]) {
         self.start_agent_with(
-            &[],
+            args,
             &[(
                 "RUST_LOG",
                 &std::env::var("AGENT_LOG").unwrap_or_else(|_| "info".into()),

@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use private_ingress_tests::live::{
-    certificate, eventually, https_get, Backend, RouteSpec, Seen, Stack,
+    certificate, eventually, https_get, sample, Backend, RouteSpec, Seen, Stack,
 };
 
 const READY: Duration = Duration::from_secs(20);
@@ -38,11 +38,24 @@ fn running(
     Vec<Backend>,
     BTreeMap<String, String>,
 ) {
+    running_with(n, &[])
+}
+
+/// [`running`], the agent started with `args`.
+fn running_with(
+    n: usize,
+    args: &[&str],
+) -> (
+    Stack,
+    Vec<RouteSpec>,
+    Vec<Backend>,
+    BTreeMap<String, String>,
+) {
     let mut stack = Stack::new();
     let (specs, backends, fingerprints) = routes(&stack, n);
     stack.write_workspace(&stack.workspace_text(&specs));
     stack.start_sozu();
-    stack.start_agent();
+    stack.start_agent_args(args);
     stack.wait_ready(READY);
     (stack, specs, backends, fingerprints)
 }
@@ -230,39 +243,25 @@ fn a_resync_of_many_clusters_puts_back_a_backend_removed_behind_the_agents_back(
 /// How long a pass may take to show in the agent's counters: a busy machine's scheduling.
 const COUNTED: Duration = Duration::from_secs(60);
 
-/// The value of one series (`name{labels}` exactly as rendered); 0 when the scrape lacks it.
-fn sample(metrics: &str, series: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|line| {
-            let (key, value) = line.rsplit_once(' ')?;
-            (key == series).then(|| value.parse().ok()).flatten()
-        })
-        .unwrap_or(0.0)
-}
-
 fn resync_puts_back_a_removed_backend(count: usize) {
-    let mut stack = Stack::new();
-    let (specs, backends, _) = routes(&stack, count);
-    stack.write_workspace(&stack.workspace_text(&specs));
-    stack.start_sozu();
-    stack.start_agent_with(&["--resync-interval", "2"], &[("RUST_LOG", "info")]);
-    stack.wait_ready(READY);
-    let sent = sample(&stack.metrics(), "private_ingress_sozu_requests_total");
+    let (stack, _, backends, _) = running_with(count, &["--resync-interval", "2"]);
+    let requests = |metrics: &str| sample(metrics, "private_ingress_sozu_requests_total");
+    let sent = requests(&stack.metrics()).expect("private_ingress_sozu_requests_total");
     // Past the first resync, which remembers each cluster's hash. A pass's counters show once
     // it has ended.
     let metrics = eventually(COUNTED, "a resync", || {
         let metrics = stack.metrics();
-        (sample(&metrics, "private_ingress_resyncs_total") >= 1.0).then_some(metrics)
+        let resynced = sample(&metrics, "private_ingress_resyncs_total").is_some_and(|n| n >= 1.0);
+        resynced.then_some(metrics)
     });
     assert_eq!(
-        sample(&metrics, "private_ingress_sozu_requests_total"),
-        sent,
+        requests(&metrics),
+        Some(sent),
         "a resync of a sozu nobody else changed sent requests\n{metrics}"
     );
     assert_eq!(
         sample(&metrics, "private_ingress_drift_repairs_total"),
-        0.0,
+        Some(0.0),
         "{metrics}"
     );
     let body = |i: usize| https_get(stack.https, &host(i), "/").map(|s| s.body);
@@ -286,12 +285,8 @@ fn resync_puts_back_a_removed_backend(count: usize) {
 /// a backend removed while the agent was down is back once it is ready.
 #[test]
 fn a_backend_removed_while_the_agent_was_down_is_put_back_when_it_starts() {
-    let mut stack = Stack::new();
-    let (specs, backends, _) = routes(&stack, 80);
-    stack.write_workspace(&stack.workspace_text(&specs));
-    stack.start_sozu();
-    stack.start_agent_with(&["--resync-interval", "0"], &[("RUST_LOG", "info")]);
-    stack.wait_ready(READY);
+    let args = ["--resync-interval", "0"];
+    let (mut stack, _, backends, _) = running_with(80, &args);
     let id = route_id(&stack, &host(0));
     let status = stack.stop_agent_status();
     assert!(
@@ -308,7 +303,7 @@ fn a_backend_removed_while_the_agent_was_down_is_put_back_when_it_starts() {
         "the backend was not removed"
     );
 
-    stack.start_agent_with(&["--resync-interval", "0"], &[("RUST_LOG", "info")]);
+    stack.start_agent_args(&args);
     stack.wait_ready(READY);
     assert_eq!(body(0).as_deref(), Ok("backend-0"));
     assert_eq!(body(79).as_deref(), Ok("backend-79"));

@@ -8,7 +8,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use private_ingress_tests::live::{
-    certificate, eventually, https_get, promtool_check, Backend, Stack,
+    certificate, eventually, https_get, promtool_check, sample, Backend, Stack,
 };
 
 const READY: Duration = Duration::from_secs(30);
@@ -17,14 +17,6 @@ const READY: Duration = Duration::from_secs(30);
 const COUNTED: Duration = Duration::from_secs(30);
 const A: &str = "a.in.example.org";
 const D: &str = "drained.in.example.org";
-
-/// The value of one series (`name{labels}` exactly as rendered), if the scrape has it.
-fn sample(metrics: &str, series: &str) -> Option<f64> {
-    metrics.lines().find_map(|line| {
-        let (key, value) = line.rsplit_once(' ')?;
-        (key == series).then(|| value.parse().ok()).flatten()
-    })
-}
 
 fn requests(route: &str, host: &str, method: &str, code: u16) -> String {
     format!(
