@@ -417,9 +417,27 @@ fn a_wrong_tsig_key_is_reported_backs_off_and_the_last_good_certificate_keeps_se
     eprintln!(
         "back-off after failures (failures, seconds left when seen, scaled 60x): {schedule:?}"
     );
-    // 1 min and 10 min scaled 60 times, ±10%, seen up to a poll late.
-    assert!(schedule[0].1 <= 2, "{schedule:?}");
-    assert!((6..=11).contains(&schedule[1].1), "{schedule:?}");
+    // 1 min and 10 min scaled 60 times, ±10%, seen up to a poll late. The first is kept in
+    // whole seconds, so it shows for under a second and a loaded machine can miss it: its log
+    // line says it either way. The second shows for about ten seconds.
+    for &(failures, left) in &schedule {
+        match failures {
+            1 => assert!(left <= 2, "{schedule:?}"),
+            2 => assert!((6..=11).contains(&left), "{schedule:?}"),
+            _ => {}
+        }
+    }
+    assert!(
+        schedule.iter().any(|&(failures, _)| failures == 2),
+        "{schedule:?}"
+    );
+    let logs = setup.stack.agent_logs();
+    assert!(
+        logs.lines().any(|l| l.contains("order failed; backing off")
+            && l.contains("failures=1 ")
+            && l.contains("retry_in_s=1 ")),
+        "{logs}"
+    );
     let issuer = setup.issuer(&h);
     assert!(
         issuer["orders_failed"]["dns_update"].as_u64().unwrap() >= 2,
@@ -499,17 +517,22 @@ fn the_ca_down_then_back_recovers_without_a_restart() {
 
     setup.pebble.stop();
     let h = setup.hosts[0].clone();
+    // Back-offs are kept in whole seconds and scaled down to 1 s here, so one is shown for
+    // anywhere between a few milliseconds and a second after its failure. The CA stays down,
+    // so failures repeat and one of their back-offs is seen.
     let failed = eventually(
         Duration::from_secs(30),
-        "a renewal failing on the CA's absence",
+        "a renewal failing on the CA's absence, backing off",
         || {
             let issuer = setup.issuer(&h);
-            issuer["orders_failed"]["ca_unreachable"]
-                .as_u64()
-                .map(|_| issuer)
+            (!issuer["backoff"].is_null()).then_some(issuer)
         },
     );
     assert_eq!(failed["backoff"]["reason"], "ca_unreachable", "{failed}");
+    assert!(
+        failed["orders_failed"]["ca_unreachable"].as_u64() >= Some(1),
+        "{failed}"
+    );
     assert_eq!(
         https_get(setup.stack.https, &h, "/").unwrap().fingerprint,
         first[0]
