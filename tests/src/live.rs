@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -219,6 +219,7 @@ pub struct Backend {
     pub address: SocketAddr,
     stop: Arc<AtomicBool>,
     healthy: Arc<AtomicBool>,
+    delayed: Arc<AtomicUsize>,
 }
 
 impl Backend {
@@ -258,13 +259,16 @@ impl Backend {
         listener.set_nonblocking(true).expect("nonblocking");
         let stop = Arc::new(AtomicBool::new(false));
         let healthy = Arc::new(AtomicBool::new(true));
+        let delayed = Arc::new(AtomicUsize::new(0));
         let (body, stopped, health) = (name.to_owned(), stop.clone(), healthy.clone());
+        let counted = delayed.clone();
         std::thread::spawn(move || {
             while !stopped.load(Ordering::Relaxed) {
                 match listener.accept() {
                     Ok((stream, _)) => {
-                        let (body, health) = (body.clone(), health.clone());
-                        std::thread::spawn(move || serve(stream, &body, &health));
+                        let (body, health, counted) =
+                            (body.clone(), health.clone(), counted.clone());
+                        std::thread::spawn(move || serve(stream, &body, &health, &counted));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(2)),
                 }
@@ -275,12 +279,19 @@ impl Backend {
             address,
             stop,
             healthy,
+            delayed,
         }
     }
 
     /// Whether `/healthz` answers 200 (healthy) or 503; every other path still answers 200.
     pub fn set_healthy(&self, healthy: bool) {
         self.healthy.store(healthy, Ordering::Relaxed);
+    }
+
+    /// `/delay/` requests this backend has received so far: a test waits for its slow
+    /// requests to be in flight on this side of the proxy.
+    pub fn delayed_requests(&self) -> usize {
+        self.delayed.load(Ordering::Relaxed)
     }
 }
 
@@ -291,7 +302,7 @@ impl Drop for Backend {
 }
 
 /// Answers requests on one connection until the client closes it (keep-alive).
-fn serve(mut stream: TcpStream, body: &str, healthy: &AtomicBool) {
+fn serve(mut stream: TcpStream, body: &str, healthy: &AtomicBool, delayed: &AtomicUsize) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
     let mut buf = Vec::new();
@@ -322,6 +333,7 @@ fn serve(mut stream: TcpStream, body: &str, healthy: &AtomicBool) {
         };
         buf.drain(..end);
         if let Some(ms) = delay {
+            delayed.fetch_add(1, Ordering::Relaxed);
             std::thread::sleep(Duration::from_millis(ms));
         }
         // `GET /headers` (with a query string or not), and any path with the query `?echo`,

@@ -268,7 +268,11 @@ fn drain(extra: &str) {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    eventually(
+        Duration::from_secs(30),
+        "the slow requests in flight",
+        || (a.delayed_requests() + b.delayed_requests() == slow.len()).then_some(()),
+    );
     let mut keep_alive = (0..6)
         .find_map(|_| {
             let mut c = KeepAlive::connect(https, HOST).expect("keep-alive connection");

@@ -74,7 +74,14 @@ fn a_pair_naming_another_host_is_served_for_its_own_host_only() {
     );
     // B's pair gone: B has nothing to serve, and A's pair still does not answer for B.
     std::fs::remove_dir_all(stack.tls_dir().join(B)).unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    eventually(Duration::from_secs(30), "B's pair shown gone", || {
+        let state = stack.state()?;
+        let b = state["routes"]
+            .as_array()?
+            .iter()
+            .find(|r| r["host"] == B)?;
+        b["certificate"]["error_reason"].as_str().map(str::to_owned)
+    });
     if let Ok(seen) = https_get(stack.https, B, "/") {
         assert_ne!(seen.fingerprint, a_fingerprint, "A's pair answered for B");
     }
