@@ -4,8 +4,8 @@
 //! last good version stays; a users file never read good gives its route no credentials, so
 //! every request of the route is refused (basic auth fails closed).
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
 use crate::desired::PolicyFiles;
 use crate::sources::policy_files::PolicyFileReads;
@@ -17,6 +17,8 @@ pub struct PolicyFilesTracker {
     good: PolicyFiles,
     /// Why the latest read of each file was refused.
     problems: BTreeMap<PathBuf, String>,
+    /// Every file the source has read, good or refused, for the workspace it last followed.
+    read: BTreeSet<PathBuf>,
 }
 
 impl PolicyFilesTracker {
@@ -24,6 +26,12 @@ impl PolicyFilesTracker {
     pub fn absorb(&mut self, reads: PolicyFileReads) {
         self.generation += 1;
         self.problems.clear();
+        self.read = reads
+            .users
+            .keys()
+            .chain(reads.pages.keys())
+            .cloned()
+            .collect();
         let mut good = PolicyFiles::default();
         for (path, read) in reads.users {
             match read {
@@ -63,6 +71,13 @@ impl PolicyFilesTracker {
         &self.good
     }
 
+    /// Whether the source has read `path` at all, good or refused. Until then the routes naming
+    /// it are applied without it (a users file: no credentials, every request refused), which
+    /// readiness waits out.
+    pub fn has_read(&self, path: &Path) -> bool {
+        self.read.contains(path)
+    }
+
     /// Why files were refused, by path (for the status).
     pub fn problems(&self) -> &BTreeMap<PathBuf, String> {
         &self.problems
@@ -84,14 +99,17 @@ mod tests {
             .insert(path.clone(), Ok(Arc::from(vec!["a:00".to_owned()])));
         tracker.absorb(reads.clone());
         assert_eq!(tracker.files().users[&path].len(), 1);
+        assert!(tracker.has_read(&path));
         reads
             .users
             .insert(path.clone(), Err("/etc/users:2: bad".into()));
         tracker.absorb(reads);
         assert_eq!(tracker.files().users[&path].len(), 1, "the last good stays");
         assert_eq!(tracker.problems()[&path], "/etc/users:2: bad");
+        assert!(tracker.has_read(&path), "refused is read");
         tracker.absorb(PolicyFileReads::default());
         assert!(tracker.files().users.is_empty() && tracker.problems().is_empty());
+        assert!(!tracker.has_read(&path));
         assert_eq!(tracker.generation(), 3);
     }
 }

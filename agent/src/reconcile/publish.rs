@@ -90,6 +90,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 sozu_problem,
                 certs: &self.certs,
                 dns: &self.dns,
+                policy_files: &self.policy_files,
                 refusals: &self.refusals,
                 issuer: self
                     .issuer

@@ -7,8 +7,9 @@
 //! whose pair was read and refused (or is missing), or whose every upstream name failed to
 //! resolve, or one of whose requests sozu refused, is reported (its status, the
 //! `private_ingress_route_ok` metric and its alert) and not waited for. What is not known yet is
-//! waited for in both modes: a pair not read yet, a name not looked up yet. A workspace with
-//! routes of which none can be served is not ready: another pod may serve some.
+//! waited for in both modes: a pair not read yet, a name not looked up yet, a users file or an
+//! error page not read yet (until then a route with basic auth refuses everyone). A workspace
+//! with routes of which none can be served is not ready: another pod may serve some.
 //!
 //! With `tls_rotation = 'sozu_managed` the agent's own issuer writes the pairs, so a pair missing
 //! from the tls dir is one the issuer is still getting: waited for, until the issuer gives up
@@ -25,6 +26,7 @@ use crate::document::{Readiness, ReadinessMode};
 
 use super::model::Model;
 use super::policy::Refusals;
+use super::policy_files::PolicyFilesTracker;
 use super::trackers::{CertTracker, DnsTracker};
 
 /// What the ACME issuer says of its hosts (`tls_rotation = 'sozu_managed`), as readiness needs
@@ -64,6 +66,7 @@ pub struct Facts<'a> {
     pub sozu_problem: Option<&'a str>,
     pub certs: &'a CertTracker,
     pub dns: &'a DnsTracker,
+    pub policy_files: &'a PolicyFilesTracker,
     pub refusals: &'a Refusals,
     /// With `tls_rotation = 'sozu_managed`: what the issuer has given up on.
     pub issuer: Option<&'a Stalled>,
@@ -156,6 +159,18 @@ pub fn decide(mode: ReadinessMode, facts: &Facts<'_>) -> Readiness {
     if waiting_for_names > 0 {
         return not_ready(
             format!("{waiting_for_names} upstream name(s) wait for their first lookup"),
+            count,
+        );
+    }
+    let (users, pages) = crate::desired::policy_file_paths(model.workspace());
+    let unread = users
+        .into_iter()
+        .chain(pages)
+        .filter(|path| !facts.policy_files.has_read(path))
+        .count();
+    if unread > 0 {
+        return not_ready(
+            format!("{unread} policy file(s) wait for their first read"),
             count,
         );
     }

@@ -548,6 +548,52 @@ async fn readiness_waits_for_unknowns_and_not_for_routes_that_cannot_be_served()
     }
 }
 
+/// A users file is read on a thread of its own, which may answer after the first pass: until
+/// it has, the route is applied without credentials (everyone refused), and the agent is not
+/// ready. Once read, the credentials are in sozu and the agent is ready.
+#[tokio::test(start_paused = true)]
+async fn readiness_waits_for_a_users_file_to_be_read() {
+    let users_file = std::path::PathBuf::from("/etc/auth/admin.users");
+    let h = start(Settings::default());
+    let mut guarded = route(A, ip("10.0.0.1:80"));
+    guarded.policy = Some(Box::new(crate::workspace::RoutePolicy {
+        basic_auth: Some(crate::workspace::BasicAuth {
+            users_file: users_file.clone(),
+            realm: "Admin".into(),
+        }),
+        ..Default::default()
+    }));
+    h.send(workspace(vec![guarded]));
+    h.pair(A, 90);
+    let status = h
+        .until("A served", |s| {
+            route_state(s, A).is_some_and(|r| r.0 == RouteState::Ok)
+        })
+        .await;
+    assert!(!status.ready, "{:?}", status.readiness);
+    assert_eq!(
+        status.readiness.reason.as_deref(),
+        Some("1 policy file(s) wait for their first read")
+    );
+    let hashes = || {
+        let s = h.sozu.0.lock().unwrap();
+        s.actual
+            .cluster_policies
+            .get(&crate::workspace::route_id(A, "/"))
+            .map(|p| p.authorized_hashes.clone())
+            .unwrap_or_default()
+    };
+    assert!(hashes().is_empty(), "credentials before the file was read");
+    let mut reads = crate::sources::policy_files::PolicyFileReads::default();
+    let line = format!("alice:{}", "0".repeat(64));
+    reads
+        .users
+        .insert(users_file, Ok(Arc::from(vec![line.clone()])));
+    h.send(Fact::PolicyFiles(Box::new(reads)));
+    h.until("ready", |s| s.ready).await;
+    assert_eq!(hashes(), [line]);
+}
+
 /// The issuer's progress as a test sets it.
 #[derive(Default)]
 struct FakeIssuer(std::sync::Mutex<(u64, super::readiness::Stalled)>);

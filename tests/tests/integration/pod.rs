@@ -903,7 +903,12 @@ fn the_rendered_pod_applies_basic_auth_from_its_secret_and_pages_from_its_config
             .map(|(seen, _)| seen.status)
             .unwrap_or_else(|e| panic!("{e}\n{}", pod.describe()))
     };
-    assert_eq!(get(Some(("alice", "wonderland"))), 200);
+    assert_eq!(
+        get(Some(("alice", "wonderland"))),
+        200,
+        "{}",
+        pod.describe()
+    );
     assert_eq!(get(None), 401);
     assert_eq!(get(Some(("bob", "builder"))), 401);
     pod.volumes().update_secret(
