@@ -574,6 +574,32 @@ pub fn https_get_sending(
     https_exchange_full(tls_config(), address, host, path, &[], &lines)
 }
 
+/// How long a one-off request waits for the server to answer. Not a measure of speed: on a
+/// loaded machine the host can stall a proxy for seconds (two pods' handshakes once waited over
+/// 5 s together), and a test that needs an answer should not fail for that.
+const SERVER_PATIENCE: Duration = Duration::from_secs(30);
+
+/// For an error: how long the request had waited, and what the kernel says of stalls
+/// (`/proc/pressure`), to tell a stalled machine from a proxy that does not answer.
+fn stalled(started: Instant) -> String {
+    let pressure: Vec<String> = ["cpu", "io", "memory"]
+        .iter()
+        .filter_map(|what| {
+            let text = std::fs::read_to_string(format!("/proc/pressure/{what}")).ok()?;
+            Some(format!("{what}: {}", text.trim().replace('\n', "; ")))
+        })
+        .collect();
+    format!(
+        " (after {:.1} s; pressure {})",
+        started.elapsed().as_secs_f64(),
+        if pressure.is_empty() {
+            "unknown".to_owned()
+        } else {
+            pressure.join(" | ")
+        }
+    )
+}
+
 fn https_exchange(
     config: Arc<rustls::ClientConfig>,
     address: SocketAddr,
@@ -608,7 +634,8 @@ fn https_exchange_full(
     let mut conn = rustls::ClientConnection::new(config, server_name).map_err(|e| e.to_string())?;
     let mut sock = TcpStream::connect_timeout(&address, Duration::from_secs(2))
         .map_err(|e| format!("connect: {e}"))?;
-    sock.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    sock.set_read_timeout(Some(SERVER_PATIENCE)).ok();
+    let started = Instant::now();
     if !prefix.is_empty() {
         sock.write_all(prefix)
             .map_err(|e| format!("write the PROXY header: {e}"))?;
@@ -617,7 +644,7 @@ fn https_exchange_full(
     let request =
         format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{headers}Connection: close\r\n\r\n");
     tls.write_all(request.as_bytes())
-        .map_err(|e| format!("handshake or write: {e}"))?;
+        .map_err(|e| format!("handshake or write: {e}{}", stalled(started)))?;
     let mut response = Vec::new();
     let read = tls.read_to_end(&mut response);
     let leaf = conn
@@ -626,7 +653,7 @@ fn https_exchange_full(
         .ok_or("no peer certificate")?;
     let fingerprint = fingerprint_of_der(leaf.as_ref());
     if response.is_empty() {
-        return Err(format!("empty response ({read:?})"));
+        return Err(format!("empty response ({read:?}){}", stalled(started)));
     }
     let text = String::from_utf8_lossy(&response);
     let status = text
