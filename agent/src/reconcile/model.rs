@@ -4,6 +4,7 @@
 //! ([`Scope`]). A new workspace, a new sozu or a resync build it whole.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::desired::{self, Held};
@@ -29,6 +30,9 @@ pub struct Model {
     client_auth_generation: Option<u64>,
     /// The policy-files tracker's generation the desired state follows.
     policy_files_generation: u64,
+    /// The users files and error pages the workspace names: readiness asks at every publish
+    /// whether each was read, and the workspace's routes are not walked for it each time.
+    policy_files: Vec<PathBuf>,
 }
 
 impl Model {
@@ -64,6 +68,8 @@ impl Model {
             .filter(|n| !dns.resolved().contains_key(*n))
             .cloned()
             .collect();
+        let (users, pages) = desired::policy_file_paths(&workspace);
+        let policy_files = users.into_iter().chain(pages).map(Path::to_owned).collect();
         Model {
             workspace,
             desired,
@@ -74,7 +80,13 @@ impl Model {
             unresolved,
             client_auth_generation: None,
             policy_files_generation: files.generation(),
+            policy_files,
         }
+    }
+
+    /// The users files and error pages the workspace names.
+    pub fn policy_files(&self) -> &[PathBuf] {
+        &self.policy_files
     }
 
     /// The clusters' and listeners' policies, with the files as `tracker` last read them good,

@@ -4,7 +4,7 @@
 //! last good version stays; a users file never read good gives its route no credentials, so
 //! every request of the route is refused (basic auth fails closed).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::desired::PolicyFiles;
@@ -17,8 +17,6 @@ pub struct PolicyFilesTracker {
     good: PolicyFiles,
     /// Why the latest read of each file was refused.
     problems: BTreeMap<PathBuf, String>,
-    /// Every file the source has read, good or refused, for the workspace it last followed.
-    read: BTreeSet<PathBuf>,
 }
 
 impl PolicyFilesTracker {
@@ -26,12 +24,6 @@ impl PolicyFilesTracker {
     pub fn absorb(&mut self, reads: PolicyFileReads) {
         self.generation += 1;
         self.problems.clear();
-        self.read = reads
-            .users
-            .keys()
-            .chain(reads.pages.keys())
-            .cloned()
-            .collect();
         let mut good = PolicyFiles::default();
         for (path, read) in reads.users {
             match read {
@@ -75,7 +67,11 @@ impl PolicyFilesTracker {
     /// it are applied without it (a users file: no credentials, every request refused), which
     /// readiness waits out.
     pub fn has_read(&self, path: &Path) -> bool {
-        self.read.contains(path)
+        // Each file of the latest reads is either good (or kept from its last good read), or
+        // refused, or both.
+        self.good.users.contains_key(path)
+            || self.good.pages.contains_key(path)
+            || self.problems.contains_key(path)
     }
 
     /// Why files were refused, by path (for the status).

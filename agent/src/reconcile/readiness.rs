@@ -162,10 +162,9 @@ pub fn decide(mode: ReadinessMode, facts: &Facts<'_>) -> Readiness {
             count,
         );
     }
-    let (users, pages) = crate::desired::policy_file_paths(model.workspace());
-    let unread = users
-        .into_iter()
-        .chain(pages)
+    let unread = model
+        .policy_files()
+        .iter()
         .filter(|path| !facts.policy_files.has_read(path))
         .count();
     if unread > 0 {

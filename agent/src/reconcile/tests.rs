@@ -356,6 +356,14 @@ impl Harness {
         panic!("{what}: {:#?}", self.status());
     }
 
+    /// Waits until `host`'s route is shown `ok`.
+    async fn until_ok(&self, host: &str) -> Document {
+        self.until(&format!("{host} served"), |s| {
+            route_state(s, host).is_some_and(|r| r.0 == RouteState::Ok)
+        })
+        .await
+    }
+
     /// Fingerprints sozu holds for `host`.
     fn served(&self, host: &str) -> Vec<String> {
         let s = self.sozu.0.lock().unwrap();
@@ -433,11 +441,7 @@ async fn a_route_needing_dns_waits_alone_in(readiness: ReadinessMode) {
     h.pair(A, 90);
     h.pair(B, 90);
     h.send(answer("never.svc", &[], Some("no answer within 5000 ms")));
-    let status = h
-        .until("the IP route served", |s| {
-            route_state(s, A).is_some_and(|r| r.0 == RouteState::Ok)
-        })
-        .await;
+    let status = h.until_ok(A).await;
     assert_eq!(h.backends(A), ["10.0.0.1:80"]);
     assert_eq!(
         route_state(&status, B),
@@ -495,11 +499,7 @@ async fn readiness_waits_for_unknowns_and_not_for_routes_that_cannot_be_served()
         h.pair(A, 90);
         h.pair(C, 90);
         // B's pair has not been read yet, nor gone.svc looked up: not ready in either mode.
-        let status = h
-            .until("A served", |s| {
-                route_state(s, A).is_some_and(|r| r.0 == RouteState::Ok)
-            })
-            .await;
+        let status = h.until_ok(A).await;
         assert!(!status.ready, "{readiness}: {:?}", status.readiness);
         assert_eq!(
             status.readiness.reason.as_deref(),
@@ -565,11 +565,7 @@ async fn readiness_waits_for_a_users_file_to_be_read() {
     }));
     h.send(workspace(vec![guarded]));
     h.pair(A, 90);
-    let status = h
-        .until("A served", |s| {
-            route_state(s, A).is_some_and(|r| r.0 == RouteState::Ok)
-        })
-        .await;
+    let status = h.until_ok(A).await;
     assert!(!status.ready, "{:?}", status.readiness);
     assert_eq!(
         status.readiness.reason.as_deref(),
