@@ -56,6 +56,14 @@ pub fn eventually_every<T>(
     }
 }
 
+/// The route of `host` in a `/v1/state` document.
+pub fn route_of<'a>(state: &'a serde_json::Value, host: &str) -> Option<&'a serde_json::Value> {
+    state["routes"]
+        .as_array()?
+        .iter()
+        .find(|r| r["host"] == host)
+}
+
 /// A child process whose output goes to a log file, killed on drop.
 pub struct Process {
     child: Child,

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use private_ingress_tests::live::{
-    certificate, eventually, https_get, sozu_add_backend, strict_transport_security, Backend,
-    KeepAlive, Stack,
+    certificate, eventually, https_get, route_of, sozu_add_backend, strict_transport_security,
+    Backend, KeepAlive, Stack,
 };
 
 const READY: Duration = Duration::from_secs(20);
@@ -57,9 +57,7 @@ fn answers(stack: &Stack, host: &str, n: usize) -> BTreeMap<String, usize> {
 /// The route of `host` in `/v1/state`.
 fn route_state(stack: &Stack, host: &str) -> serde_json::Value {
     let state = stack.state().expect("/v1/state");
-    state["routes"]
-        .as_array()
-        .and_then(|routes| routes.iter().find(|r| r["host"] == host))
+    route_of(&state, host)
         .cloned()
         .unwrap_or_else(|| panic!("{host} not in /v1/state: {state}"))
 }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use private_ingress_tests::corpus::{Kind, Volume, HOST};
-use private_ingress_tests::live::{eventually, https_get, Backend, Stack};
+use private_ingress_tests::live::{eventually, https_get, route_of, Backend, Stack};
 
 /// How long the agent may take to notice a swap and publish its verdict. A host's pass takes a
 /// few milliseconds; this is generous so a loaded CI machine does not flake.
@@ -46,11 +46,7 @@ fn serving() -> Serving {
 
 /// The route's `certificate` object in the agent's `/v1/state`.
 fn certificate(state: &serde_json::Value) -> Option<&serde_json::Value> {
-    state["routes"]
-        .as_array()?
-        .iter()
-        .find(|r| r["host"] == HOST)
-        .map(|r| &r["certificate"])
+    route_of(state, HOST).map(|r| &r["certificate"])
 }
 
 /// Polls `/v1/state` until the route reports one of `kind`'s reasons with a message; returns

@@ -2,7 +2,7 @@ use std::time::{Duration, Instant};
 
 use private_ingress_tests::live::{
     atomic_write, certificate, eventually, eventually_every, fingerprint_of_pem, https_get,
-    Backend, RouteSpec, SilentNameServer, Stack,
+    route_of, Backend, RouteSpec, SilentNameServer, Stack,
 };
 
 const READY: Duration = Duration::from_secs(60);
@@ -260,10 +260,7 @@ fn a_resolver_that_never_answers_stalls_nothing() {
     assert_eq!(dns["resolved"], false, "{dns}");
     assert_eq!(dns["last_error"], "no answer within 2000 ms", "{dns}");
     assert!(dns["failures"].as_u64().unwrap_or(0) >= 2, "{dns}");
-    let route = state["routes"]
-        .as_array()
-        .and_then(|r| r.iter().find(|r| r["host"] == by_name.as_str()))
-        .expect("the route");
+    let route = route_of(&state, &by_name).expect("the route");
     assert_eq!(route["state"], "pending", "{route}");
     assert_eq!(route["waiting_for"], serde_json::json!(["dns"]), "{route}");
     // Its name failed: the route is left out, and the agent is ready with the other.

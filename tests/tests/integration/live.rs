@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use private_ingress_tests::live::{
-    certificate, eventually, https_get, sample, Backend, RouteSpec, Seen, Stack,
+    certificate, eventually, https_get, route_of, sample, Backend, RouteSpec, Seen, Stack,
 };
 
 const READY: Duration = Duration::from_secs(20);
@@ -312,10 +312,7 @@ fn a_backend_removed_while_the_agent_was_down_is_put_back_when_it_starts() {
 /// The id `host`'s route has in `/v1/state` (its cluster's in sozu).
 fn route_id(stack: &Stack, host: &str) -> String {
     let state = stack.state().expect("/v1/state");
-    let route = state["routes"]
-        .as_array()
-        .and_then(|routes| routes.iter().find(|r| r["host"] == host))
-        .unwrap_or_else(|| panic!("{host}'s route in /v1/state"));
+    let route = route_of(&state, host).unwrap_or_else(|| panic!("{host}'s route in /v1/state"));
     route["id"].as_str().expect("route id").to_owned()
 }
 
@@ -473,11 +470,7 @@ fn private_keys_appear_nowhere_the_agent_writes() {
     });
     let bad_error = eventually(READY, "the refusal reported on the bad route", || {
         stack.state().and_then(|s| {
-            s["routes"]
-                .as_array()?
-                .iter()
-                .find(|r| r["host"] == bad)
-                .and_then(|r| r["last_error"].as_str().map(str::to_owned))
+            route_of(&s, bad).and_then(|r| r["last_error"].as_str().map(str::to_owned))
         })
     });
     assert!(bad_error.contains("certificate"), "{bad_error}");

@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use private_ingress_tests::live::{
-    certificate, eventually, https_get, Backend, RouteSpec, SilentNameServer, Stack,
+    certificate, eventually, https_get, route_of, Backend, RouteSpec, SilentNameServer, Stack,
 };
 
 const READY: Duration = Duration::from_secs(60);
@@ -71,10 +71,7 @@ fn write_pairs(stack: &Stack) -> [String; 3] {
 }
 
 fn route<'a>(state: &'a serde_json::Value, host: &str) -> &'a serde_json::Value {
-    state["routes"]
-        .as_array()
-        .and_then(|routes| routes.iter().find(|r| r["host"] == host))
-        .unwrap_or(&serde_json::Value::Null)
+    route_of(state, host).unwrap_or(&serde_json::Value::Null)
 }
 
 /// One route's upstream deleted and one route's certificate refused: a new agent still becomes

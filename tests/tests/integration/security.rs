@@ -6,7 +6,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use private_ingress_tests::live::{
-    atomic_write, eventually, fingerprint_of_pem, https_get, Backend, Stack,
+    atomic_write, eventually, fingerprint_of_pem, https_get, route_of, Backend, Stack,
 };
 use private_ingress_tests::{agent_bin, run, write_certificate};
 
@@ -54,12 +54,7 @@ fn a_pair_naming_another_host_is_served_for_its_own_host_only() {
         assert_eq!(seen.fingerprint, a_fingerprint);
     }
     let state = stack.state().unwrap();
-    let a = state["routes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["host"] == A)
-        .unwrap();
+    let a = route_of(&state, A).unwrap();
     assert_eq!(a["certificate"]["other_names"], serde_json::json!([B]));
     let status = std::process::Command::new(agent_bin())
         .args(["status", "--admin-address", &stack.admin.to_string()])
@@ -76,11 +71,9 @@ fn a_pair_naming_another_host_is_served_for_its_own_host_only() {
     std::fs::remove_dir_all(stack.tls_dir().join(B)).unwrap();
     eventually(Duration::from_secs(30), "B's pair shown gone", || {
         let state = stack.state()?;
-        let b = state["routes"]
-            .as_array()?
-            .iter()
-            .find(|r| r["host"] == B)?;
-        b["certificate"]["error_reason"].as_str().map(str::to_owned)
+        route_of(&state, B)?["certificate"]["error_reason"]
+            .as_str()
+            .map(str::to_owned)
     });
     if let Ok(seen) = https_get(stack.https, B, "/") {
         assert_ne!(seen.fingerprint, a_fingerprint, "A's pair answered for B");
