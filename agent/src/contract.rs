@@ -119,14 +119,20 @@ fn evaluate_with(
     trace: impl std::io::Write + 'static,
 ) -> Result<Workspace, ContractError> {
     let mut cache = CacheHub::new();
-    let import = match input {
+    // The tree the workspace may read (imports, error pages), and its directory, where its
+    // relative paths start.
+    let (import, tree, dir) = match input {
         Input::File(path) => {
             let path = readable_workspace(path)?;
-            check_imports(&path, root, |confined| imports::walk(&path, confined))?;
-            format!(
+            let tree = check_imports(&path, root, |confined| imports::walk(&path, confined))?;
+            let import = format!(
                 "import \"{}\"",
                 escape_nickel_string(&path.to_string_lossy())
-            )
+            );
+            let dir = path
+                .parent()
+                .map_or_else(|| PathBuf::from("/"), Path::to_owned);
+            (import, tree, dir)
         }
         Input::Text { name, text } => {
             let dir = std::env::current_dir().map_err(|err| ContractError::Unreadable {
@@ -135,14 +141,14 @@ fn evaluate_with(
             })?;
             let entry = dir.join(name);
             let format = text_format(text);
-            check_imports(&entry, root, |confined| {
+            let tree = check_imports(&entry, root, |confined| {
                 imports::walk_text(Path::new(name), &dir, text, format, confined)
             })?;
             cache
                 .sources
                 .add_string(SourcePath::Path(PathBuf::from(name), format), text.clone());
             // nickel-lang-core's way to import a source it holds in memory.
-            format!(
+            let import = format!(
                 "import \"{IN_MEMORY_SOURCE_PATH_PREFIX}{}\"{}",
                 escape_nickel_string(name),
                 if format == InputFormat::Json {
@@ -150,7 +156,8 @@ fn evaluate_with(
                 } else {
                     ""
                 }
-            )
+            );
+            (import, tree, dir)
         }
     };
     let main = format!("{schema}\n|> (fun schema => ({import}) | schema.Workspace)\n");
@@ -185,20 +192,15 @@ fn evaluate_with(
     };
     located.check_rotation_mode(&raw)?;
     located.check_unique_routes(&raw)?;
+    located.check_pages_inside(&raw, &tree, &dir)?;
     if target == Target::SozuToml {
         located.check_sozu_toml(&raw)?;
     }
 
     let mut workspace =
         Workspace::from_raw(raw).map_err(|err| ContractError::invalid(format!("error: {err}")))?;
-    // Error pages named relative to the workspace are read from its directory.
-    let dir = match input {
-        Input::File(path) => path.parent().map(Path::to_path_buf),
-        Input::Text { .. } => std::env::current_dir().ok(),
-    };
-    if let Some(dir) = dir {
-        workspace.anchor_files(&dir);
-    }
+    // Error pages and users files named relative to the workspace are read from its directory.
+    workspace.anchor_files(&dir);
     Ok(workspace)
 }
 
@@ -215,18 +217,18 @@ fn eval_for_export(
 }
 
 /// Walks the workspace's imports (`walk`) confined to `root`, or to the directory of `entry`
-/// (absolute), turning what stops it into the error `check` reports.
+/// (absolute), turning what stops it into the error `check` reports; returns that tree.
 fn check_imports(
     entry: &Path,
     root: Option<&Path>,
     walk: impl FnOnce(&Root) -> Result<imports::Walked, WalkError>,
-) -> Result<(), ContractError> {
+) -> Result<Root, ContractError> {
     let confined = Root::of(entry, root).map_err(|err| ContractError::Unreadable {
         path: root.unwrap_or(entry).to_owned(),
         reason: format!("the workspace root: {}", io_reason(&err)),
     })?;
     match walk(&confined) {
-        Ok(_) => Ok(()),
+        Ok(_) => Ok(confined),
         Err(WalkError::Import(error)) => Err(ContractError::invalid(error.render())),
         Err(error @ WalkError::Outside { .. }) => {
             Err(ContractError::invalid(format!("error: {error}\n")))
@@ -401,6 +403,59 @@ impl Located<'_> {
             );
         }
         Err(ContractError::invalid(report))
+    }
+
+    /// An error page is sent to every client of its route, so it must be a file of the
+    /// workspace's own tree, as an import must: a page named outside it (an absolute path, a
+    /// `..` that climbs out, a link that leads out) is refused at its value. The agent checks
+    /// again at every read, for a link put in its place later (`crate::sources::policy_files`).
+    fn check_pages_inside(
+        &self,
+        raw: &RawWorkspace,
+        tree: &Root,
+        dir: &Path,
+    ) -> Result<(), ContractError> {
+        let workspace = raw.error_pages.iter().flatten().map(|page| (None, page));
+        let routes = raw.routes.iter().enumerate().flat_map(|(index, route)| {
+            route
+                .error_pages
+                .iter()
+                .flatten()
+                .map(move |page| (Some(index), page))
+        });
+        let Some((route, (status, path), reason)) =
+            workspace.chain(routes).find_map(|(route, page)| {
+                Some((route, page, tree.confine(dir, Path::new(page.1)).err()?))
+            })
+        else {
+            return Ok(());
+        };
+        let span = (|| {
+            let owner = match route {
+                None => self.root,
+                Some(index) => {
+                    let Container::Alloc(array) = self.field(self.root, "routes")?.as_array()?
+                    else {
+                        return None;
+                    };
+                    array.array.iter().nth(index)?
+                }
+            };
+            self.field_span(self.field(owner, "error_pages")?, status)
+        })();
+        let mut diagnostic = Diagnostic::error()
+            .with_message(format!(
+                "error page `{path}` is not in the workspace's tree: {reason}"
+            ))
+            .with_notes(vec![
+                "sozu sends an error page to every client of the route: the agent reads pages from the workspace's directory (or `--workspace-root`) only, as it reads imports.".into(),
+                "Put the page beside the workspace and name it by its relative path, e.g. \"pages/503.http\".".into(),
+            ]);
+        if let Some((file, range)) = span {
+            diagnostic =
+                diagnostic.with_labels(vec![Label::primary(file, range).with_message("this page")]);
+        }
+        Err(ContractError::invalid(self.render(&[diagnostic])))
     }
 
     /// sozu's configuration file knows the 301 redirect only (its parser has no word for 302
@@ -627,7 +682,8 @@ mod tests {
             let report = match (&self.named, result) {
                 (None, Err(ContractError::Invalid { diagnostic })) => diagnostic,
                 (Some(_), Ok(ws)) => {
-                    let (unreadable, refused) = crate::sources::policy_files::check(&ws);
+                    let tree = Root::of(path, None).unwrap();
+                    let (unreadable, refused) = crate::sources::policy_files::check(&ws, &tree);
                     assert!(unreadable.is_empty(), "{unreadable:?}");
                     refused.join("\n")
                 }

@@ -29,22 +29,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// What the files route policies name held when last read good: basic-auth users (their
-/// `user:hash` lines) and error pages (whole HTTP responses), by path.
+/// `user:hash` lines) and error pages (whole HTTP responses, as sozu is sent them), by path. A
+/// file not read good yet contributes nothing: a route with basic auth and no users refuses
+/// every request. A rendered configuration file holds the pages and never the users (sozu's
+/// file would hold them in clear).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PolicyFiles {
     pub users: BTreeMap<PathBuf, Arc<[String]>>,
     pub pages: BTreeMap<PathBuf, Arc<str>>,
-}
-
-/// Where the contents of the files a policy names come from.
-#[derive(Clone, Copy)]
-pub enum Files<'a> {
-    /// As read by the agent (a file not read good yet contributes nothing: a route with basic
-    /// auth and no users refuses every request).
-    Loaded(&'a PolicyFiles),
-    /// Named for sozu to read when it loads a configuration file: pages as `file://` paths, and
-    /// no credentials (a file of sozu's would have to hold them in clear).
-    AsPaths,
 }
 
 /// The listeners' settings the workspace asks for.
@@ -114,7 +106,7 @@ pub fn routes(workspace: &Workspace, names: Names<'_>) -> Desired {
 
 /// Sets the clusters' and the listeners' policies: each route's credentials, limits and error
 /// pages, and the workspace's error pages.
-pub fn policies(desired: &mut Desired, workspace: &Workspace, files: Files<'_>) {
+pub fn policies(desired: &mut Desired, workspace: &Workspace, files: &PolicyFiles) {
     desired.cluster_policies.clear();
     for route in &workspace.routes {
         let policy = cluster_policy(route, files);
@@ -128,14 +120,12 @@ pub fn policies(desired: &mut Desired, workspace: &Workspace, files: Files<'_>) 
 }
 
 /// A route's cluster policy.
-pub fn cluster_policy(route: &Route, files: Files<'_>) -> ClusterPolicy {
+pub fn cluster_policy(route: &Route, files: &PolicyFiles) -> ClusterPolicy {
     let policy = route.policy();
     let mut cluster = ClusterPolicy::default();
     if let Some(auth) = &policy.basic_auth {
-        if let Files::Loaded(loaded) = files {
-            if let Some(users) = loaded.users.get(&auth.users_file) {
-                cluster.authorized_hashes = users.to_vec();
-            }
+        if let Some(users) = files.users.get(&auth.users_file) {
+            cluster.authorized_hashes = users.to_vec();
         }
         cluster.www_authenticate = Some(format!("Basic realm=\"{}\"", auth.realm));
     }
@@ -149,16 +139,10 @@ pub fn cluster_policy(route: &Route, files: Files<'_>) -> ClusterPolicy {
 }
 
 /// Error pages by status, as sozu is given them.
-fn answers(pages: &BTreeMap<u16, PathBuf>, files: Files<'_>) -> BTreeMap<String, Arc<str>> {
+fn answers(pages: &BTreeMap<u16, PathBuf>, files: &PolicyFiles) -> BTreeMap<String, Arc<str>> {
     pages
         .iter()
-        .filter_map(|(status, path)| {
-            let template: Arc<str> = match files {
-                Files::Loaded(loaded) => loaded.pages.get(path)?.clone(),
-                Files::AsPaths => Arc::from(format!("file://{}", path.display())),
-            };
-            Some((status.to_string(), template))
-        })
+        .filter_map(|(status, path)| Some((status.to_string(), files.pages.get(path)?.clone())))
         .collect()
 }
 
@@ -191,14 +175,17 @@ fn frontend_policy(route: &Route, workspace_headers: &HeaderPolicy) -> Option<Ar
     let headers = workspace_headers.then(&policy.headers);
     let mut edits = Vec::new();
     for (response, side) in [(false, &headers.request), (true, &headers.response)] {
-        for name in &side.remove {
-            edits.push(HeaderEdit {
-                response,
-                name: name.clone(),
-                value: String::new(),
-            });
-        }
+        let remove = |name: &String| HeaderEdit {
+            response,
+            name: name.clone(),
+            value: String::new(),
+        };
+        edits.extend(side.remove.iter().map(remove));
+        // sozu appends an edit with a value beside any header of that name the message already
+        // holds; a `set` replaces, so it is sent as the removal of the name, then the value
+        // (sozu removes before it adds, whatever the order of the edits).
         for (name, value) in &side.set {
+            edits.push(remove(name));
             edits.push(HeaderEdit {
                 response,
                 name: name.clone(),
@@ -206,13 +193,10 @@ fn frontend_policy(route: &Route, workspace_headers: &HeaderPolicy) -> Option<Ar
             });
         }
     }
+    // sozu builds a redirect's `Location` from the frontend's rewrites.
     let (rewrite_host, rewrite_path, rewrite_port) = match &policy.redirect {
         Some(r) => (r.host.clone(), r.path.clone(), r.port),
-        None => (
-            policy.rewrite.host.clone(),
-            policy.rewrite.path.clone(),
-            policy.rewrite.port,
-        ),
+        None => (None, policy.rewrite.path.clone(), None),
     };
     let frontend = FrontendPolicy {
         redirect: policy.redirect.as_ref().map(|r| (r.status, r.scheme)),
@@ -237,7 +221,7 @@ pub fn build(
     actual: Option<&Actual>,
 ) -> (Desired, BTreeMap<String, Held>) {
     let mut desired = routes(workspace, Names::Resolved(resolved));
-    policies(&mut desired, workspace, Files::Loaded(files));
+    policies(&mut desired, workspace, files);
     let mut held = BTreeMap::new();
     if let Some(actual) = actual {
         for route in &workspace.routes {

@@ -173,6 +173,28 @@ impl Root {
         }
     }
 
+    /// Where `path`, named by a file of `dir` (absolute, or relative to `dir`), leads, when that
+    /// is inside the root: the file as the file system resolves it, to be read there and not
+    /// through a link that may change meanwhile; why not, else. Unlike an import, an absolute
+    /// path inside the root is taken. A file that does not exist is inside when its name is.
+    pub fn confine(&self, dir: &Path, path: &Path) -> Result<PathBuf, String> {
+        let target = normalize(&dir.join(path));
+        if !target.starts_with(&self.given) {
+            return Err(if path.is_absolute() {
+                format!("it is outside {}", self.given.display())
+            } else {
+                format!("it leads out of {}", self.given.display())
+            });
+        }
+        match std::fs::canonicalize(&target) {
+            Ok(real) if !real.starts_with(&self.real) => {
+                Err(format!("it is a link to {}", real.display()))
+            }
+            Ok(real) => Ok(real),
+            Err(_) => Ok(target),
+        }
+    }
+
     pub fn real(&self) -> &Path {
         &self.real
     }

@@ -13,6 +13,7 @@ use private_ingress::cli::status::StatusError;
 use private_ingress::cli::{Cli, Command, EvalArgs, Format};
 use private_ingress::contract::{ContractError, SCHEMA};
 use private_ingress::deploy;
+use private_ingress::imports::Root;
 use private_ingress::input::Input;
 use private_ingress::render::{self, SozuSettings};
 use private_ingress::sandbox::{self, SandboxError};
@@ -42,7 +43,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Ok(ws) => ws,
                 Err(code) => return Ok(code),
             };
-            let (unreadable, refused) = sources::policy_files::check(&ws);
+            let tree = Root::of(&workspace.path(), eval.workspace_root.as_deref())
+                .context("cannot find the workspace's directory")?;
+            let (unreadable, refused) = sources::policy_files::check(&ws, &tree);
             if !refused.is_empty() {
                 for reason in refused {
                     eprintln!("error: {reason}");
@@ -52,14 +55,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             for reason in unreadable {
                 eprintln!("warning: {reason} (the agent refuses it until it can read it)");
             }
-            println!(
-                "ok: {} — {} route{} in zone {}, tls_rotation {}",
+            print(format!(
+                "ok: {} — {} route{} in zone {}, tls_rotation {}\n",
                 workspace.name(),
                 ws.routes.len(),
                 if ws.routes.len() == 1 { "" } else { "s" },
                 ws.zone,
                 ws.tls_rotation
-            );
+            ))?;
             for warning in deploy::warnings(&ws) {
                 eprintln!("warning: {warning}");
             }
@@ -96,7 +99,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     for warning in render::sozu_toml_warnings(&ws) {
                         eprintln!("warning: {warning}");
                     }
-                    match render::sozu_toml(&ws, &settings) {
+                    // The pages go into the file whole, read and checked as the agent would.
+                    let tree = Root::of(&workspace.path(), eval.workspace_root.as_deref())
+                        .context("cannot find the workspace's directory")?;
+                    let pages = match sources::policy_files::pages(&ws, &tree) {
+                        Ok(pages) => pages,
+                        Err(reasons) => {
+                            for reason in reasons {
+                                eprintln!("error: {reason}");
+                            }
+                            return Ok(ExitCode::from(EXIT_INVALID));
+                        }
+                    };
+                    match render::sozu_toml(&ws, &pages, &settings) {
                         Ok(text) => text,
                         Err(err) if err.is_invalid_workspace() => {
                             eprintln!("error: {err}");
@@ -129,10 +144,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Some(path) if path.as_os_str() != "-" => {
                     render::write_atomic(&path, text.as_bytes())?
                 }
-                _ => std::io::stdout()
-                    .lock()
-                    .write_all(text.as_bytes())
-                    .context("cannot write to stdout")?,
+                _ => print(text)?,
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -164,9 +176,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Err(err) => return Err(err.into()),
             };
             if json {
-                println!("{body}");
+                print(format!("{body}\n"))?;
             } else {
-                print!("{}", private_ingress::cli::status::table(&status));
+                print(private_ingress::cli::status::table(&status))?;
             }
             // A script or a check can tell a ready agent from one that is not.
             Ok(if status.ready {
@@ -176,19 +188,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             })
         }
         Command::Schema => {
-            std::io::stdout()
-                .lock()
-                .write_all(SCHEMA.as_bytes())
-                .context("cannot write to stdout")?;
+            print(SCHEMA)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Completions { shell } => {
-            private_ingress::cli::manual::completions(shell, &mut std::io::stdout().lock());
+            let mut script = Vec::new();
+            private_ingress::cli::manual::completions(shell, &mut script);
+            print(script)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Man => {
-            private_ingress::cli::manual::man(&mut std::io::stdout().lock())
-                .context("cannot write to stdout")?;
+            let mut page = Vec::new();
+            private_ingress::cli::manual::man(&mut page).context("cannot render the manual")?;
+            print(page)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::EvaluateWorkspace {
@@ -212,6 +224,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::from(u8::try_from(code).unwrap_or(3)))
         }
+    }
+}
+
+/// Writes `bytes` to standard output. A reader that stopped reading (`… | head`) is no error:
+/// what is left is not wanted, and the command's exit status stays its own. (Rust ignores
+/// SIGPIPE, so a closed pipe is an error of the write, which `println!` would turn into a panic.)
+fn print(bytes: impl AsRef<[u8]>) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes.as_ref()).and_then(|()| out.flush()) {
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("cannot write to stdout"),
     }
 }
 

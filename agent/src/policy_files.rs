@@ -3,7 +3,7 @@
 //! template variables). A file refused here keeps its last good version in sozu, and its reason
 //! names the file and the line. Pure: the caller reads the bytes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// The largest error page taken. sozu has no bound of its own below its command buffer (2 MB),
@@ -14,7 +14,9 @@ pub const MAX_PAGE_BYTES: usize = 64 * 1024;
 pub const MAX_USERS_BYTES: usize = 1024 * 1024;
 
 /// The hashes of a users file, in file order. Blank lines and lines starting with `#` are
-/// skipped. The reason for a refusal never quotes a hash.
+/// skipped. The reason for a refusal names the line and quotes nothing of it: a users file is
+/// a credential, and a workspace may name any file the agent can read as one
+/// (docs/security.md).
 pub fn parse_users(bytes: &[u8], path: &Path) -> Result<Vec<String>, String> {
     let at = |line: usize| format!("{}:{line}", path.display());
     if bytes.len() > MAX_USERS_BYTES {
@@ -30,7 +32,7 @@ pub fn parse_users(bytes: &[u8], path: &Path) -> Result<Vec<String>, String> {
             .count();
         format!("{}: not UTF-8 text", at(line + 1))
     })?;
-    let mut users = BTreeSet::new();
+    let mut users = BTreeMap::new();
     let mut hashes = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -53,12 +55,15 @@ pub fn parse_users(bytes: &[u8], path: &Path) -> Result<Vec<String>, String> {
         let hex = hash.len() == 64 && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
         if !hex {
             return Err(format!(
-                "{}: the hash of `{user}` is not a SHA-256 (64 lowercase hex digits)",
+                "{}: the hash is not a SHA-256 (64 lowercase hex digits)",
                 at(n + 1)
             ));
         }
-        if !users.insert(user.to_owned()) {
-            return Err(format!("{}: `{user}` is listed twice", at(n + 1)));
+        if let Some(first) = users.insert(user.to_owned(), n + 1) {
+            return Err(format!(
+                "{}: the user of line {first} is listed again",
+                at(n + 1)
+            ));
         }
         hashes.push(format!("{user}:{hash}"));
     }
@@ -215,6 +220,7 @@ pub fn parse_page(bytes: &[u8], path: &Path, status: u16) -> Result<String, Stri
     }
     let mut used = BTreeSet::new();
     let mut content_length = 0;
+    let mut kept = vec![status_line];
     for (n, line) in lines.enumerate() {
         let line_no = n + 2;
         let Some((name, value)) = line.split_once(':') else {
@@ -235,7 +241,9 @@ pub fn parse_page(bytes: &[u8], path: &Path, status: u16) -> Result<String, Stri
             if content_length > 1 {
                 return Err(format!("{file}:{line_no}: a second `Content-Length`"));
             }
+            continue;
         }
+        kept.push(line);
         if let Some(var) = value.strip_prefix('%') {
             if let Some(v) = VARIABLES.iter().find(|v| v.name == var) {
                 check_variable(v, status, true, &mut used)
@@ -256,7 +264,25 @@ pub fn parse_page(bytes: &[u8], path: &Path, status: u16) -> Result<String, Stri
                 .map_err(|e| format!("{file}:{body_line}: {e}"))?;
         }
     }
-    Ok(text.replace('\n', "\r\n"))
+    Ok(framed(&kept, body))
+}
+
+/// The page as sozu is sent it: line ends as CRLF (sozu makes them so, body included) and a
+/// `Content-Length` of the body, in place of any the page gave. sozu sends a page without one
+/// as it is, and a client kept alive then waits for the end of a body that never comes; given
+/// one, sozu sets its value again after it fills the variables (`Template::new` in sozu
+/// 2.3.3's `lib/src/protocol/kawa_h1/answers.rs`), but reads the page's body up to the value it
+/// finds, so the value must be the body's length as written.
+fn framed(head: &[&str], body: &str) -> String {
+    let body = body.replace('\n', "\r\n");
+    let mut page = String::with_capacity(body.len() + 256);
+    for line in head {
+        page.push_str(line);
+        page.push_str("\r\n");
+    }
+    page.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    page.push_str(&body);
+    page
 }
 
 fn check_variable(
@@ -310,11 +336,15 @@ mod tests {
         let bad = format!("alice:{}\nbob:NOTAHASHsecret\n", "a".repeat(64));
         let err = parse_users(bad.as_bytes(), path()).unwrap_err();
         assert!(err.starts_with("/pages/users:2:"), "{err}");
-        assert!(err.contains("`bob`") && !err.contains("secret"), "{err}");
+        assert!(
+            !err.contains("bob") && !err.contains("secret"),
+            "a refusal quotes nothing of the line: {err}"
+        );
         let twice = format!("a:{}\na:{}\n", "a".repeat(64), "b".repeat(64));
-        assert!(parse_users(twice.as_bytes(), path())
-            .unwrap_err()
-            .contains("twice"));
+        assert_eq!(
+            parse_users(twice.as_bytes(), path()).unwrap_err(),
+            "/pages/users:2: the user of line 1 is listed again"
+        );
         assert!(parse_users(b"alice\n", path()).unwrap_err().contains(":1:"));
         assert!(parse_users(b"", path()).unwrap_err().contains("no user"));
     }
@@ -340,9 +370,37 @@ mod tests {
         assert!(parse_page(big.as_bytes(), path(), 503)
             .unwrap_err()
             .contains("larger"));
+        let twice = "HTTP/1.1 503 X\nContent-Length: 1\ncontent-length: 1\n\nx";
+        assert!(parse_page(twice.as_bytes(), path(), 503)
+            .unwrap_err()
+            .contains(":3: a second"));
         let chunked = "HTTP/1.1 503 X\nTransfer-Encoding: chunked\n\n";
         assert!(parse_page(chunked.as_bytes(), path(), 503)
             .unwrap_err()
             .contains(":2:"));
+    }
+
+    /// sozu sends a page as it is given, reading its body up to the `Content-Length` it finds:
+    /// the page sent carries exactly one, the length of the body as sozu holds it (CRLF line
+    /// ends), whatever the file said.
+    #[test]
+    fn a_page_is_sent_with_the_length_of_its_body() {
+        let without =
+            "HTTP/1.1 503 Service Unavailable\nContent-Type: text/plain\n\ndown\n%ROUTE\n";
+        assert_eq!(
+            parse_page(without.as_bytes(), path(), 503).unwrap(),
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n\
+             Content-Length: 14\r\n\r\ndown\r\n%ROUTE\r\n"
+        );
+        let wrong = "HTTP/1.1 404 Not Found\r\ncontent-length: 2\r\nX-A: b\r\n\r\nnot here";
+        assert_eq!(
+            parse_page(wrong.as_bytes(), path(), 404).unwrap(),
+            "HTTP/1.1 404 Not Found\r\nX-A: b\r\nContent-Length: 8\r\n\r\nnot here"
+        );
+        let empty = "HTTP/1.1 503 X\n\n";
+        assert_eq!(
+            parse_page(empty.as_bytes(), path(), 503).unwrap(),
+            "HTTP/1.1 503 X\r\nContent-Length: 0\r\n\r\n"
+        );
     }
 }

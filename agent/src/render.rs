@@ -11,7 +11,7 @@ use serde::Serialize;
 use sozu_command_lib::config::FileHealthCheckConfig;
 use sozu_command_lib::proto::command::HealthCheckMode;
 
-use crate::desired::{self, Names};
+use crate::desired::{self, Names, PolicyFiles};
 use crate::sozu_state::{Address, HealthCheck, Hsts, Protocol, UNIX_BACKEND_IDENTITY};
 use crate::workspace::{
     ClientAuthMode, ListenerPolicy, ListenerTimeouts, RedirectScheme, TlsVersion, Workspace,
@@ -111,9 +111,16 @@ pub fn max_command_buffer_size(routes: usize) -> u64 {
 /// A complete sozu 2.3.3 configuration: listeners, one cluster per route with its HTTPS frontend
 /// (and the host's certificate, from `<tls_dir>/<host>/`), an HTTP frontend that redirects to
 /// HTTPS, and its backends. DNS upstreams are written as `name:port`, which sozu resolves once
-/// when it loads the file; the live agent re-resolves them instead.
-pub fn sozu_toml(workspace: &Workspace, settings: &SozuSettings) -> Result<String, RenderError> {
-    let config = SozuConfig::from_workspace(workspace, settings)?;
+/// when it loads the file; the live agent re-resolves them instead. Error pages are written in
+/// the file, as the agent sends them (`pages`, read and checked by
+/// [`crate::sources::policy_files::pages`]), so the file works from whichever directory sozu
+/// starts in; users files never are (see [`sozu_toml_warnings`]).
+pub fn sozu_toml(
+    workspace: &Workspace,
+    pages: &PolicyFiles,
+    settings: &SozuSettings,
+) -> Result<String, RenderError> {
+    let config = SozuConfig::from_workspace(workspace, pages, settings)?;
     let body = toml::to_string(&config).map_err(|err| RenderError::Serialise {
         format: "sozu-toml",
         reason: err.to_string(),
@@ -177,7 +184,7 @@ struct SozuListener {
     client_ca_crls: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     hsts: Option<SozuHsts>,
-    /// The workspace's error pages, read by sozu from their files when it starts.
+    /// The workspace's error pages, whole.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     answers: BTreeMap<String, String>,
 }
@@ -265,7 +272,8 @@ struct SozuCluster {
     max_connections_per_subnet: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     retry_after: Option<u32>,
-    /// Error pages as `file://` paths, which sozu reads when it loads the file.
+    /// Error pages, whole: a `file://` path would be read from sozu's working directory, and
+    /// sozu sends a page as the file has it, unframed if the file gives no `Content-Length`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     answers: BTreeMap<String, String>,
     frontends: Vec<SozuFrontend>,
@@ -354,10 +362,11 @@ impl SozuConfig {
     /// left for sozu to resolve and each HTTPS frontend naming its host's certificate files.
     fn from_workspace(
         workspace: &Workspace,
+        pages: &PolicyFiles,
         settings: &SozuSettings,
     ) -> Result<SozuConfig, RenderError> {
         let mut desired = desired::routes(workspace, Names::AsWritten);
-        desired::policies(&mut desired, workspace, desired::Files::AsPaths);
+        desired::policies(&mut desired, workspace, pages);
         let mut clusters: BTreeMap<String, SozuCluster> = desired
             .clusters
             .iter()
@@ -634,7 +643,7 @@ mod tests {
             route("a.in.example.org", "/", up.clone()),
             route("a.in.example.org", "/api", up),
         ]);
-        let out = sozu_toml(&ws, &SozuSettings::default()).unwrap();
+        let out = sozu_toml(&ws, &PolicyFiles::default(), &SozuSettings::default()).unwrap();
         let doc: toml::Table = out.parse().unwrap();
         let clusters = doc["clusters"].as_table().unwrap();
         assert_eq!(clusters.len(), 2);
@@ -673,7 +682,7 @@ mod tests {
                 routes,
                 ..SozuSettings::default()
             };
-            let text = sozu_toml(ws, &settings).unwrap();
+            let text = sozu_toml(ws, &PolicyFiles::default(), &settings).unwrap();
             let file: sozu_command_lib::config::FileConfig = toml::from_str(&text).unwrap();
             let max = file.max_command_buffer_size.unwrap_or(2_000_000);
             assert!(
@@ -709,7 +718,7 @@ mod tests {
                 },
             ),
         ]);
-        let doc: toml::Table = sozu_toml(&ws, &SozuSettings::default())
+        let doc: toml::Table = sozu_toml(&ws, &PolicyFiles::default(), &SozuSettings::default())
             .unwrap()
             .parse()
             .unwrap();
@@ -755,7 +764,7 @@ mod tests {
        limits = {{ connections_per_ip = 5, connections_per_subnet = 50, retry_after = 30 }},
        error_pages."503" = "{page}" }},
     {{ host = "b.in.example.org", upstream = "10.0.0.1", port = 80,
-       rewrite = {{ host = "internal.example.net", port = 8443 }} }},
+       rewrite = {{ path = "/v2$PATH[0]" }} }},
     {{ host = "old.in.example.org", redirect = {{ scheme = 'http, host = "new.in.example.org", path = "/x$PATH[0]", port = 8080 }} }},
   ],
 }}"#,
@@ -771,7 +780,9 @@ mod tests {
             std::fs::write(&crt, "certificate").unwrap();
             std::fs::write(&key, "key").unwrap();
         }
-        let doc: toml::Table = sozu_toml(&ws, &SozuSettings::default())
+        let tree = crate::imports::Root::of(&ws_path, None).unwrap();
+        let pages = crate::sources::policy_files::pages(&ws, &tree).unwrap();
+        let doc: toml::Table = sozu_toml(&ws, &pages, &SozuSettings::default())
             .unwrap()
             .parse()
             .unwrap();
@@ -785,8 +796,7 @@ mod tests {
                 .into(),
         );
         let mut live = desired::routes(&ws, Names::AsWritten);
-        desired::policies(&mut live, &ws, desired::Files::Loaded(&files));
-        let lf = |s: &str| s.replace("\r\n", "\n");
+        desired::policies(&mut live, &ws, &files);
 
         let mut checked = 0;
         for (id, cluster) in doc["clusters"].as_table().unwrap() {
@@ -822,10 +832,7 @@ mod tests {
                 "{id}"
             );
             assert_eq!(from_file.retry_after, sent.retry_after, "{id}");
-            let answers = |c: &sozu_command_lib::proto::command::Cluster| -> Vec<(String, String)> {
-                c.answers.iter().map(|(k, v)| (k.clone(), lf(v))).collect()
-            };
-            assert_eq!(answers(&from_file), answers(&sent), "{id}");
+            assert_eq!(from_file.answers, sent.answers, "{id}");
 
             let https = live
                 .frontends
@@ -890,7 +897,12 @@ mod tests {
             }),
             ..Default::default()
         }));
-        let err = sozu_toml(&workspace(vec![route]), &SozuSettings::default()).unwrap_err();
+        let err = sozu_toml(
+            &workspace(vec![route]),
+            &PolicyFiles::default(),
+            &SozuSettings::default(),
+        )
+        .unwrap_err();
         assert!(err.is_invalid_workspace());
         assert!(err.to_string().contains("redirect.status 308"), "{err}");
     }

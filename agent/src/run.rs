@@ -159,7 +159,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     )?;
     tasks.adopt("client-auth", forwarder);
     let forwarder = sources::watched_files::spawn(
-        sources::policy_files::Files::default(),
+        sources::policy_files::Files::new(args.workspace.clone(), args.eval.workspace_root.clone()),
         latest_rx.clone(),
         facts.clone(),
         tasks.thread("policy-files"),

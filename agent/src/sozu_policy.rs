@@ -102,9 +102,11 @@ pub fn plain_answer(status: u16) -> String {
         429 => "Retry-After: %RETRY_AFTER\r\n",
         _ => "",
     };
+    let body = format!("{status} {reason}\r\n");
     format!(
         "HTTP/1.1 {status} {reason}\r\nCache-Control: no-cache\r\nConnection: close\r\n\
-         Content-Type: text/plain; charset=utf-8\r\nSozu-Id: %REQUEST_ID\r\n{extra}\r\n\
-         {status} {reason}\n"
+         Content-Type: text/plain; charset=utf-8\r\nSozu-Id: %REQUEST_ID\r\n{extra}\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
     )
 }

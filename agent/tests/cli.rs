@@ -518,3 +518,39 @@ fn render_output_dash_is_standard_output() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("give a file, not `-`"), "{err}");
 }
+
+/// A reader that stops reading (`private-ingress man | head`) is no error for a command that
+/// writes to standard output: it exits as it would have, saying nothing. Each command here
+/// writes into a pipe whose reading end is closed before it starts, so its first write fails.
+#[test]
+fn a_closed_pipe_on_stdout_is_no_error() {
+    let ready = admin_answering(Some(state(true))).to_string();
+    let not_ready = admin_answering(Some(state(false))).to_string();
+    let librecloud = examples().join("librecloud.ncl");
+    let librecloud = librecloud.to_str().unwrap();
+    for (args, expected) in [
+        (vec!["man"], 0),
+        (vec!["completions", "bash"], 0),
+        (vec!["schema"], 0),
+        (vec!["check", librecloud], 0),
+        (vec!["render", librecloud, "--format", "json"], 0),
+        (vec!["render", librecloud, "--format", "sozu-toml"], 0),
+        (vec!["status", "--admin-address", &ready], 0),
+        (vec!["status", "--admin-address", &not_ready, "--json"], 1),
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let output = bin()
+            .args(&args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(expected), "{args:?}: {err}");
+        assert!(
+            !err.contains("error") && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+}

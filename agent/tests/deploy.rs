@@ -1740,14 +1740,14 @@ fn client_certificates_are_mounted_in_both_containers_from_their_secret() {
     );
 }
 
-/// Route policies' files in the pod: an error page inside the workspace's directory ships in
-/// the ConfigMap at its relative path (where the agent's relative path finds it); a page
-/// elsewhere comes from the operator's ConfigMap `private-ingress-error-pages`, and a users
-/// file from the Secret `private-ingress-basic-auth`, each mounted in the agent alone at the
-/// path the workspace names. sozu's bootstrap configuration names no page (the agent sets them).
-/// A users file inside the workspace's directory would ship in the ConfigMap: refused.
+/// Route policies' files in the pod: error pages ship in the ConfigMap at their relative paths
+/// (where the agent's relative paths find them); a users file comes from the Secret
+/// `private-ingress-basic-auth`, mounted in the agent alone at the path the workspace names.
+/// sozu's bootstrap configuration names no page (the agent sets them). A users file inside the
+/// workspace's directory would ship in the ConfigMap, and a page outside the workspace's tree is
+/// no page the agent reads: both refused.
 #[test]
-fn route_policy_files_reach_the_agent_from_the_workspace_a_configmap_and_a_secret() {
+fn route_policy_files_reach_the_agent_from_the_workspace_and_a_secret() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("pages")).unwrap();
     std::fs::write(
@@ -1755,9 +1755,14 @@ fn route_policy_files_reach_the_agent_from_the_workspace_a_configmap_and_a_secre
         "HTTP/1.1 404 Not Found\n\nnothing here\n",
     )
     .unwrap();
+    std::fs::write(
+        dir.path().join("pages/longhorn-503.http"),
+        "HTTP/1.1 503 Service Unavailable\n\nback soon\n",
+    )
+    .unwrap();
     let fields = "  lb_ip = \"10.200.3.6\",\n  listeners = { https = \"0.0.0.0:8443\", http = \"0.0.0.0:8080\" },\n  \
         error_pages = { \"404\" = \"pages/404.http\" },\n";
-    let route = r#"{ host = "longhorn.in.librecloud.online", upstream = "10.0.0.5", port = 80, basic_auth = { users_file = "/etc/private-ingress/auth/longhorn.users" }, error_pages."503" = "/etc/private-ingress/pages/longhorn-503.http" }"#;
+    let route = r#"{ host = "longhorn.in.librecloud.online", upstream = "10.0.0.5", port = 80, basic_auth = { users_file = "/etc/private-ingress/auth/longhorn.users" }, error_pages."503" = "pages/longhorn-503.http" }"#;
     let workspace = workspace_file(dir.path(), "policies.ncl", fields, &[route]);
     let yaml = render(&workspace, "k8s");
     kubernetes_validate(&yaml).unwrap_or_else(|report| panic!("{report}"));
@@ -1770,6 +1775,10 @@ fn route_policy_files_reach_the_agent_from_the_workspace_a_configmap_and_a_secre
     assert_eq!(
         data["pages--404.http"],
         "HTTP/1.1 404 Not Found\n\nnothing here\n"
+    );
+    assert_eq!(
+        data["pages--longhorn-503.http"],
+        "HTTP/1.1 503 Service Unavailable\n\nback soon\n"
     );
     assert!(
         !data["sozu.toml"].as_str().unwrap().contains("answers"),
@@ -1798,8 +1807,6 @@ fn route_policy_files_reach_the_agent_from_the_workspace_a_configmap_and_a_secre
         users["secret"]["items"],
         serde_json::json!([{ "key": "longhorn.users", "path": "longhorn.users" }])
     );
-    let pages = source_at("/etc/private-ingress/pages");
-    assert_eq!(pages["configMap"]["name"], "private-ingress-error-pages");
     let sozu = container(&docs, "containers", "sozu");
     assert!(
         !sozu["volumeMounts"]
@@ -1823,4 +1830,23 @@ fn route_policy_files_reach_the_agent_from_the_workspace_a_configmap_and_a_secre
         .args(["--format", "k8s"]));
     assert_ne!(code, 0);
     assert!(err.contains("lies in the workspace's directory"), "{err}");
+
+    let outside = workspace_file(
+        dir.path(),
+        "outside.ncl",
+        fields,
+        &[&route.replace(
+            "pages/longhorn-503.http",
+            "/etc/private-ingress/pages/longhorn-503.http",
+        )],
+    );
+    let (code, _, err) = run(Command::new(env!("CARGO_BIN_EXE_private-ingress"))
+        .arg("render")
+        .arg(&outside)
+        .args(["--format", "k8s"]));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("is not in the workspace's tree: it is outside"),
+        "{err}"
+    );
 }

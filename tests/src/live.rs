@@ -348,8 +348,15 @@ fn serve(mut stream: TcpStream, body: &str, healthy: &AtomicBool, delayed: &Atom
         // answer with the request head it got: what sozu sent the backend.
         let echo = path.split('?').next() == Some("/headers") || path.ends_with("?echo");
         let body = if echo { head.as_str() } else { body };
+        // `GET /respond/<name>/<value>` answers with that header besides: a backend's own
+        // header, for a policy to replace.
+        let extra = path
+            .strip_prefix("/respond/")
+            .and_then(|rest| rest.split('?').next()?.split_once('/'))
+            .map(|(name, value)| format!("{name}: {value}\r\n"))
+            .unwrap_or_default();
         let response = format!(
-            "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+            "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\n{extra}Content-Length: {}\r\n\r\n{body}",
             body.len()
         );
         if stream.write_all(response.as_bytes()).is_err() {

@@ -228,8 +228,9 @@ pub struct EvalArgs {
     #[arg(long, env = "PRIVATE_INGRESS_EVAL_MEMORY_MIB", default_value_t = 4096,
           value_parser = clap::value_parser!(u64).range(256..))]
     pub eval_memory_mib: u64,
-    /// The directory tree the workspace may import from (after symlinks); by default the
-    /// workspace file's own directory. An import outside it is refused.
+    /// The directory tree the workspace may import from and read error pages from (after
+    /// symlinks); by default the workspace file's own directory. An import or a page outside it
+    /// is refused.
     #[arg(long, env = "PRIVATE_INGRESS_WORKSPACE_ROOT")]
     pub workspace_root: Option<PathBuf>,
 }

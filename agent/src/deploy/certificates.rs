@@ -76,27 +76,6 @@ impl SecretFiles {
         prefix: &str,
         mode: u32,
     ) -> (Vec<Value>, Vec<Value>) {
-        self.volumes_of("secret", "secretName", secret, prefix, mode)
-    }
-
-    /// [`SecretFiles::volumes`], from the ConfigMap `name`.
-    pub(super) fn config_map_volumes(
-        &self,
-        name: &str,
-        prefix: &str,
-        mode: u32,
-    ) -> (Vec<Value>, Vec<Value>) {
-        self.volumes_of("configMap", "name", name, prefix, mode)
-    }
-
-    fn volumes_of(
-        &self,
-        kind: &str,
-        name_field: &str,
-        source: &str,
-        prefix: &str,
-        mode: u32,
-    ) -> (Vec<Value>, Vec<Value>) {
         self.dirs
             .iter()
             .map(|(dir, files)| {
@@ -110,7 +89,7 @@ impl SecretFiles {
                 (
                     json!({
                         "name": name,
-                        kind: { name_field: source, "defaultMode": mode, "items": items },
+                        "secret": { "secretName": secret, "defaultMode": mode, "items": items },
                     }),
                     json!({ "name": name, "mountPath": dir.to_string_lossy(), "readOnly": true }),
                 )

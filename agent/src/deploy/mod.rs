@@ -92,10 +92,8 @@ const ACME_SECRET: &str = "private-ingress-acme";
 /// CRLs, mounted as the files the workspace names.
 const CLIENT_AUTH_SECRET: &str = "private-ingress-client-auth";
 /// Route policies: the Secret (created by the operator) holding the basic-auth users files, one
-/// key per file name, and the ConfigMap holding the error pages outside the workspace's
-/// directory; each mounted in the agent as the files the workspace names.
+/// key per file name, mounted in the agent as the files the workspace names.
 const BASIC_AUTH_SECRET: &str = "private-ingress-basic-auth";
-const ERROR_PAGES_CONFIGMAP: &str = "private-ingress-error-pages";
 /// Each claim's size: an account and a few KiB per host.
 const ACME_STATE_SIZE: &str = "1Gi";
 /// The memory-backed tls dir: a pair is about 5 KiB, so room for ten thousand hosts.
@@ -149,6 +147,10 @@ pub enum DeployError {
          (its file name as the key)", path.display()
     )]
     UsersFileInWorkspace { path: PathBuf },
+    #[error(
+        "error page {} is not in the workspace's directory, the one tree the pod's agent reads          pages from: move it beside the workspace", path.display()
+    )]
+    PageOutsideWorkspace { path: PathBuf },
     #[error(
         "listeners.interface `{0}` names an interface of the host, which a pod does not have: \
          in Kubernetes, choose the listeners' addresses (and the Service's) instead"
@@ -397,7 +399,7 @@ impl<'a> Pod<'a> {
         Ok(Pod {
             workspace_items,
             workspace_entry,
-            sozu_config: render::sozu_toml(&bootstrap, &settings)?,
+            sozu_config: render::sozu_toml(&bootstrap, &Default::default(), &settings)?,
             hosts: hosts(workspace),
             policy_files,
         })

@@ -150,20 +150,14 @@ pub(super) fn workload(
     agent_mounts.extend(tls_mounts);
     agent_mounts.extend(acme_mounts);
     agent_mounts.extend(client_auth_mounts.iter().cloned());
-    // Route policies' files, for the agent alone (it sends them to sozu): users files 0440,
-    // readable by the pod's group only; pages outside the workspace 0444.
+    // Users files, for the agent alone (it sends them to sozu), readable by the pod's group
+    // only. Pages are in the workspace's ConfigMap.
     let (users_volumes, users_mounts) =
         policy_files
             .users
             .volumes(BASIC_AUTH_SECRET, "basic-auth", 0o440);
     volumes.extend(users_volumes);
     agent_mounts.extend(users_mounts);
-    let (page_volumes, page_mounts) =
-        policy_files
-            .pages
-            .config_map_volumes(ERROR_PAGES_CONFIGMAP, "error-pages", 0o444);
-    volumes.extend(page_volumes);
-    agent_mounts.extend(page_mounts);
     let http_probe = |path: &str, period: u32, failures: u32| {
         json!({
             "httpGet": { "path": path, "port": "admin" },

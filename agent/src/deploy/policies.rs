@@ -1,9 +1,9 @@
-//! The files route policies name, in the pod. Error pages inside the workspace's directory ship
-//! in the workspace's ConfigMap, where a relative path finds them in the pod as it does here;
-//! pages elsewhere are keys of a ConfigMap the operator creates ([`ERROR_PAGES_CONFIGMAP`]), and
-//! basic-auth users files keys of a Secret ([`BASIC_AUTH_SECRET`]), each mounted in the agent at
-//! the path the workspace names. A users file is a credential: one in the workspace's directory
-//! would ship in the ConfigMap, and is refused.
+//! The files route policies name, in the pod. Error pages are files of the workspace's directory
+//! (the contract refuses a page outside the workspace's tree, and the pod's tree is that
+//! directory): they ship in the workspace's ConfigMap, where a relative path finds them in the
+//! pod as it does here. Basic-auth users files are keys of a Secret ([`BASIC_AUTH_SECRET`]),
+//! each mounted in the agent at the path the workspace names. A users file is a credential: one
+//! in the workspace's directory would ship in the ConfigMap, and is refused.
 
 use super::*;
 
@@ -12,8 +12,6 @@ use super::*;
 pub(super) struct PolicyFiles {
     /// ConfigMap path (relative to the workspace's mount) → the page's text.
     pub(super) shipped_pages: BTreeMap<String, String>,
-    /// Pages outside the workspace's directory, from the operator's ConfigMap.
-    pub(super) pages: SecretFiles,
     /// Users files, from the operator's Secret.
     pub(super) users: SecretFiles,
 }
@@ -33,39 +31,32 @@ pub(super) fn policy_files(
         )
     };
     let mut out = PolicyFiles::default();
-    let mut outside_pages = Vec::new();
     for page in pages {
-        match inside(page) {
-            Some(rel) => {
-                let text = std::fs::read_to_string(page).map_err(|e| DeployError::Read {
-                    path: page.to_owned(),
-                    reason: e.to_string(),
-                })?;
-                out.shipped_pages.insert(rel, text);
-            }
-            None => outside_pages.push(page),
-        }
+        let rel = inside(page).ok_or_else(|| DeployError::PageOutsideWorkspace {
+            path: page.to_owned(),
+        })?;
+        let text = std::fs::read_to_string(page).map_err(|e| DeployError::Read {
+            path: page.to_owned(),
+            reason: e.to_string(),
+        })?;
+        out.shipped_pages.insert(rel, text);
     }
-    let by_name = |paths: Vec<&Path>, what: &'static str, store: &'static str| {
-        SecretFiles::group(paths.into_iter().map(|p| {
-            let key = p
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            (key, p)
-        }))
-        .map_err(|Clash(first, second, name)| DeployError::PolicyFileClash {
-            what,
-            store,
-            detail: format!("{first} and {second} ({name})"),
-        })
-    };
-    out.pages = by_name(outside_pages, "error pages", ERROR_PAGES_CONFIGMAP)?;
     if let Some(inside) = users.iter().find(|u| inside(u).is_some()) {
         return Err(DeployError::UsersFileInWorkspace {
             path: inside.to_path_buf(),
         });
     }
-    out.users = by_name(users, "basic-auth users files", BASIC_AUTH_SECRET)?;
+    out.users = SecretFiles::group(users.into_iter().map(|p| {
+        let key = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        (key, p)
+    }))
+    .map_err(|Clash(first, second, name)| DeployError::PolicyFileClash {
+        what: "basic-auth users files",
+        store: BASIC_AUTH_SECRET,
+        detail: format!("{first} and {second} ({name})"),
+    })?;
     Ok(out)
 }

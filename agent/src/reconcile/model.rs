@@ -99,11 +99,7 @@ impl Model {
         self.policy_files_generation = tracker.generation();
         let before = std::mem::take(&mut self.desired.cluster_policies);
         let listeners_before = self.desired.listener_answers.clone();
-        desired::policies(
-            &mut self.desired,
-            &self.workspace,
-            desired::Files::Loaded(tracker.files()),
-        );
+        desired::policies(&mut self.desired, &self.workspace, tracker.files());
         let after = &self.desired.cluster_policies;
         let mut scope = Scope {
             everything: listeners_before != self.desired.listener_answers,

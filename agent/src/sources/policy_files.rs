@@ -1,5 +1,11 @@
 //! The policy-files source: the basic-auth users files and the error pages the workspace's route
 //! policies name, read and checked ([`crate::policy_files`]) on a [`super::watched_files`] thread.
+//!
+//! A page is read from the workspace's tree only (its directory, or `--workspace-root`), after
+//! links, at every read: sozu sends it to every client of its route, so a page that is a link out
+//! of the tree, put in place after the workspace was checked, is refused like one named outside
+//! it. A users file is a Secret mounted where the deployment puts it, outside the tree; the
+//! agent reads it wherever it is, and shows nothing of what it holds (docs/security.md).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -7,6 +13,8 @@ use std::sync::Arc;
 
 use super::watched_files::{read_capped, FileSet};
 use super::Fact;
+use crate::desired::PolicyFiles;
+use crate::imports::Root;
 use crate::policy_files::{parse_page, parse_users, MAX_USERS_BYTES};
 use crate::workspace::Workspace;
 
@@ -47,9 +55,33 @@ fn wanted(workspace: &Workspace) -> Wanted {
 }
 
 /// The users files and pages of the latest workspace.
-#[derive(Default)]
 pub struct Files {
     wanted: Wanted,
+    tree: Tree,
+}
+
+impl Files {
+    /// For the workspace at `workspace`, whose tree is its directory, or `root`.
+    pub fn new(workspace: PathBuf, root: Option<PathBuf>) -> Files {
+        Files {
+            wanted: Wanted::default(),
+            tree: Tree { workspace, root },
+        }
+    }
+}
+
+/// Where the workspace's tree is: found again at each read, as the directory may appear (or
+/// move) after the agent starts.
+struct Tree {
+    workspace: PathBuf,
+    root: Option<PathBuf>,
+}
+
+impl Tree {
+    fn find(&self) -> Result<Root, String> {
+        Root::of(&self.workspace, self.root.as_deref())
+            .map_err(|e| format!("cannot find the workspace's tree: {e}"))
+    }
 }
 
 impl FileSet for Files {
@@ -63,7 +95,7 @@ impl FileSet for Files {
     }
 
     fn read(&self) -> PolicyFileReads {
-        read_all(&self.wanted)
+        read_all(&self.wanted, &self.tree.find())
     }
 
     fn fact(reads: PolicyFileReads) -> Fact {
@@ -71,10 +103,11 @@ impl FileSet for Files {
     }
 }
 
-/// Reads every file the workspace's policies name, as the agent will: the files that cannot be
-/// read (one only a deployed agent sees, say), and the reasons of those refused.
-pub fn check(workspace: &Workspace) -> (Vec<String>, Vec<String>) {
-    let reads = read_all(&wanted(workspace));
+/// Reads every file the workspace's policies name, as the agent will (`tree` is the
+/// workspace's): the files that cannot be read (one only a deployed agent sees, say), and the
+/// reasons of those refused.
+pub fn check(workspace: &Workspace, tree: &Root) -> (Vec<String>, Vec<String>) {
+    let reads = read_all(&wanted(workspace), &Ok(tree.clone()));
     let (mut unreadable, mut refused) = (Vec::new(), Vec::new());
     let reasons = reads
         .users
@@ -96,7 +129,32 @@ pub fn check(workspace: &Workspace) -> (Vec<String>, Vec<String>) {
     (unreadable, refused)
 }
 
-fn read_all(wanted: &Wanted) -> PolicyFileReads {
+/// The workspace's error pages as sozu is sent them, for a configuration file sozu loads
+/// itself (`render --format sozu-toml`): every page must read good, as no agent beside that
+/// sozu would send a better one. Else the reasons, each naming its file.
+pub fn pages(workspace: &Workspace, tree: &Root) -> Result<PolicyFiles, Vec<String>> {
+    let wanted = Wanted {
+        users: BTreeSet::new(),
+        ..wanted(workspace)
+    };
+    let mut files = PolicyFiles::default();
+    let mut refused = Vec::new();
+    for (path, read) in read_all(&wanted, &Ok(tree.clone())).pages {
+        match read {
+            Ok(page) => {
+                files.pages.insert(path, page);
+            }
+            Err(reason) => refused.push(reason),
+        }
+    }
+    if refused.is_empty() {
+        Ok(files)
+    } else {
+        Err(refused)
+    }
+}
+
+fn read_all(wanted: &Wanted, tree: &Result<Root, String>) -> PolicyFileReads {
     let users = wanted
         .users
         .iter()
@@ -109,12 +167,25 @@ fn read_all(wanted: &Wanted) -> PolicyFileReads {
         .pages
         .iter()
         .map(|(path, status)| {
-            let read = read(path, crate::policy_files::MAX_PAGE_BYTES)
+            let read = inside(tree, path)
+                .and_then(|real| read(&real, crate::policy_files::MAX_PAGE_BYTES))
                 .and_then(|b| parse_page(&b, path, *status));
             (path.clone(), read.map(Arc::from))
         })
         .collect();
     PolicyFileReads { users, pages }
+}
+
+/// Where the page at `path` (absolute) really is, when that is in the workspace's tree.
+fn inside(tree: &Result<Root, String>, path: &Path) -> Result<PathBuf, String> {
+    let refused = |reason: &str| {
+        format!(
+            "{}: not read: {reason}; an error page is read from the workspace's tree only",
+            path.display()
+        )
+    };
+    let tree = tree.as_ref().map_err(|e| refused(e))?;
+    tree.confine(Path::new("/"), path).map_err(|e| refused(&e))
 }
 
 /// A file's bytes, one more than `max` at most (the checks then say it is too large).

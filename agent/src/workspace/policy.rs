@@ -17,7 +17,7 @@ pub struct RoutePolicy {
     /// Every request is answered with this redirect; the route forwards nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redirect: Option<Redirect>,
-    /// What the backend sees instead of the request's host, path or port.
+    /// What the backend sees instead of the request's path.
     #[serde(default, skip_serializing_if = "Rewrite::is_empty")]
     pub rewrite: Rewrite,
     /// The route's own header edits, applied after the workspace's.
@@ -49,12 +49,6 @@ impl RoutePolicy {
             }
             Some(path) => parts.push(format!("path→{path}")),
             None => {}
-        }
-        if let Some(host) = &self.rewrite.host {
-            parts.push(format!("host→{host}"));
-        }
-        if let Some(port) = self.rewrite.port {
-            parts.push(format!("port→{port}"));
         }
         let edits = self.headers.count();
         if edits > 0 {
@@ -111,12 +105,13 @@ impl Redirect {
     }
 }
 
+/// What the backend sees instead of the request's path. The host and the port are not here:
+/// sozu 2.3.3 sends a backend two `Host` headers when it rewrites the host, and uses a rewritten
+/// port only in a redirect's `Location` ([`Redirect`] has both).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rewrite {
-    pub host: Option<String>,
     /// `strip_prefix` is written here: what follows the prefix (see [`strip_template`]).
     pub path: Option<String>,
-    pub port: Option<u16>,
 }
 
 impl Rewrite {
@@ -326,13 +321,11 @@ impl RoutePolicy {
             return Err("`strip_prefix` on a route at `/` strips nothing".into());
         }
         let rewrite = Rewrite {
-            host: rewrite.host,
             path: if raw.strip_prefix {
                 Some(strip_template(path_prefix))
             } else {
                 rewrite.path
             },
-            port: port("rewrite.port", rewrite.port)?,
         };
         let limits = raw
             .limits

@@ -289,9 +289,9 @@ pub struct RawRedirect {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRewrite {
-    pub host: Option<String>,
+    /// `host` and `port` are refused by the contract (sozu 2.3.3 cannot rewrite either on a
+    /// forwarded request), so only the path reaches the model.
     pub path: Option<String>,
-    pub port: Option<f64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

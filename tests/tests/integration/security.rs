@@ -161,6 +161,181 @@ fn a_workspace_cannot_read_a_secret_outside_its_tree() {
     assert!(!seen.contains(secret), "the secret leaked:\n{seen}");
 }
 
+/// An error page is sent to every client of its route, so it is read from the workspace's tree
+/// alone: a page named outside it (`..`, an absolute path) makes the edit refused, at its value,
+/// and a page that becomes a link out of the tree after the workspace was taken is refused at
+/// its next read, its last good version served instead. The secret page is never sent, and
+/// appears in no output, log, state or metric.
+#[test]
+fn an_error_page_is_read_from_the_workspace_tree_only() {
+    let mut stack = Stack::new();
+    let backend = Backend::start("app");
+    let secrets = tempfile::tempdir().unwrap();
+    let secret = "page-s3cret-0123456789abcdef";
+    let secret_page = secrets.path().join("secret-503.http");
+    std::fs::write(
+        &secret_page,
+        format!("HTTP/1.1 503 Service Unavailable\n\n{secret}\n"),
+    )
+    .unwrap();
+    let workspace_dir = stack.workspace_path().parent().unwrap().to_owned();
+    let pages = workspace_dir.join("pages");
+    std::fs::create_dir_all(&pages).unwrap();
+    std::fs::write(
+        pages.join("503.http"),
+        "HTTP/1.1 503 Service Unavailable\n\nclosed for the night\n",
+    )
+    .unwrap();
+    private_ingress_tests::live::certificate(&stack.tls_dir(), A);
+    let drained = |page: &str| {
+        format!(
+            "{{ host = \"{A}\", upstream = \"{}\", port = {}, drain = true, error_pages.\"503\" = \"{page}\" }}",
+            backend.address.ip(),
+            backend.address.port()
+        )
+    };
+    let good = stack.workspace_text_of(&[drained("pages/503.http")], "");
+    stack.write_workspace(&good);
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(Duration::from_secs(60));
+    let served_page = || {
+        eventually(Duration::from_secs(60), "the route's 503", || {
+            https_get(stack.https, A, "/")
+                .ok()
+                .filter(|s| s.status == 503 && s.body.contains("closed"))
+        })
+    };
+    served_page();
+
+    let mut seen = String::new();
+    let relative = pathdiff(&secret_page, &workspace_dir);
+    for (page, reason) in [
+        (relative.display().to_string(), "it leads out of"),
+        (secret_page.display().to_string(), "it is outside"),
+    ] {
+        stack.write_workspace(&stack.workspace_text_of(&[drained(&page)], ""));
+        let error = eventually(Duration::from_secs(60), "the edit refused", || {
+            stack.state()?["workspace"]["last_error"]
+                .as_str()
+                .filter(|e| {
+                    e.contains(&format!(
+                        "error page `{page}` is not in the workspace's tree"
+                    ))
+                })
+                .map(str::to_owned)
+        });
+        assert!(error.contains(reason), "{error}");
+        assert!(error.contains("workspace.ncl:"), "at its value: {error}");
+        seen.push_str(&error);
+        for format in ["sozu-toml", "json"] {
+            let (code, out, err) = run(std::process::Command::new(agent_bin())
+                .arg("render")
+                .arg(stack.workspace_path())
+                .args(["--format", format]));
+            assert_eq!(code, 1, "{format}: {out}{err}");
+            seen.push_str(&out);
+            seen.push_str(&err);
+        }
+        assert!(!served_page().body.contains(secret));
+    }
+
+    // The workspace taken again, its page then made a link out of the tree.
+    stack.write_workspace(&good);
+    eventually(Duration::from_secs(60), "the good workspace taken", || {
+        stack.state()?["workspace"]["last_error"]
+            .is_null()
+            .then_some(())
+    });
+    let link = pages.join("503.http.new");
+    std::os::unix::fs::symlink(&secret_page, &link).unwrap();
+    std::fs::rename(&link, pages.join("503.http")).unwrap();
+    let problem = eventually(Duration::from_secs(60), "the page refused", || {
+        let state = stack.state()?;
+        let text = serde_json::to_string(&route_of(&state, A)?).ok()?;
+        text.contains("it is a link to").then_some(text)
+    });
+    seen.push_str(&problem);
+    for _ in 0..5 {
+        let page = served_page();
+        assert!(!page.body.contains(secret), "{}", page.body);
+    }
+    seen.push_str(&stack.status_text());
+    seen.push_str(&stack.agent_logs());
+    seen.push_str(&serde_json::to_string(&stack.state().unwrap()).unwrap());
+    seen.push_str(&stack.metrics());
+    assert!(!seen.contains(secret), "the secret leaked:\n{seen}");
+}
+
+/// A basic-auth users file is a Secret mounted where the deployment puts it, so the workspace
+/// may name one outside its tree (`..`, a link out): the agent reads it, and shows nothing of
+/// what it holds. A file that is no users file is refused by its line alone; its text appears in
+/// no output, log, state or metric, and no request is let in.
+#[test]
+fn a_users_file_outside_the_tree_shows_nothing_of_what_it_holds() {
+    let mut stack = Stack::new();
+    let backend = Backend::start("app");
+    let secrets = tempfile::tempdir().unwrap();
+    let secret = "token-s3cret-0123456789abcdef";
+    let secret_file = secrets.path().join("token");
+    std::fs::write(&secret_file, format!("# credentials\nservice:{secret}\n")).unwrap();
+    let workspace_dir = stack.workspace_path().parent().unwrap().to_owned();
+    std::fs::create_dir_all(&workspace_dir).unwrap();
+    std::os::unix::fs::symlink(&secret_file, workspace_dir.join("users")).unwrap();
+    private_ingress_tests::live::certificate(&stack.tls_dir(), A);
+    private_ingress_tests::live::certificate(&stack.tls_dir(), B);
+    let guarded = |host: &str, users: &str| {
+        format!(
+            "{{ host = \"{host}\", upstream = \"{}\", port = {}, basic_auth = {{ users_file = \"{users}\" }} }}",
+            backend.address.ip(),
+            backend.address.port()
+        )
+    };
+    let relative = pathdiff(&secret_file, &workspace_dir);
+    stack.write_workspace(&stack.workspace_text_of(
+        &[
+            guarded(A, &relative.display().to_string()),
+            guarded(B, "users"),
+        ],
+        "",
+    ));
+    stack.start_sozu();
+    stack.start_agent();
+    let mut seen = String::new();
+    for host in [A, B] {
+        let problem = eventually(Duration::from_secs(60), "the users file refused", || {
+            let state = stack.state()?;
+            let text = serde_json::to_string(&route_of(&state, host)?).ok()?;
+            text.contains(":2: the hash is not a SHA-256")
+                .then_some(text)
+        });
+        seen.push_str(&problem);
+        let answer = eventually(Duration::from_secs(60), "the route answering", || {
+            https_get(stack.https, host, "/").ok()
+        });
+        assert_eq!(answer.status, 401, "{host}: {}", answer.body);
+    }
+    let (code, out, err) = run(std::process::Command::new(agent_bin())
+        .arg("check")
+        .arg(stack.workspace_path()));
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains(":2: the hash is not a SHA-256"), "{err}");
+    seen.push_str(&out);
+    seen.push_str(&err);
+    let (_, status, _) = run(std::process::Command::new(agent_bin()).args([
+        "status",
+        "--admin-address",
+        &stack.admin.to_string(),
+    ]));
+    assert!(status.contains("the hash is not a SHA-256"), "{status}");
+    seen.push_str(&status);
+    seen.push_str(&stack.agent_logs());
+    seen.push_str(&serde_json::to_string(&stack.state().unwrap()).unwrap());
+    seen.push_str(&stack.metrics());
+    assert!(!seen.contains(secret), "the secret leaked:\n{seen}");
+    assert!(!seen.contains("service"), "the user leaked:\n{seen}");
+}
+
 /// `to` relative to the directory `from`, with `..` steps.
 fn pathdiff(to: &std::path::Path, from: &std::path::Path) -> std::path::PathBuf {
     let to: Vec<_> = to.components().collect();
