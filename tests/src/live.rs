@@ -476,6 +476,34 @@ pub fn https_get_as(
     versions: &[&'static rustls::SupportedProtocolVersion],
     identity: Option<&ClientIdentity>,
 ) -> Result<Seen, String> {
+    https_get_with(client_config_as(versions, identity)?, address, host, path)
+}
+
+/// [`https_get_as`], sending `headers` (name, value) with the request.
+pub fn https_get_as_sending(
+    address: SocketAddr,
+    host: &str,
+    path: &str,
+    identity: &ClientIdentity,
+    headers: &[(&str, &str)],
+) -> Result<Seen, String> {
+    let config = client_config_as(
+        &[&rustls::version::TLS13, &rustls::version::TLS12],
+        Some(identity),
+    )?;
+    let lines: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
+    https_exchange_full(config, address, host, path, &[], &lines).map(|(seen, _)| seen)
+}
+
+/// A client's TLS configuration: `versions` offered, `identity` presented if any, any server
+/// certificate taken.
+fn client_config_as(
+    versions: &[&'static rustls::SupportedProtocolVersion],
+    identity: Option<&ClientIdentity>,
+) -> Result<Arc<rustls::ClientConfig>, String> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -498,7 +526,7 @@ pub fn https_get_as(
         None => builder.with_no_client_auth(),
     };
     config.resumption = rustls::client::Resumption::disabled();
-    https_get_with(Arc::new(config), address, host, path)
+    Ok(Arc::new(config))
 }
 
 /// [`https_get`], with the response's header fields (names lowercase) beside what it saw.

@@ -524,3 +524,69 @@ fn an_interface_binds_the_listeners_and_the_request_timeout_closes_slow_clients(
     let refused = https_get_as(elsewhere.https, HOST, "/", ANY_TLS, None);
     assert!(refused.is_err(), "served without its listener: {refused:?}");
 }
+
+/// What a backend learns of the device that connected: nothing. sozu 2.3.3 checks the client
+/// certificate in the handshake and forwards none of it (no subject, serial or fingerprint in
+/// any header); a header a client sends under a name other proxies use for that
+/// (`X-Forwarded-Client-Cert`, Envoy's) reaches the backend as the client wrote it, unless the
+/// workspace removes it, as docs/contract.md shows.
+#[test]
+fn a_backend_learns_nothing_of_the_client_certificate_and_a_forged_one_is_removed_when_asked() {
+    use private_ingress_tests::live::{fingerprint_of_pem, https_get_as_sending};
+    let backend = Backend::start("app");
+    let mut stack = Stack::new();
+    certificate(&stack.tls_dir(), HOST);
+    let mut ca = DeviceCa::new("devices");
+    let laptop = ca.enroll("laptop-of-ana");
+    let devices = stack.dir.path().join("devices");
+    write_devices(
+        &devices,
+        0,
+        &ca.pem(),
+        &ca.crl(&[], time::Duration::days(7)),
+    );
+    write_workspace(&stack, &backend, &client_auth_field("required", &devices));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(Duration::from_secs(30));
+    let forged = ("X-Forwarded-Client-Cert", "Subject=\"CN=admin\"");
+    let head = || {
+        eventually(Duration::from_secs(30), "the device served", || {
+            https_get_as_sending(stack.https, HOST, "/headers", &laptop.identity, &[forged])
+                .ok()
+                .filter(|s| s.status == 200)
+        })
+        .body
+    };
+    let seen = head();
+    let fingerprint = fingerprint_of_pem(&laptop.identity.chain_pem);
+    for trace in [
+        "laptop-of-ana".to_owned(),
+        fingerprint.clone(),
+        fingerprint.to_uppercase(),
+        format!("{:x}", laptop.serial),
+        laptop.serial.to_string(),
+    ] {
+        assert!(
+            !seen.contains(&trace),
+            "{trace} reached the backend:\n{seen}"
+        );
+    }
+    assert!(
+        seen.contains("X-Forwarded-Client-Cert: Subject=\"CN=admin\""),
+        "a client's header goes through as written:\n{seen}"
+    );
+
+    let text = std::fs::read_to_string(stack.workspace_path())
+        .unwrap()
+        .replace(
+            "routes = [",
+            "headers.request.remove = [\"X-Forwarded-Client-Cert\"],\n  routes = [",
+        );
+    stack.write_workspace(&text);
+    let seen = eventually(Duration::from_secs(30), "the forged header removed", || {
+        let seen = head();
+        (!seen.to_lowercase().contains("x-forwarded-client-cert")).then_some(seen)
+    });
+    assert!(seen.starts_with("GET /headers"), "{seen}");
+}
