@@ -77,7 +77,7 @@ fn main() {
     let mut plain = None;
     for (routes, kind, path, check, peak_rss) in checks {
         let in_process = median(runs(routes), || {
-            private_ingress::contract::evaluate(&path).expect("valid workspace");
+            private_ingress::evaluate::contract::evaluate(&path).expect("valid workspace");
         });
         let baseline = median(runs(routes), || evaluate_without_contract(&path));
         let per_route = in_process.as_secs_f64() / routes as f64;

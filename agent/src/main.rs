@@ -11,12 +11,12 @@ use private_ingress::cli::exit::{
 };
 use private_ingress::cli::status::StatusError;
 use private_ingress::cli::{Cli, Command, EvalArgs, Format};
-use private_ingress::contract::{ContractError, SCHEMA};
 use private_ingress::deploy;
-use private_ingress::imports::Root;
-use private_ingress::input::Input;
+use private_ingress::evaluate::contract::{ContractError, SCHEMA};
+use private_ingress::evaluate::imports::Root;
+use private_ingress::evaluate::input::Input;
+use private_ingress::evaluate::sandbox::{self, SandboxError};
 use private_ingress::render::{self, SozuSettings};
-use private_ingress::sandbox::{self, SandboxError};
 use private_ingress::sources;
 use private_ingress::workspace::Workspace;
 
@@ -45,7 +45,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             let tree = Root::of(&workspace.path(), eval.workspace_root.as_deref())
                 .context("cannot find the workspace's directory")?;
-            let (unreadable, refused) = sources::policy_files::check(&ws, &tree);
+            let (unreadable, refused) = sources::route_policy_files::check(&ws, &tree);
             if !refused.is_empty() {
                 for reason in refused {
                     eprintln!("error: {reason}");
@@ -79,7 +79,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let workspace = Input::open(&workspace)?;
             let mut limits = eval.limits();
             if format == Format::SozuToml {
-                limits.target = private_ingress::contract::Target::SozuToml;
+                limits.target = private_ingress::evaluate::contract::Target::SozuToml;
             }
             let ws = match load_with(&workspace, &limits)? {
                 Ok(ws) => ws,
@@ -102,7 +102,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     // The pages go into the file whole, read and checked as the agent would.
                     let tree = Root::of(&workspace.path(), eval.workspace_root.as_deref())
                         .context("cannot find the workspace's directory")?;
-                    let pages = match sources::policy_files::pages(&ws, &tree) {
+                    let pages = match sources::route_policy_files::pages(&ws, &tree) {
                         Ok(pages) => pages,
                         Err(reasons) => {
                             for reason in reasons {
@@ -211,9 +211,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             workspace,
         } => {
             let target = if for_sozu_toml {
-                private_ingress::contract::Target::SozuToml
+                private_ingress::evaluate::contract::Target::SozuToml
             } else {
-                private_ingress::contract::Target::Agent
+                private_ingress::evaluate::contract::Target::Agent
             };
             let code = sandbox::child_main(
                 &workspace,

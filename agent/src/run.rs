@@ -159,7 +159,10 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     )?;
     tasks.adopt("client-auth", forwarder);
     let forwarder = sources::watched_files::spawn(
-        sources::policy_files::Files::new(args.workspace.clone(), args.eval.workspace_root.clone()),
+        sources::route_policy_files::Files::new(
+            args.workspace.clone(),
+            args.eval.workspace_root.clone(),
+        ),
         latest_rx.clone(),
         facts.clone(),
         tasks.thread("policy-files"),

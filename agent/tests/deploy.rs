@@ -998,10 +998,11 @@ fn the_manifests_carry_what_cluster_tools_expect() {
 /// imports only under its own directory) that must not drift from the example.
 #[test]
 fn the_deployed_reference_is_the_example_with_its_lb_ip_and_images() {
-    let example =
-        private_ingress::contract::evaluate(&repo().join("schema/examples/librecloud.ncl"))
-            .unwrap();
-    let deployed = private_ingress::contract::evaluate(&reference()).unwrap();
+    let example = private_ingress::evaluate::contract::evaluate(
+        &repo().join("schema/examples/librecloud.ncl"),
+    )
+    .unwrap();
+    let deployed = private_ingress::evaluate::contract::evaluate(&reference()).unwrap();
     assert_eq!(deployed.lb_ip, Some("10.200.3.6".parse().unwrap()));
     let mut deploy = (*deployed.deploy).clone();
     for image in [&deploy.sozu_image, &deploy.agent_image] {
@@ -1025,8 +1026,10 @@ fn the_deployed_reference_is_the_example_with_its_lb_ip_and_images() {
 /// The defaults the contract applies are the ones `Deploy::default` promises to code.
 #[test]
 fn contract_defaults_match_the_model_defaults() {
-    let ws = private_ingress::contract::evaluate(&repo().join("schema/examples/librecloud.ncl"))
-        .unwrap();
+    let ws = private_ingress::evaluate::contract::evaluate(
+        &repo().join("schema/examples/librecloud.ncl"),
+    )
+    .unwrap();
     assert_eq!(*ws.deploy, private_ingress::workspace::Deploy::default());
     assert_eq!(ws.lb_ip, None);
 }

@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
-use super::policy::{Basis, Ledger};
+use super::renewal_policy::{Basis, Ledger};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

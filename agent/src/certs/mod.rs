@@ -83,7 +83,7 @@ impl CertError {
 mod tests {
     use super::parse::pem;
     use super::*;
-    use crate::sozu_state::Certificate;
+    use crate::sozu::state::Certificate;
     use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::CertificateDer;

@@ -236,12 +236,12 @@ pub struct EvalArgs {
 }
 
 impl EvalArgs {
-    pub fn limits(&self) -> crate::sandbox::Limits {
-        crate::sandbox::Limits {
+    pub fn limits(&self) -> crate::evaluate::sandbox::Limits {
+        crate::evaluate::sandbox::Limits {
             timeout: Duration::from_secs_f64(self.eval_timeout),
             memory_bytes: self.eval_memory_mib.saturating_mul(1 << 20),
             root: self.workspace_root.clone(),
-            target: crate::contract::Target::Agent,
+            target: crate::evaluate::contract::Target::Agent,
         }
     }
 }

@@ -1,8 +1,8 @@
 //! The files a workspace is made of, as the ConfigMap ships them: the workspace and what it
-//! imports, inside its tree ([`crate::imports`]), laid out at their relative paths.
+//! imports, inside its tree ([`crate::evaluate::imports`]), laid out at their relative paths.
 
 use super::*;
-use crate::input::Input;
+use crate::evaluate::input::Input;
 use nickel_lang_core::cache::InputFormat;
 
 /// The workspace file and every file it imports, transitively, as they will sit in the pod.
@@ -30,7 +30,7 @@ impl WorkspaceFiles {
             reason,
         };
         let dir = std::env::current_dir().map_err(|err| read_error(err.to_string()))?;
-        let format = crate::contract::text_format(text);
+        let format = crate::evaluate::contract::text_format(text);
         let shipped = dir.join(match format {
             InputFormat::Json => "workspace.json",
             _ => "workspace.ncl",
@@ -58,7 +58,7 @@ impl WorkspaceFiles {
         Ok(files)
     }
 
-    /// Reads `workspace` and follows its `import "…"`s ([`crate::imports::walk`]: confined to
+    /// Reads `workspace` and follows its `import "…"`s ([`crate::evaluate::imports::walk`]: confined to
     /// `root`, the workspace's directory unless wider, as the evaluation is). Imports are found
     /// with Nickel's own lexer rather than by evaluating: this runs in the parent process, after
     /// the sandboxed evaluation has already accepted the workspace, and lexing cannot loop or

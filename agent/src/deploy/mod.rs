@@ -47,7 +47,7 @@ use sha2::Digest;
 
 use crate::alerts::AlertSettings;
 use crate::document::ReadinessMode;
-use crate::imports::{self, normalize, Root, WalkError};
+use crate::evaluate::imports::{self, normalize, Root, WalkError};
 use crate::render::{self, RenderError, SozuSettings};
 use crate::workspace::{ContainerResources, Dns01, LbProvider, TlsRotation, Upstream, Workspace};
 
@@ -229,7 +229,7 @@ mod files;
 mod monitoring;
 mod network;
 mod pod;
-mod policies;
+mod route_policy_files;
 
 pub use dns::dns;
 pub use files::WorkspaceFiles;
@@ -239,7 +239,7 @@ use config::*;
 use monitoring::*;
 use network::*;
 use pod::*;
-use policies::*;
+use route_policy_files::*;
 
 /// The Kubernetes manifests of the workspace, as one multi-document YAML stream in apply order:
 /// Namespace, ServiceAccount, ConfigMap, Certificates (`'reloader`), Services (with

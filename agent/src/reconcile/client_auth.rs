@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use crate::certs::client_ca::{ClientCa, Crl};
 use crate::document::{ClientAuthStatus, ClientCaStatus, ClientCrlStatus};
 use crate::sources::client_auth::ClientAuthFiles;
-use crate::sozu_state::ClientAuthState;
+use crate::sozu::state::ClientAuthState;
 use crate::workspace::{ClientAuth, ClientAuthMode};
 
 #[derive(Debug, Default)]

@@ -100,7 +100,7 @@ pub struct Agent<P, C> {
     /// The CA and CRLs of `listeners.client_auth`, as last read good.
     pub(super) client_auth: super::client_auth::ClientAuthTracker,
     /// The basic-auth users files and error pages, as last read good.
-    pub(super) policy_files: super::policy_files::PolicyFilesTracker,
+    pub(super) policy_files: super::route_policy_files::PolicyFilesTracker,
     pub(super) status: SharedStatus,
     /// Beaten at every turn of the loop: `/healthz` reads it.
     heartbeat: Heartbeat,
@@ -418,7 +418,8 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                     work.workspace = true;
                     self.dirty.all = true;
                     if let Some(workspace) = &self.workspace.current {
-                        self.dns.retain(&crate::desired::upstream_names(workspace));
+                        self.dns
+                            .retain(&crate::plan::desired::upstream_names(workspace));
                         self.certs
                             .retain(&workspace.routes.iter().map(|r| r.host.as_str()).collect());
                     }

@@ -25,9 +25,9 @@ pub mod driver;
 pub mod model;
 pub mod pass;
 pub mod policy;
-pub mod policy_files;
 mod publish;
 pub mod readiness;
+pub mod route_policy_files;
 pub mod sync;
 pub mod trackers;
 

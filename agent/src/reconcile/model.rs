@@ -7,13 +7,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::desired::{self, Held};
+use crate::plan::desired::{self, Held};
 use crate::plan::Scope;
-use crate::sozu_state::{Actual, Desired};
+use crate::sozu::state::{Actual, Desired};
 use crate::workspace::{Route, Workspace};
 
 use super::client_auth::ClientAuthTracker;
-use super::policy_files::PolicyFilesTracker;
+use super::route_policy_files::PolicyFilesTracker;
 use super::trackers::{CertTracker, DnsTracker};
 
 pub struct Model {
@@ -164,7 +164,7 @@ impl Model {
     }
 
     /// The cluster a backend id of the agent's belongs to: the id up to its last `-` (an
-    /// address holds none; see [`crate::desired::backend_id`]).
+    /// address holds none; see [`crate::plan::desired::backend_id`]).
     pub fn cluster_of_backend(&self, backend_id: &str) -> Option<String> {
         let (cluster, _) = backend_id.rsplit_once('-')?;
         self.routes_by_id

@@ -254,12 +254,12 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         let Some(model) = &self.model else {
             return;
         };
-        let names = crate::desired::Names::Resolved(self.dns.resolved());
+        let names = crate::plan::desired::Names::Resolved(self.dns.resolved());
         let mut ids = std::collections::BTreeSet::new();
         for route in &model.workspace().routes {
             for upstream in &route.upstreams {
-                for address in crate::desired::addresses(&upstream.upstream, names) {
-                    ids.insert(crate::desired::backend_id(&route.id, &address));
+                for address in crate::plan::desired::addresses(&upstream.upstream, names) {
+                    ids.insert(crate::plan::desired::backend_id(&route.id, &address));
                 }
             }
         }

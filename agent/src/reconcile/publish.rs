@@ -10,11 +10,11 @@ use super::driver::Agent;
 use super::readiness;
 use crate::api::metrics::RouteMetrics;
 use crate::api::{Head, RouteKey, RouteView, Snapshot};
-use crate::desired::{self, Names};
 use crate::document::{
     BackendHealth, BackendStatus, CertificateStatus, RouteState, RouteStatus, UpstreamStatus,
     Waiting,
 };
+use crate::plan::desired::{self, Names};
 use crate::plan::Scope;
 use crate::sources::CertSource;
 use crate::sozu::Proxy;

@@ -26,7 +26,7 @@ use crate::document::{Readiness, ReadinessMode};
 
 use super::model::Model;
 use super::policy::Refusals;
-use super::policy_files::PolicyFilesTracker;
+use super::route_policy_files::PolicyFilesTracker;
 use super::trackers::{CertTracker, DnsTracker};
 
 /// What the ACME issuer says of its hosts (`tls_rotation = 'sozu_managed`), as readiness needs

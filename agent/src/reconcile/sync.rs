@@ -7,9 +7,9 @@ use std::collections::BTreeSet;
 
 use crate::plan::{self, Op, Outcome};
 use crate::sozu::generation::{should_resync, Generation};
+use crate::sozu::state::{Actual, ClusterState};
 use crate::sozu::Proxy;
 use crate::sozu::SozuError;
-use crate::sozu_state::{Actual, ClusterState};
 use crate::workspace::ID_PREFIX;
 
 pub struct SozuSync<P> {

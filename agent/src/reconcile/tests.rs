@@ -16,9 +16,9 @@ use crate::plan::{self, Op, Outcome};
 use crate::sources::sozu_events::{Change, ChangeKind, SozuEvent};
 use crate::sources::{CertSource, Fact, NameFact};
 use crate::sozu::phases::{send_in_phases, SendError};
+use crate::sozu::state::{Actual, Certificate};
 use crate::sozu::{Delivered, SozuError};
 use crate::sozu::{Generation, Proxy};
-use crate::sozu_state::{Actual, Certificate};
 use crate::workspace::{test_route as route, Route, Upstream};
 
 /// An in-memory sozu: applies operations as sozu would, can refuse, be down, and "restart".
@@ -145,9 +145,9 @@ impl Proxy for Fake {
     async fn read_cluster(
         &mut self,
         id: String,
-    ) -> Result<crate::sozu_state::ClusterState, SozuError> {
+    ) -> Result<crate::sozu::state::ClusterState, SozuError> {
         let s = self.0.lock().unwrap();
-        Ok(crate::sozu_state::ClusterState {
+        Ok(crate::sozu::state::ClusterState {
             exists: s.actual.clusters.contains(&id),
             backends: s.actual.backends.get(&id).cloned().unwrap_or_default(),
             health_check: s.actual.health_checks.get(&id).cloned(),
@@ -384,7 +384,7 @@ impl Harness {
         s.actual
             .frontends
             .iter()
-            .filter(|f| f.protocol == crate::sozu_state::Protocol::Https)
+            .filter(|f| f.protocol == crate::sozu::state::Protocol::Https)
             .map(|f| f.hostname.clone())
             .collect()
     }
@@ -580,7 +580,7 @@ async fn readiness_waits_for_a_users_file_to_be_read() {
             .unwrap_or_default()
     };
     assert!(hashes().is_empty(), "credentials before the file was read");
-    let mut reads = crate::sources::policy_files::PolicyFileReads::default();
+    let mut reads = crate::sources::route_policy_files::PolicyFileReads::default();
     let line = format!("alice:{}", "0".repeat(64));
     reads
         .users
@@ -1022,7 +1022,7 @@ async fn incremental_passes_end_where_a_full_recomputation_would() {
                         if mirror
                             .workspace
                             .as_ref()
-                            .is_some_and(|w| crate::desired::upstream_names(w).contains(name))
+                            .is_some_and(|w| crate::plan::desired::upstream_names(w).contains(name))
                         {
                             mirror.resolved.insert(name.into(), ips);
                         }
@@ -1065,7 +1065,7 @@ async fn incremental_passes_end_where_a_full_recomputation_would() {
                     ws.routes
                         .sort_by(|a, b| (&a.host, &a.path_prefix).cmp(&(&b.host, &b.path_prefix)));
                     let ws = Arc::new(ws);
-                    let used = crate::desired::upstream_names(&ws);
+                    let used = crate::plan::desired::upstream_names(&ws);
                     mirror.resolved.retain(|n, _| used.contains(n));
                     let hosts_used: BTreeSet<&str> =
                         ws.routes.iter().map(|r| r.host.as_str()).collect();
@@ -1096,7 +1096,7 @@ async fn incremental_passes_end_where_a_full_recomputation_would() {
                 continue;
             };
             let actual = h.sozu.0.lock().unwrap().actual.clone();
-            let (expected, _) = crate::desired::build(
+            let (expected, _) = crate::plan::desired::build(
                 ws,
                 &mirror.resolved,
                 &mirror.last_good,
@@ -1272,7 +1272,7 @@ async fn a_frontend_removed_behind_the_agents_back_is_restored_from_the_event_al
             .actual
             .frontends
             .iter()
-            .find(|f| f.protocol == crate::sozu_state::Protocol::Https)
+            .find(|f| f.protocol == crate::sozu::state::Protocol::Https)
             .cloned()
             .unwrap();
         s.actual.frontends.remove(&https);

@@ -236,7 +236,7 @@ impl<R: Resolve> Source<R> {
                 .is_some_and(|w| w.allow_special_upstream_addresses);
             workspace
                 .as_deref()
-                .map(crate::desired::upstream_names)
+                .map(crate::plan::desired::upstream_names)
                 .unwrap_or_default()
         };
         self.names.retain(|name, _| wanted.contains(name));

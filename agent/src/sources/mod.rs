@@ -17,8 +17,8 @@
 pub mod client_auth;
 pub mod dir_watch;
 pub mod dns;
-pub mod policy_files;
 pub mod resolver;
+pub mod route_policy_files;
 pub mod sozu_events;
 pub mod sozu_socket;
 pub mod tlsdir;
@@ -30,7 +30,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::certs::CertError;
-use crate::sozu_state::Certificate;
+use crate::sozu::state::Certificate;
 use crate::workspace::Workspace;
 
 /// The latest good workspace, for the sources that follow it (DNS names, certificate hosts). An
@@ -89,7 +89,7 @@ pub enum Fact {
     /// The CA and CRL files of `listeners.client_auth` were read again and say something new.
     ClientAuth(Box<client_auth::ClientAuthFiles>),
     /// The basic-auth users files and error pages were read again and say something new.
-    PolicyFiles(Box<policy_files::PolicyFileReads>),
+    PolicyFiles(Box<route_policy_files::PolicyFileReads>),
     /// A file watcher's queue overflowed and events were lost; its source has read everything
     /// again.
     WatchOverflow,

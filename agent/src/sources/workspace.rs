@@ -10,7 +10,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 use tokio::sync::watch;
 
 use super::{watcher, Fact, WatchError};
-use crate::sandbox::{self, Limits, SandboxError};
+use crate::evaluate::sandbox::{self, Limits, SandboxError};
 use crate::workspace::Workspace;
 
 /// Evaluating the workspace with the contract, isolated.
@@ -18,7 +18,7 @@ pub trait LoadWorkspace: Send + Sync + 'static {
     fn load(&self) -> impl Future<Output = Result<Workspace, SandboxError>> + Send;
 }
 
-/// [`LoadWorkspace`] through the sandbox ([`crate::sandbox::evaluate`], a blocking call that
+/// [`LoadWorkspace`] through the sandbox ([`crate::evaluate::sandbox::evaluate`], a blocking call that
 /// waits for a child process), on tokio's blocking pool.
 pub struct SandboxLoader {
     pub exe: PathBuf,

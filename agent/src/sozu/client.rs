@@ -15,7 +15,7 @@ use sozu_command_lib::proto::command::{
 use super::request::{health_check_of, hsts_of, to_request};
 use super::SozuError;
 use crate::plan::Op;
-use crate::sozu_state::{
+use crate::sozu::state::{
     Actual, Address, Backend, ClientAuthState, ClusterState, Frontend, ListenerCertificates,
     ListenerSettings, Protocol,
 };
@@ -791,7 +791,7 @@ mod tests {
     /// file exists, and before sozu is asked anything.
     #[test]
     fn a_state_file_never_carries_a_certificate() {
-        use crate::sozu_state::{Certificate, KeyPem};
+        use crate::sozu::state::{Certificate, KeyPem};
         let dir = tempfile::tempdir().unwrap();
         let mut client = SozuClient::new(&dir.path().join("absent.sock"), Duration::from_secs(1));
         let certificate = Certificate {

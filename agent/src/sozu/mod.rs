@@ -24,6 +24,8 @@ pub mod lanes;
 pub mod phases;
 pub mod proxy;
 pub mod request;
+pub mod route_policy;
+pub mod state;
 
 use std::path::PathBuf;
 use std::time::Duration;

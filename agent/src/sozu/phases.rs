@@ -110,7 +110,7 @@ mod tests {
     use super::*;
     use crate::plan::tests::{cert, desired, workspace};
     use crate::plan::{apply, plan};
-    use crate::sozu_state::{Actual, Protocol};
+    use crate::sozu::state::{Actual, Protocol};
 
     #[test]
     fn a_refused_certificate_holds_back_only_its_own_host() {

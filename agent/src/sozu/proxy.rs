@@ -12,7 +12,7 @@ use super::generation::Generation;
 use super::lanes::{lock, send_over, Lane};
 use super::{Delivered, SozuClient, SozuError};
 use crate::plan::{Op, Outcome};
-use crate::sozu_state::{Actual, ClusterState};
+use crate::sozu::state::{Actual, ClusterState};
 
 /// What sozu is to the loop.
 pub trait Proxy: Send + 'static {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use super::SozuError;
 use crate::plan::Op;
-use crate::sozu_state::{
+use crate::sozu::state::{
     Address, Backend, Certificate, ClientAuthState, ClusterPolicy, Frontend, FrontendPolicy,
     HeaderEdit, HealthCheck, Hsts, ListenerSettings, Probe, Protocol, UNIX_BACKEND_IDENTITY,
 };

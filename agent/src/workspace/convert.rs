@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 
 use ipnet::IpNet;
 
-use super::policy::{self, RawPolicy, RoutePolicy};
+use super::route_policy::{self, RawPolicy, RoutePolicy};
 use super::*;
-use crate::sozu_state::{HealthCheck, Hsts, Probe};
+use crate::sozu::state::{HealthCheck, Hsts, Probe};
 
 /// A value the contract let through but the model cannot represent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -251,10 +251,10 @@ impl Workspace {
             None => None,
             Some(hsts) => hsts_from_raw(hsts).map_err(ModelError::Hsts)?,
         };
-        let error_pages =
-            policy::error_pages_from_raw(raw.error_pages, None).map_err(ModelError::Policy)?;
+        let error_pages = route_policy::error_pages_from_raw(raw.error_pages, None)
+            .map_err(ModelError::Policy)?;
         Ok(Workspace {
-            headers: Box::new(policy::headers_from_raw(raw.headers)),
+            headers: Box::new(route_policy::headers_from_raw(raw.headers)),
             error_pages,
             zone: raw.zone,
             listeners,

@@ -5,12 +5,12 @@
 //! instead of trusting that, because the contract file and this code can drift apart.
 
 mod convert;
-mod policy;
 mod raw;
+mod route_policy;
 
 pub use convert::{dns_server, ModelError};
-pub use policy::*;
 pub use raw::*;
+pub use route_policy::*;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -21,7 +21,7 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 use crate::document::ReadinessMode;
-use crate::sozu_state::{HealthCheck, Hsts};
+use crate::sozu::state::{HealthCheck, Hsts};
 
 /// How certificates reach `<tls_dir>/<host>/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

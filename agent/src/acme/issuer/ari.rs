@@ -1,5 +1,5 @@
 //! The issuer's renewal-information polls (ACME Renewal Information, RFC 9773): asked after the
-//! CA's Retry-After, bounded, the window taken within bounds ([`crate::acme::policy::renewal_time`]).
+//! CA's Retry-After, bounded, the window taken within bounds ([`crate::acme::renewal_policy::renewal_time`]).
 
 use super::*;
 use crate::acme::ca::RenewalInfo;
@@ -66,7 +66,7 @@ impl<C: Ca> Issuer<C> {
                     self.ari.insert(acme.directory.clone(), true);
                     let window = (start, end);
                     if issued.ari_window != Some(window) {
-                        let (at, basis) = policy::renewal_time(
+                        let (at, basis) = renewal_policy::renewal_time(
                             issued.not_before,
                             issued.not_after,
                             Some(window),

@@ -56,8 +56,8 @@ impl<C: Ca> Issuer<C> {
                     valid_until: valid.map(|i| i.not_after),
                     renewal_due: valid.map(|i| i.renew_at),
                     renewal_basis: valid.map(|i| match i.basis {
-                        policy::Basis::Ari => RenewalBasis::Ari,
-                        policy::Basis::Lifetime => RenewalBasis::Lifetime,
+                        renewal_policy::Basis::Ari => RenewalBasis::Ari,
+                        renewal_policy::Basis::Lifetime => RenewalBasis::Lifetime,
                     }),
                     orders_placed: counts.placed,
                     certificates_issued: counts.issued,

@@ -1,9 +1,8 @@
-//! Outputs derived from a [`Workspace`]: the normalised model as JSON, and a complete sozu
-//! configuration file. Formatting is pure and deterministic (routes are sorted, maps are ordered);
-//! [`write_atomic`] is the only I/O here.
+//! sozu's own configuration file, made from the same desired state the live agent applies
+//! ([`crate::plan::desired`]): listeners, one cluster per route with its frontends and backends,
+//! its policies, the listeners' pages. Pure.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -11,37 +10,13 @@ use serde::Serialize;
 use sozu_command_lib::config::FileHealthCheckConfig;
 use sozu_command_lib::proto::command::HealthCheckMode;
 
-use crate::desired::{self, Names, PolicyFiles};
-use crate::sozu_state::{Address, HealthCheck, Hsts, Protocol, UNIX_BACKEND_IDENTITY};
+use crate::plan::desired::{self, Names, PolicyFiles};
+use crate::sozu::state::{Address, HealthCheck, Hsts, Protocol, UNIX_BACKEND_IDENTITY};
 use crate::workspace::{
     ClientAuthMode, ListenerPolicy, ListenerTimeouts, RedirectScheme, TlsVersion, Workspace,
 };
 
-#[derive(Debug, thiserror::Error)]
-pub enum RenderError {
-    #[error("cannot serialise the {format} output: {reason}")]
-    Serialise {
-        format: &'static str,
-        reason: String,
-    },
-    #[error("cannot write {}: {error}", path.display())]
-    Write {
-        path: PathBuf,
-        error: std::io::Error,
-    },
-    #[error(
-        "route `{route}`: {what} cannot be written in sozu's configuration file; the agent \
-         applies it over sozu's socket (run the agent beside sozu, or render --format k8s)"
-    )]
-    Unexpressible { route: String, what: String },
-}
-
-impl RenderError {
-    /// Whether the workspace asks for what the output cannot hold (not an I/O failure).
-    pub fn is_invalid_workspace(&self) -> bool {
-        matches!(self, RenderError::Unexpressible { .. })
-    }
-}
+use super::RenderError;
 
 /// What a sozu configuration file rendered from `workspace` leaves out, for the operator.
 pub fn sozu_toml_warnings(workspace: &Workspace) -> Vec<String> {
@@ -58,17 +33,6 @@ pub fn sozu_toml_warnings(workspace: &Workspace) -> Vec<String> {
             )
         })
         .collect()
-}
-
-/// The normalised model, pretty-printed, with a trailing newline.
-pub fn json(workspace: &Workspace) -> Result<String, RenderError> {
-    let mut out =
-        serde_json::to_string_pretty(workspace).map_err(|err| RenderError::Serialise {
-            format: "json",
-            reason: err.to_string(),
-        })?;
-    out.push('\n');
-    Ok(out)
 }
 
 /// Process settings of the rendered sozu configuration that the workspace does not carry.
@@ -113,7 +77,7 @@ pub fn max_command_buffer_size(routes: usize) -> u64 {
 /// HTTPS, and its backends. DNS upstreams are written as `name:port`, which sozu resolves once
 /// when it loads the file; the live agent re-resolves them instead. Error pages are written in
 /// the file, as the agent sends them (`pages`, read and checked by
-/// [`crate::sources::policy_files::pages`]), so the file works from whichever directory sozu
+/// [`crate::sources::route_policy_files::pages`]), so the file works from whichever directory sozu
 /// starts in; users files never are (see [`sozu_toml_warnings`]).
 pub fn sozu_toml(
     workspace: &Workspace,
@@ -527,54 +491,9 @@ fn path_string(path: &Path) -> String {
     path.to_string_lossy().into_owned()
 }
 
-/// Replaces `path` with `contents` so that a reader sees the old file or the new one, never a
-/// mix, and a failure leaves the old file untouched: write a temporary file in the same
-/// directory, fsync it, rename it over `path`, fsync the directory. A new file gets mode 0644; an
-/// existing one keeps its mode.
-pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), RenderError> {
-    use std::os::unix::fs::PermissionsExt;
-
-    let fail = |error| RenderError::Write {
-        path: path.to_owned(),
-        error: without_temporary_name(error),
-    };
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    let mode = match std::fs::metadata(path) {
-        Ok(meta) => meta.permissions().mode() & 0o7777,
-        Err(_) => 0o644,
-    };
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".private-ingress-")
-        .tempfile_in(dir)
-        .map_err(fail)?;
-    tmp.write_all(contents).map_err(fail)?;
-    tmp.as_file()
-        .set_permissions(std::fs::Permissions::from_mode(mode))
-        .map_err(fail)?;
-    tmp.as_file().sync_all().map_err(fail)?;
-    tmp.persist(path).map_err(|err| fail(err.error))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(fail)
-}
-
-/// tempfile's errors end in the temporary file's name (`… at path "/dir/.private-ingress-x1"`),
-/// a file the user never asked for; the path they gave is named already. tempfile keeps the
-/// system's error only as text, so the text is cut.
-fn without_temporary_name(error: std::io::Error) -> std::io::Error {
-    let text = error.to_string();
-    match text.rfind(" at path \"") {
-        Some(at) if error.get_ref().is_some() => std::io::Error::new(error.kind(), &text[..at]),
-        _ => error,
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use crate::sozu_state::Probe;
+    use crate::sozu::state::Probe;
 
     /// One mapping of a health check, read back: the file's block, as sozu parses it from the
     /// TOML text, is the request the agent sends, field for field.
@@ -773,15 +692,15 @@ mod tests {
         );
         let ws_path = dir.path().join("workspace.ncl");
         std::fs::write(&ws_path, text).unwrap();
-        let ws = crate::contract::evaluate(&ws_path).unwrap();
+        let ws = crate::evaluate::contract::evaluate(&ws_path).unwrap();
         for route in &ws.routes {
             let (crt, key) = ws.certificate_paths(&route.host);
             std::fs::create_dir_all(crt.parent().unwrap()).unwrap();
             std::fs::write(&crt, "certificate").unwrap();
             std::fs::write(&key, "key").unwrap();
         }
-        let tree = crate::imports::Root::of(&ws_path, None).unwrap();
-        let pages = crate::sources::policy_files::pages(&ws, &tree).unwrap();
+        let tree = crate::evaluate::imports::Root::of(&ws_path, None).unwrap();
+        let pages = crate::sources::route_policy_files::pages(&ws, &tree).unwrap();
         let doc: toml::Table = sozu_toml(&ws, &pages, &SozuSettings::default())
             .unwrap()
             .parse()
@@ -791,7 +710,7 @@ mod tests {
         let mut files = desired::PolicyFiles::default();
         files.pages.insert(
             page.clone(),
-            crate::policy_files::parse_page(page_text.as_bytes(), &page, 503)
+            crate::sources::route_policy_files::parse::parse_page(page_text.as_bytes(), &page, 503)
                 .unwrap()
                 .into(),
         );
@@ -905,19 +824,5 @@ mod tests {
         .unwrap_err();
         assert!(err.is_invalid_workspace());
         assert!(err.to_string().contains("redirect.status 308"), "{err}");
-    }
-
-    #[test]
-    fn write_atomic_replaces_and_keeps_the_old_file_on_failure() {
-        let dir = tempfile::tempdir().unwrap();
-        let target = dir.path().join("out.toml");
-        write_atomic(&target, b"one").unwrap();
-        write_atomic(&target, b"two").unwrap();
-        assert_eq!(std::fs::read(&target).unwrap(), b"two");
-        // A target whose directory does not exist fails and creates nothing.
-        let missing = dir.path().join("nope/out.toml");
-        assert!(write_atomic(&missing, b"x").is_err());
-        let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
-        assert_eq!(leftovers.len(), 1, "no temporary file is left behind");
     }
 }

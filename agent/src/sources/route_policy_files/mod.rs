@@ -1,5 +1,5 @@
 //! The policy-files source: the basic-auth users files and the error pages the workspace's route
-//! policies name, read and checked ([`crate::policy_files`]) on a [`super::watched_files`] thread.
+//! policies name, read and checked ([`crate::sources::route_policy_files::parse`]) on a [`super::watched_files`] thread.
 //!
 //! A page is read from the workspace's tree only (its directory, or `--workspace-root`), after
 //! links, at every read: sozu sends it to every client of its route, so a page that is a link out
@@ -7,16 +7,18 @@
 //! it. A users file is a Secret mounted where the deployment puts it, outside the tree; the
 //! agent reads it wherever it is, and shows nothing of what it holds (docs/security.md).
 
+pub mod parse;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::watched_files::{read_capped, FileSet};
 use super::Fact;
-use crate::desired::PolicyFiles;
-use crate::imports::Root;
-use crate::policy_files::{parse_page, parse_users, MAX_USERS_BYTES};
+use crate::evaluate::imports::Root;
+use crate::plan::desired::PolicyFiles;
 use crate::workspace::Workspace;
+use parse::{parse_page, parse_users, MAX_PAGE_BYTES, MAX_USERS_BYTES};
 
 /// Each file as last read: what it held, or why it is refused (naming the file, and the line
 /// where there is one).
@@ -168,7 +170,7 @@ fn read_all(wanted: &Wanted, tree: &Result<Root, String>) -> PolicyFileReads {
         .iter()
         .map(|(path, status)| {
             let read = inside(tree, path)
-                .and_then(|real| read(&real, crate::policy_files::MAX_PAGE_BYTES))
+                .and_then(|real| read(&real, MAX_PAGE_BYTES))
                 .and_then(|b| parse_page(&b, path, *status));
             (path.clone(), read.map(Arc::from))
         })

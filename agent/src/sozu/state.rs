@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::sozu_policy::{ClusterPolicy, FrontendPolicy, HeaderEdit};
+pub use crate::sozu::route_policy::{ClusterPolicy, FrontendPolicy, HeaderEdit};
 
 /// Tag on every frontend the agent creates, so it can tell its own from an operator's.
 pub const OWNER_TAG: (&str, &str) = ("managed-by", "private-ingress");
@@ -396,7 +396,7 @@ pub struct Desired {
     /// Certificates on the HTTPS listener, one per host; see [`Desired::set_certificate`].
     certificates: BTreeMap<String, Certificate>,
     /// Certificates sozu already holds that stay as they are, by host: those of hosts whose
-    /// pair the agent has not validated yet (see `crate::desired`).
+    /// pair the agent has not validated yet (see `crate::plan::desired`).
     kept: BTreeMap<String, String>,
     /// How many hosts want each fingerprint (served or kept): whether one of sozu's
     /// certificates may go is one look-up, not a scan of every host.

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::desired::PolicyFiles;
-use crate::sources::policy_files::PolicyFileReads;
+use crate::plan::desired::PolicyFiles;
+use crate::sources::route_policy_files::PolicyFileReads;
 
 #[derive(Debug, Default)]
 pub struct PolicyFilesTracker {

@@ -20,7 +20,7 @@ pub(super) fn policy_files(
     workspace: &Workspace,
     files: &WorkspaceFiles,
 ) -> Result<PolicyFiles, DeployError> {
-    let (users, pages) = crate::desired::policy_file_paths(workspace);
+    let (users, pages) = crate::plan::desired::policy_file_paths(workspace);
     let inside = |path: &Path| -> Option<String> {
         let rel = path.strip_prefix(files.dir.as_deref()?).ok()?;
         Some(

@@ -4,9 +4,9 @@
 //! recurses without end would take the agent (and the proxy's configuration with it) down. The
 //! child is this same binary, re-executed with a hidden subcommand and an empty environment: it
 //! caps its own address space, restricts its file access to reading the workspace's directory
-//! tree where the kernel has Landlock (besides the import check of [`crate::imports`], which
+//! tree where the kernel has Landlock (besides the import check of [`crate::evaluate::imports`], which
 //! holds everywhere), evaluates on a thread with a large stack, and prints one JSON [`Report`]
-//! on stdout. A workspace already read (standard input, a pipe: [`crate::input`]) reaches the
+//! on stdout. A workspace already read (standard input, a pipe: [`crate::evaluate::input`]) reaches the
 //! child on its standard input, the one copy it evaluates. The parent reads at most
 //! [`MAX_REPORT_BYTES`] of the report, kills the child at the deadline, turns a crash into an
 //! error that says what probably happened, and cleans the diagnostic ([`crate::text`]) before
@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::contract::{self, ContractError};
-use crate::input::Input;
+use crate::evaluate::contract::{self, ContractError};
+use crate::evaluate::input::Input;
 use crate::workspace::Workspace;
 
 /// The hidden subcommand the child runs.
@@ -37,7 +37,7 @@ const EVAL_STACK_BYTES: usize = 512 << 20;
 
 /// The child's report (a workspace of 10,000 routes is a few MB) and its error output are read
 /// up to these sizes; a child that writes more is stopped.
-pub const MAX_REPORT_BYTES: u64 = crate::input::MAX_TEXT_BYTES;
+pub const MAX_REPORT_BYTES: u64 = crate::evaluate::input::MAX_TEXT_BYTES;
 const MAX_STDERR_BYTES: u64 = 1 << 20;
 /// What the agent itself is left, in a cgroup with a memory limit, when the child's cap is worked
 /// out from what the cgroup has left.
@@ -53,7 +53,7 @@ pub struct Limits {
     /// The directory tree the workspace may read: its own directory when `None`.
     pub root: Option<PathBuf>,
     /// What the workspace is evaluated for.
-    pub target: crate::contract::Target,
+    pub target: crate::evaluate::contract::Target,
 }
 
 impl Default for Limits {
@@ -63,7 +63,7 @@ impl Default for Limits {
             timeout: Duration::from_secs(30),
             memory_bytes: 4 << 30,
             root: None,
-            target: crate::contract::Target::Agent,
+            target: crate::evaluate::contract::Target::Agent,
         }
     }
 }
@@ -129,7 +129,7 @@ pub fn evaluate_input(
     if let Some(root) = &limits.root {
         command.arg("--root").arg(root);
     }
-    if limits.target == crate::contract::Target::SozuToml {
+    if limits.target == crate::evaluate::contract::Target::SozuToml {
         command.arg("--for-sozu-toml");
     }
     let text = match input {
@@ -316,7 +316,7 @@ pub fn child_main(
         Some(name) => {
             let mut text = String::new();
             if let Err(err) = std::io::stdin()
-                .take(crate::input::MAX_TEXT_BYTES)
+                .take(crate::evaluate::input::MAX_TEXT_BYTES)
                 .read_to_string(&mut text)
             {
                 eprintln!("cannot read the workspace from standard input: {err}");
@@ -330,7 +330,7 @@ pub fn child_main(
     };
     // Best effort too: the import check of `contract` holds without it. A workspace read as
     // text reads from the current directory.
-    if let Ok(tree) = crate::imports::Root::of(&input.path(), root) {
+    if let Ok(tree) = crate::evaluate::imports::Root::of(&input.path(), root) {
         let _ = confine_reads(tree.real());
     }
     let root = root.map(Path::to_owned);

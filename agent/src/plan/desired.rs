@@ -16,12 +16,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
-use crate::sozu_policy::{ClusterPolicy, FrontendPolicy, HeaderEdit};
-use crate::sozu_state::{
+use crate::sozu::route_policy::{ClusterPolicy, FrontendPolicy, HeaderEdit};
+use crate::sozu::state::{
     owned_certificate, Actual, Address, Backend, Certificate, Desired, Frontend, Protocol, Tags,
     OWNER_TAG, ROUTE_TAG,
 };
-use crate::sozu_state::{ClientAuthState, ListenerSettings};
+use crate::sozu::state::{ClientAuthState, ListenerSettings};
 use crate::workspace::{
     ClientAuthMode, HeaderPolicy, ListenerPolicy, Route, TlsVersion, Upstream, Workspace,
 };

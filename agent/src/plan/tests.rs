@@ -1,0 +1,531 @@
+
+use super::*;
+use crate::sozu::state::{Certificate, Frontend};
+use crate::sozu::state::{KeyPem, OWNER_TAG};
+use crate::workspace::{Route, Upstream, Workspace};
+use std::net::SocketAddr;
+
+pub(crate) fn workspace(routes: &[(&str, &str, &str)]) -> Workspace {
+    let routes = routes
+        .iter()
+        .map(|(host, path, upstream)| Route {
+            id: crate::workspace::route_id(host, path),
+            host: (*host).into(),
+            path_prefix: (*path).into(),
+            upstreams: vec![crate::workspace::RouteUpstream {
+                upstream: Upstream::Ip {
+                    address: upstream.parse().unwrap(),
+                },
+                weight: 1,
+                drain: false,
+            }],
+            health: None,
+            hsts: None,
+            policy: None,
+        })
+        .collect();
+    crate::workspace::test_workspace(std::path::Path::new("/tls"), routes)
+}
+
+pub(crate) fn cert(host: &str, serial: u8) -> Certificate {
+    Certificate {
+        other_names: std::sync::Arc::from([]),
+        fingerprint: format!("{serial:02x}{}", "ab".repeat(31)),
+        chain: vec![format!("PEM {host} {serial}")].into(),
+        key: KeyPem::new("key".into()),
+        not_before: 1_700_000_000,
+        not_after: 2_000_000_000,
+        names: BTreeSet::from([host.to_owned()]).into(),
+    }
+}
+
+pub(crate) fn desired(ws: &Workspace, certs: &[Certificate]) -> Desired {
+    let certificates = certs
+        .iter()
+        .map(|c| (c.names.iter().next().unwrap().clone(), c.clone()))
+        .collect();
+    crate::plan::desired::build(
+        ws,
+        &BTreeMap::new(),
+        &certificates,
+        &Default::default(),
+        None,
+    )
+    .0
+}
+
+fn converge(actual: &mut Actual, desired: &Desired) -> Vec<Op> {
+    let ops = plan(actual, desired);
+    for op in &ops {
+        apply(actual, op);
+    }
+    ops
+}
+
+fn position(ops: &[Op], pred: impl Fn(&Op) -> bool) -> usize {
+    ops.iter().position(pred).expect("op present")
+}
+
+/// A pair that names another host too is served for its own host only: one held under
+/// every SAN (as an older agent sent it) is replaced by itself under its host's name, in one
+/// request, and then left alone.
+#[test]
+fn a_certificate_held_under_other_names_is_replaced_by_itself() {
+    let ws = workspace(&[
+        ("a.in.example.org", "/", "10.0.0.1:80"),
+        ("b.in.example.org", "/", "10.0.0.2:80"),
+    ]);
+    let (a, b) = (cert("a.in.example.org", 1), cert("b.in.example.org", 2));
+    let want = desired(&ws, &[a.clone(), b.clone()]);
+    let mut actual = Actual::default();
+    for op in plan(&Actual::default(), &want) {
+        apply(&mut actual, &op);
+    }
+    let https = want.https_address.unwrap();
+    let held = actual.certificates.get_mut(&https).unwrap();
+    held.remove(&a.fingerprint);
+    held.insert(
+        &a.fingerprint,
+        &BTreeSet::from(["a.in.example.org".to_owned(), "b.in.example.org".to_owned()]),
+    );
+    let ops = plan(&actual, &want);
+    assert_eq!(
+        ops,
+        [Op::ReplaceCertificate {
+            address: https,
+            old_fingerprint: a.fingerprint.clone(),
+            certificate: a.clone(),
+        }]
+    );
+    apply(&mut actual, &ops[0]);
+    let held = &actual.certificates[&https];
+    assert_eq!(
+        held.names_of(&a.fingerprint),
+        Some(&["a.in.example.org".to_owned()][..])
+    );
+    let b_served: Vec<&str> = held.named("b.in.example.org").map(|(f, _)| f).collect();
+    assert_eq!(b_served, [b.fingerprint.as_str()]);
+    assert_eq!(plan(&actual, &want), []);
+}
+
+#[test]
+fn cold_start_builds_each_route_before_routing_to_it() {
+    let ws = workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]);
+    let mut actual = Actual::default();
+    let ops = converge(&mut actual, &desired(&ws, &[cert("a.in.example.org", 1)]));
+    let cluster = position(&ops, |o| matches!(o, Op::AddCluster { .. }));
+    let backend = position(&ops, |o| matches!(o, Op::AddBackend { .. }));
+    let certificate = position(&ops, |o| matches!(o, Op::AddCertificate { .. }));
+    let frontend = position(&ops, |o| matches!(o, Op::AddFrontend(_)));
+    let listener = position(&ops, |o| matches!(o, Op::ActivateListener { .. }));
+    assert!(
+        listener < cluster && cluster < backend && backend < certificate && certificate < frontend
+    );
+    assert_eq!(
+        ops.iter()
+            .filter(|o| matches!(o, Op::AddFrontend(_)))
+            .count(),
+        2
+    );
+}
+
+#[test]
+fn a_converged_state_plans_nothing() {
+    let ws = workspace(&[
+        ("a.in.example.org", "/", "10.0.0.1:80"),
+        ("a.in.example.org", "/api", "10.0.0.2:80"),
+        ("b.in.example.org", "/", "[fd00::1]:80"),
+    ]);
+    let want = desired(
+        &ws,
+        &[cert("a.in.example.org", 1), cert("b.in.example.org", 2)],
+    );
+    let mut actual = Actual::default();
+    assert!(!converge(&mut actual, &want).is_empty());
+    assert_eq!(plan(&actual, &want), []);
+}
+
+#[test]
+fn what_the_agent_does_not_own_is_left_alone() {
+    let ws = workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]);
+    let want = desired(&ws, &[cert("a.in.example.org", 1)]);
+    let https: SocketAddr = "127.0.0.1:8443".parse().unwrap();
+    let mut actual = Actual::default();
+    actual.clusters.insert("operator-app".into());
+    actual.frontends.insert(Frontend {
+        protocol: Protocol::Https,
+        address: https,
+        hostname: "app.example.org".into(),
+        path_prefix: "/".into(),
+        cluster_id: Some("operator-app".into()),
+        tags: Default::default(),
+        hsts: None,
+        policy: None,
+        alias: false,
+    });
+    actual.certificates.entry(https).or_default().insert(
+        &"ff".repeat(32),
+        &BTreeSet::from(["app.example.org".to_owned()]),
+    );
+    let ops = converge(&mut actual, &want);
+    assert!(
+        ops.iter().all(|o| !o.describe().contains("operator-app")
+            && !o.describe().contains("app.example.org")
+            && !o.describe().contains("ffffffff")),
+        "{ops:?}"
+    );
+}
+
+#[test]
+fn a_renewed_certificate_replaces_the_old_one_and_leaves_exactly_one() {
+    let ws = workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]);
+    let https: SocketAddr = "127.0.0.1:8443".parse().unwrap();
+    let mut actual = Actual::default();
+    converge(&mut actual, &desired(&ws, &[cert("a.in.example.org", 1)]));
+    // A stale duplicate left behind by someone else's add.
+    actual.certificates.get_mut(&https).unwrap().insert(
+        &cert("a.in.example.org", 9).fingerprint,
+        &BTreeSet::from(["a.in.example.org".to_owned()]),
+    );
+    let renewed = cert("a.in.example.org", 2);
+    let ops = converge(&mut actual, &desired(&ws, std::slice::from_ref(&renewed)));
+    let old = [1, 9].map(|serial| cert("a.in.example.org", serial).fingerprint);
+    assert!(
+        matches!(&ops[0], Op::ReplaceCertificate { old_fingerprint, .. } if old.contains(old_fingerprint)),
+        "{ops:?}"
+    );
+    let left: Vec<_> = actual.certificates[&https]
+        .iter()
+        .map(|(fingerprint, _)| fingerprint.to_owned())
+        .collect();
+    assert_eq!(left, [renewed.fingerprint]);
+}
+
+#[test]
+fn a_changed_upstream_adds_the_new_backend_before_removing_the_old() {
+    let c = cert("a.in.example.org", 1);
+    let mut actual = Actual::default();
+    converge(
+        &mut actual,
+        &desired(
+            &workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]),
+            std::slice::from_ref(&c),
+        ),
+    );
+    let ops = converge(
+        &mut actual,
+        &desired(
+            &workspace(&[("a.in.example.org", "/", "10.0.0.2:80")]),
+            std::slice::from_ref(&c),
+        ),
+    );
+    assert_eq!(ops.len(), 3, "{ops:?}");
+    assert!(
+        matches!(&ops[0], Op::AddBackend { backend, .. } if backend.address.to_string() == "10.0.0.2:80")
+    );
+    assert!(
+        matches!(&ops[1], Op::RemoveBackend { backend, .. } if backend.address.to_string() == "10.0.0.1:80")
+    );
+    // Keep-alive clients of the old backend move on at once.
+    assert!(
+        matches!(&ops[2], Op::CloseSessions { backend, .. } if backend.address.to_string() == "10.0.0.1:80")
+    );
+
+    // With HSTS the old backend's sessions are left to end: sozu would break a response in
+    // flight on a session it closes while adding the header.
+    let mut with_hsts = workspace(&[("a.in.example.org", "/", "10.0.0.3:80")]);
+    with_hsts.hsts = crate::workspace::recommended_hsts();
+    let ops = converge(&mut actual, &desired(&with_hsts, &[c]));
+    assert!(
+        matches!(
+            &ops[..],
+            [Op::SetListenerHsts { hsts: Some(_), .. }, Op::AddBackend { .. }, Op::RemoveBackend { backend, .. }]
+                if backend.address.to_string() == "10.0.0.2:80"
+        ),
+        "{ops:?}"
+    );
+}
+
+/// One route of `a.in.example.org` over two IP upstreams with these weights and drains.
+fn two_upstreams(upstreams: [(u32, bool); 2]) -> Workspace {
+    let mut ws = workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]);
+    ws.routes[0].upstreams = upstreams
+        .iter()
+        .enumerate()
+        .map(|(i, &(weight, drain))| crate::workspace::RouteUpstream {
+            upstream: Upstream::Ip {
+                address: format!("10.0.0.{}:80", i + 1).parse().unwrap(),
+            },
+            weight,
+            drain,
+        })
+        .collect();
+    ws
+}
+
+#[test]
+fn a_drain_takes_the_backend_out_and_closes_its_sessions_and_an_undrain_puts_it_back() {
+    let c = cert("a.in.example.org", 1);
+    let mut actual = Actual::default();
+    converge(
+        &mut actual,
+        &desired(
+            &two_upstreams([(9, false), (1, false)]),
+            std::slice::from_ref(&c),
+        ),
+    );
+    let weights: Vec<u32> = actual.backends["pi-a.in.example.org"]
+        .values()
+        .map(|b| b.weight)
+        .collect();
+    assert_eq!(weights, [9, 1]);
+    let drain = converge(
+        &mut actual,
+        &desired(
+            &two_upstreams([(9, true), (1, false)]),
+            std::slice::from_ref(&c),
+        ),
+    );
+    assert!(
+        matches!(&drain[..], [Op::RemoveBackend { backend: a, .. }, Op::CloseSessions { backend: b, .. }]
+                if a.address.to_string() == "10.0.0.1:80" && a == b),
+        "{drain:?}"
+    );
+    let undrain = converge(
+        &mut actual,
+        &desired(
+            &two_upstreams([(9, false), (1, false)]),
+            std::slice::from_ref(&c),
+        ),
+    );
+    assert!(
+        matches!(&undrain[..], [Op::AddBackend { backend, .. }] if backend.weight == 9),
+        "{undrain:?}"
+    );
+    // A new weight is the same backend added again (sozu replaces it), never removed.
+    let reweigh = converge(
+        &mut actual,
+        &desired(&two_upstreams([(5, false), (1, false)]), &[c]),
+    );
+    assert!(
+        matches!(&reweigh[..], [Op::AddBackend { backend, .. }] if backend.weight == 5),
+        "{reweigh:?}"
+    );
+}
+
+#[test]
+fn health_checks_and_hsts_follow_the_workspace() {
+    let c = cert("a.in.example.org", 1);
+    let mut ws = workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]);
+    ws.hsts = crate::workspace::recommended_hsts();
+    let mut actual = Actual::default();
+    let first = converge(&mut actual, &desired(&ws, std::slice::from_ref(&c)));
+    let hsts = position(&first, |o| {
+        matches!(o, Op::SetListenerHsts { hsts: Some(_), .. })
+    });
+    let listener = position(&first, |o| matches!(o, Op::ActivateListener { .. }));
+    assert!(
+        listener < hsts,
+        "the listener exists before its policy is set"
+    );
+    assert!(!first.iter().any(|o| matches!(o, Op::SetHealthCheck { .. })));
+
+    let check = crate::sozu::state::HealthCheck {
+        probe: crate::sozu::state::Probe::Http {
+            path: "/health".into(),
+            accepted_statuses: vec![(200, 299)],
+        },
+        interval: 1,
+        timeout: 1,
+        healthy_threshold: 1,
+        unhealthy_threshold: 2,
+        port: None,
+    };
+    ws.routes[0].health = Some(check.clone());
+    ws.routes[0].hsts = Some(crate::sozu::state::Hsts::OFF);
+    let ops = converge(&mut actual, &desired(&ws, std::slice::from_ref(&c)));
+    assert!(ops.contains(&Op::SetHealthCheck {
+        cluster_id: "pi-a.in.example.org".into(),
+        check
+    }));
+    // The HTTPS frontend's policy changed: its successor comes under the host's other
+    // spelling, then it goes.
+    let added = ops.iter().find_map(|o| match o {
+        Op::SwapFrontend {
+            frontend: f,
+            add: true,
+            ..
+        } if f.protocol == Protocol::Https => Some(f),
+        _ => None,
+    });
+    assert_eq!(
+        added.and_then(|f| f.hsts),
+        Some(crate::sozu::state::Hsts::OFF)
+    );
+    assert!(added.is_some_and(|f| f.alias));
+    let removed = position(
+        &ops,
+        |o| matches!(o, Op::SwapFrontend { add: false, frontend, .. } if !frontend.alias),
+    );
+    let swapped_in = position(&ops, |o| matches!(o, Op::SwapFrontend { add: true, .. }));
+    assert!(swapped_in < removed, "added before the old one goes");
+    assert!(
+        plan(&actual, &desired(&ws, std::slice::from_ref(&c))).is_empty(),
+        "converged"
+    );
+
+    ws.routes[0].health = None;
+    ws.hsts = None;
+    let ops = converge(&mut actual, &desired(&ws, &[c]));
+    assert!(ops.contains(&Op::RemoveHealthCheck {
+        cluster_id: "pi-a.in.example.org".into()
+    }));
+    assert!(ops
+        .iter()
+        .any(|o| matches!(o, Op::SetListenerHsts { hsts: None, .. })));
+}
+
+#[test]
+fn a_removed_route_loses_its_frontends_before_its_cluster_and_its_certificate() {
+    let a = cert("a.in.example.org", 1);
+    let b = cert("b.in.example.org", 2);
+    let mut actual = Actual::default();
+    converge(
+        &mut actual,
+        &desired(
+            &workspace(&[
+                ("a.in.example.org", "/", "10.0.0.1:80"),
+                ("b.in.example.org", "/", "10.0.0.2:80"),
+            ]),
+            &[a.clone(), b],
+        ),
+    );
+    let ops = converge(
+        &mut actual,
+        &desired(
+            &workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]),
+            &[a],
+        ),
+    );
+    let frontend = position(&ops, |o| matches!(o, Op::RemoveFrontend(_)));
+    let cluster = position(
+        &ops,
+        |o| matches!(o, Op::RemoveCluster { id } if id == "pi-b.in.example.org"),
+    );
+    assert!(frontend < cluster);
+    assert!(ops
+        .iter()
+        .any(|o| matches!(o, Op::RemoveCertificate { .. })));
+    assert!(actual
+        .frontends
+        .iter()
+        .all(|f| f.hostname == "a.in.example.org" && f.tags.get(OWNER_TAG.0).is_some()));
+}
+
+#[test]
+fn a_route_without_a_certificate_gets_no_frontend_yet() {
+    let ws = workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]);
+    let (want, held) = crate::plan::desired::build(
+        &ws,
+        &BTreeMap::new(),
+        &BTreeMap::new(),
+        &Default::default(),
+        None,
+    );
+    assert!(want.frontends.is_empty());
+    assert_eq!(held.len(), 1);
+    assert!(want.clusters.contains_key("pi-a.in.example.org"));
+}
+
+/// Listener settings: a new listener is made with them; on a running one, the PROXY
+/// protocol and the timeouts are patched in place, and what sozu takes on a new listener
+/// only (TLS versions, interface) is reported, not applied.
+#[test]
+fn listener_settings_are_patched_where_sozu_can_and_reported_where_it_cannot() {
+    let c = cert("a.in.example.org", 1);
+    let mut ws = workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]);
+    let mut actual = Actual::default();
+    let ops = converge(&mut actual, &desired(&ws, std::slice::from_ref(&c)));
+    assert!(ops.iter().any(
+        |o| matches!(o, Op::AddListener { settings, .. } if settings.timeouts == [60, 30, 3, 10])
+    ));
+    assert!(converge(&mut actual, &desired(&ws, std::slice::from_ref(&c))).is_empty());
+
+    ws.listener_policy.expect_proxy = true;
+    ws.listener_policy.timeouts.front = 120;
+    ws.listener_policy.min_tls_version = crate::workspace::TlsVersion::V1_3;
+    let want = desired(&ws, std::slice::from_ref(&c));
+    let ops = converge(&mut actual, &want);
+    let patched: Vec<_> = ops
+        .iter()
+        .filter_map(|o| match o {
+            Op::PatchListener { settings, .. } => {
+                Some((settings.expect_proxy, settings.timeouts[0]))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(patched, [(true, 120), (true, 120)], "{ops:?}");
+    assert!(converge(&mut actual, &want).is_empty());
+    let https = ws.listeners.https;
+    assert_eq!(
+        listeners_need_restart(&actual, &want),
+        [format!("{https}: min_tls_version")]
+    );
+}
+
+/// A host with nested routes swaps spellings in an order that routes every request as the
+/// workspace says at each step: to the pattern spelling, the exact one empties least specific
+/// first; back, the exact one fills most specific first.
+#[test]
+fn a_changed_frontend_swaps_its_hosts_spelling_in_a_safe_order() {
+    let routes = [
+        ("a.in.example.org", "/", "10.0.0.1:80"),
+        ("a.in.example.org", "/api", "10.0.0.2:80"),
+        ("a.in.example.org", "/api/v2", "10.0.0.3:80"),
+    ];
+    let mut ws = workspace(&routes);
+    let c = cert("a.in.example.org", 1);
+    let mut actual = Actual::default();
+    converge(&mut actual, &desired(&ws, std::slice::from_ref(&c)));
+    let https_steps = |ops: &[Op]| -> Vec<(bool, String, bool)> {
+        ops.iter()
+            .filter_map(|o| match o {
+                Op::SwapFrontend { frontend, add, .. } if frontend.protocol == Protocol::Https => {
+                    Some((*add, frontend.path_prefix.clone(), frontend.alias))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    ws.headers.response.set.insert("X-A".into(), "1".into());
+    let ops = converge(&mut actual, &desired(&ws, std::slice::from_ref(&c)));
+    let removals: Vec<String> = https_steps(&ops)
+        .into_iter()
+        .filter(|(add, _, _)| !add)
+        .map(|(_, path, _)| path)
+        .collect();
+    assert_eq!(removals, ["/", "/api", "/api/v2"]);
+    assert!(actual
+        .frontends
+        .iter()
+        .filter(|f| f.protocol == Protocol::Https)
+        .all(|f| f.alias));
+    // Phases are strictly ordered: each removal is a phase after the one before.
+    let phases: Vec<u32> = ops
+        .iter()
+        .filter(|o| matches!(o, Op::SwapFrontend { add: false, .. }))
+        .map(phase)
+        .collect();
+    assert!(phases.windows(2).all(|w| w[0] < w[1]), "{phases:?}");
+
+    ws.headers.response.set.insert("X-A".into(), "2".into());
+    let ops = converge(&mut actual, &desired(&ws, std::slice::from_ref(&c)));
+    let additions: Vec<String> = https_steps(&ops)
+        .into_iter()
+        .filter(|(add, _, alias)| *add && !alias)
+        .map(|(_, path, _)| path)
+        .collect();
+    assert_eq!(additions, ["/api/v2", "/api", "/"]);
+    assert!(plan(&actual, &desired(&ws, &[c])).is_empty(), "converged");
+}
