@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use private_ingress_tests::devices::DeviceCa;
 use private_ingress_tests::live::{
-    certificate, eventually, https_get_as, https_get_behind_proxy, Backend, Stack,
+    certificate, eventually, https_get_as, https_get_behind_proxy, sample, Backend, Stack,
 };
 use private_ingress_tests::{agent_bin, run};
 
@@ -385,6 +385,110 @@ fn the_agent_applies_the_device_ca_and_each_new_crl_live_and_keeps_the_last_good
         requests,
         "the agent keeps sending requests"
     );
+}
+
+/// A CRL without the CRL Number extension, which RFC 5280 requires in every CRL, as `openssl ca
+/// -gencrl` writes one when its configuration names no `crlnumber` file: sozu 2.3.3 refuses it
+/// (rustls-webpki's parser), so the agent refuses it before sozu sees it. Swapped in to revoke
+/// device B, it leaves the last good CRL in force and says so: B is still let in, and
+/// `/v1/state`, `/metrics` and `status` give the file's reason and the CRL in force (revoking
+/// nothing), not the one on disk. A proper CRL revoking B then keeps B out at its next
+/// connection once the agent shows it in force, and the problem is gone.
+#[test]
+fn a_crl_without_a_crl_number_is_refused_with_its_reason_and_the_last_good_one_stays() {
+    use private_ingress_tests::devices::Device;
+    use std::time::Instant;
+    let backend = Backend::start("app");
+    let mut stack = Stack::new();
+    certificate(&stack.tls_dir(), HOST);
+    let mut ca = DeviceCa::new("devices");
+    let a = ca.enroll("device-a");
+    let b = ca.enroll("device-b");
+    let devices = stack.dir.path().join("devices");
+    write_devices(
+        &devices,
+        0,
+        &ca.pem(),
+        &ca.crl(&[], time::Duration::days(7)),
+    );
+    write_workspace(&stack, &backend, &client_auth_field("required", &devices));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(Duration::from_secs(30));
+    let get =
+        |device: &Device| https_get_as(stack.https, HOST, "/", ANY_TLS, Some(&device.identity));
+    assert_eq!(get(&a).map(|s| s.status), Ok(200));
+    assert_eq!(get(&b).map(|s| s.status), Ok(200));
+    let crl_of = |s: &serde_json::Value| s["sozu"]["client_auth"]["crls"][0].clone();
+    let first = crl_of(&stack.state().expect("/v1/state"));
+    assert_eq!(first["revoked"], 0, "{first}");
+    let crl_file = format!("{}/devices.crl", devices.display());
+    let refused_series = format!("private_ingress_client_auth_file_refused{{file=\"{crl_file}\"}}");
+
+    let no_number = ca.openssl_crl_without_crl_number(&[&b], &stack.dir.path().join("openssl-ca"));
+    write_devices(&devices, 1, &ca.pem(), &no_number);
+    let state = eventually(Duration::from_secs(10), "the CRL refused", || {
+        stack.state().filter(|s| !crl_of(s)["problem"].is_null())
+    });
+    let problem = crl_of(&state)["problem"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        problem.starts_with(&crl_file)
+            && problem.contains("CRL Number")
+            && problem.contains("sozu refuses"),
+        "{problem}"
+    );
+    // The CRL in force is still the first one, and the state says so.
+    assert_eq!(crl_of(&state)["revoked"], 0, "{state}");
+    assert_eq!(
+        crl_of(&state)["next_update"],
+        first["next_update"],
+        "{state}"
+    );
+    assert_eq!(state["ready"], true, "{state}");
+    let still = get(&b);
+    assert_eq!(
+        still.map(|s| s.status),
+        Ok(200),
+        "B's revocation is not in force"
+    );
+    let metrics = stack.metrics();
+    assert_eq!(sample(&metrics, &refused_series), Some(1.0), "{metrics}");
+    let shown = stack.status_text();
+    assert!(
+        shown.contains("0 revoked") && shown.contains("CRL Number"),
+        "{shown}"
+    );
+
+    // A proper CRL revoking B: in force at once, B out at its next connection.
+    write_devices(
+        &devices,
+        2,
+        &ca.pem(),
+        &ca.crl(&[b.serial], time::Duration::days(7)),
+    );
+    let written = Instant::now();
+    eventually(Duration::from_secs(10), "the proper CRL in force", || {
+        stack
+            .state()
+            .filter(|s| crl_of(s)["problem"].is_null() && crl_of(s)["revoked"] == 1)
+    });
+    let shown_at = written.elapsed();
+    let refused = get(&b);
+    let refused_at = written.elapsed();
+    assert!(
+        refused.is_err(),
+        "B got in after its revocation was shown in force: {refused:?}"
+    );
+    println!(
+        "the proper CRL shown in force {shown_at:?} after its write; B refused at its next \
+         connection, {refused_at:?} after the write"
+    );
+    assert_eq!(get(&a).map(|s| s.status), Ok(200));
+    let metrics = stack.metrics();
+    assert_eq!(sample(&metrics, &refused_series), Some(0.0), "{metrics}");
 }
 
 /// What sozu does with a CRL it holds once that CRL's `nextUpdate` passes: every handshake
