@@ -138,6 +138,14 @@ impl Proxy for Fake {
                     return Err(SendError::Refused("KeyMismatch".into()));
                 }
             }
+            // What the real proxy refuses before sending: a listener it cannot build (an https
+            // one without its client certificates).
+            if let Err(e) = crate::sozu::request::to_request(op) {
+                return Err(match e {
+                    SozuError::Refused { message, .. } => SendError::Refused(message),
+                    other => SendError::Broken(other.to_string()),
+                });
+            }
             plan::apply(&mut s.actual, op);
             Ok(matches!(op, Op::CloseSessions { .. }).then_some(0))
         }))
@@ -1441,4 +1449,111 @@ async fn bulk_turned_off_mid_run_counts_no_drift() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let status = h.status();
     assert_eq!(status.counters.drift_repairs, 0, "{:?}", status.counters);
+}
+
+/// The HTTPS listener's client certificates as sozu holds them: how many certificates each CRL
+/// revokes.
+fn crls_held(h: &Harness) -> Vec<usize> {
+    use x509_parser::prelude::FromDer;
+    let s = h.sozu.0.lock().unwrap();
+    let https = s
+        .actual
+        .listeners
+        .iter()
+        .find(|(_, (protocol, _))| *protocol == crate::sozu_state::Protocol::Https)
+        .map(|(address, _)| *address);
+    let held = https
+        .and_then(|a| s.actual.listener_settings.get(&a))
+        .and_then(|l| l.client_auth.clone())
+        .unwrap_or_default();
+    held.crls
+        .iter()
+        .map(|pem| {
+            let (_, der) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
+            let (_, crl) =
+                x509_parser::revocation_list::CertificateRevocationList::from_der(&der.contents)
+                    .unwrap();
+            crl.iter_revoked_certificates().count()
+        })
+        .collect()
+}
+
+/// A workspace asking for client certificates from `/etc/devices/ca.crt` and
+/// `/etc/devices/devices.crl`, with one route to A; and the client-auth source's read of them:
+/// the CA `devices` and a CRL of it revoking `revoked`, or that CRL refused for `refused`.
+fn client_auth_workspace() -> Fact {
+    use crate::workspace::{ClientAuth, ClientAuthMode};
+    let mut ws = crate::workspace::test_workspace(
+        std::path::Path::new("/tls"),
+        vec![route(A, ip("10.0.0.1:80"))],
+    );
+    ws.listener_policy.client_auth = ClientAuth {
+        mode: ClientAuthMode::Required,
+        ca_file: Some("/etc/devices/ca.crt".into()),
+        crl_files: vec!["/etc/devices/devices.crl".into()],
+    };
+    Fact::Workspace(Ok(Arc::new(ws)))
+}
+
+fn client_auth_read(
+    devices: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    now: i64,
+    revoked: &[u64],
+    refused: Option<&str>,
+) -> Fact {
+    use crate::certs::client_ca::{parse_ca, parse_crl, ClientCaError};
+    use std::path::{Path, PathBuf};
+    let (ca_file, crl_file) = ("/etc/devices/ca.crt", "/etc/devices/devices.crl");
+    let parsed = parse_ca(devices.pem().as_bytes(), Path::new(ca_file), now).unwrap();
+    let crl = crate::certs::client_ca::tests::crl_scoped(devices, None, revoked);
+    let crl = match refused {
+        None => parse_crl(crl.as_bytes(), Path::new(crl_file), &parsed, now),
+        Some(reason) => Err(ClientCaError::CrlRefused {
+            path: crl_file.into(),
+            reason: reason.into(),
+        }),
+    };
+    Fact::ClientAuth(Box::new(crate::sources::client_auth::ClientAuthFiles {
+        crls: vec![(PathBuf::from(crl_file), crl)],
+        ca: Some((ca_file.into(), Ok(parsed))),
+    }))
+}
+
+/// At start, a CRL file refused leaves no https listener (none is made without the client
+/// certificates the workspace asks for) and `/readyz` says why, for as long as it lasts; the
+/// first good read makes the listener at once, not at the next retry of the refused one.
+#[tokio::test(start_paused = true)]
+async fn no_https_listener_until_the_crls_are_good_and_then_at_once() {
+    let h = start(Settings::default());
+    h.send(client_auth_workspace());
+    h.pair(A, 90);
+    let devices = crate::certs::client_ca::tests::ca("devices");
+    let now = h.clock.unix();
+    h.send(client_auth_read(
+        &devices,
+        now,
+        &[],
+        Some("MalformedExtensions"),
+    ));
+    let status = h
+        .until("the listener held back", |s| {
+            s.readiness
+                .reason
+                .as_deref()
+                .is_some_and(|r| r.contains("have not all been read good yet"))
+        })
+        .await;
+    assert!(!status.ready);
+    // Its retries back off: 1, 2, 4, 8 and 16 s.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert!(crls_held(&h).is_empty() && !h.status().ready);
+    let written = tokio::time::Instant::now();
+    h.send(client_auth_read(&devices, now, &[42], None));
+    h.until("ready", |s| s.ready).await;
+    assert!(
+        written.elapsed() < Duration::from_millis(500),
+        "the listener waited {:?}",
+        written.elapsed()
+    );
+    assert_eq!(crls_held(&h), [1]);
 }
