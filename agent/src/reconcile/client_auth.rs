@@ -7,6 +7,11 @@
 //! The CRLs are also checked together, as sozu builds them into one verifier
 //! ([`client_ca::check_set`]): a new version that would make the set one sozu refuses (two CRLs
 //! of one CA for overlapping certificates) is refused like a bad file, naming the other file.
+//!
+//! sozu may still refuse a set the agent validated (a last good CRL whose `nextUpdate` has passed
+//! since, sent beside a new CRL of another file). sozu then keeps enforcing the set it held
+//! before, which the tracker remembers ([`ClientAuthTracker::sozu_took`]), and the status says
+//! so with sozu's reason, instead of showing the files' versions as in force.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,7 +19,7 @@ use std::path::{Path, PathBuf};
 use crate::certs::client_ca::{self, ClientCa, Crl};
 use crate::document::{ClientAuthStatus, ClientCaStatus, ClientCrlStatus};
 use crate::sources::client_auth::ClientAuthFiles;
-use crate::sozu_state::ClientAuthState;
+use crate::sozu_state::{ClientAuthState, ListenerSettings};
 use crate::workspace::{ClientAuth, ClientAuthMode};
 
 #[derive(Debug, Default)]
@@ -25,6 +30,17 @@ pub struct ClientAuthTracker {
     ca_problem: Option<String>,
     /// Each CRL file: its last good version and why the latest read was refused.
     crls: BTreeMap<PathBuf, (Option<Crl>, Option<String>)>,
+    /// The CA and the CRLs (by file) of the set sozu last took from the agent: what it keeps
+    /// enforcing while it refuses a newer one.
+    in_sozu: InSozu,
+    /// sozu's reason for refusing the latest set sent, until it takes one.
+    sozu_refusal: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct InSozu {
+    ca: Option<ClientCa>,
+    crls: BTreeMap<PathBuf, Crl>,
 }
 
 /// A CRL file while its new read is weighed against the set.
@@ -96,6 +112,34 @@ impl ClientAuthTracker {
         self.generation
     }
 
+    /// sozu took `sent` (a listener made with it, or its replacement accepted): the files'
+    /// versions in it are the ones it enforces from now on.
+    pub fn sozu_took(&mut self, sent: &ClientAuthState) {
+        self.in_sozu = InSozu {
+            ca: self
+                .ca
+                .as_ref()
+                .map(|(_, ca)| ca)
+                .filter(|ca| holds_ca(sent, ca))
+                .cloned(),
+            crls: self
+                .crls
+                .iter()
+                .filter_map(|(path, (good, _))| {
+                    good.as_ref()
+                        .filter(|crl| holds_crl(sent, crl))
+                        .map(|crl| (path.clone(), crl.clone()))
+                })
+                .collect(),
+        };
+        self.sozu_refusal = None;
+    }
+
+    /// sozu refused the set sent, for `reason`: it keeps the one it held.
+    pub fn sozu_refused(&mut self, reason: String) {
+        self.sozu_refusal = Some(reason);
+    }
+
     /// What the HTTPS listener must hold for `auth`, and whether it is known: `None` and known
     /// with client certificates off; unknown until the CA and every CRL were read good once.
     pub fn wanted(&self, auth: &ClientAuth) -> (Option<ClientAuthState>, bool) {
@@ -134,21 +178,47 @@ impl ClientAuthTracker {
         }
     }
 
-    /// What `status` and `/v1/state` show.
-    pub fn status(&self, auth: &ClientAuth) -> Option<ClientAuthStatus> {
+    /// What `status` and `/v1/state` show, given the HTTPS listener as sozu holds it (`None`:
+    /// sozu has none). Each file shows the version sozu enforces: its last good one, unless sozu
+    /// refused the set it is in; then the one sozu kept, when the agent sent it.
+    pub fn status(
+        &self,
+        auth: &ClientAuth,
+        listener: Option<&ListenerSettings>,
+    ) -> Option<ClientAuthStatus> {
         if auth.mode == ClientAuthMode::Off {
             return None;
         }
+        // Moot once sozu holds what the files hold (they went back to it), or has no listener.
+        // (Built only while sozu refuses: `wanted` copies every PEM, and a publish is frequent.)
+        let sozu_refused = self.sozu_refusal.clone().filter(|_| {
+            let (wanted, known) = self.wanted(auth);
+            known
+                && listener.is_some_and(|l| match (&l.client_auth, &wanted) {
+                    (Some(held), Some(wanted)) => !held.same_as(wanted),
+                    (None, None) => false,
+                    _ => true,
+                })
+        });
+        let held = listener.and_then(|l| l.client_auth.as_ref());
         let ca = auth.ca_file.as_ref().map(|path| {
             let good = self
                 .ca
                 .as_ref()
                 .filter(|(p, _)| p == path)
                 .map(|(_, ca)| ca);
+            let in_force = match (&sozu_refused, held) {
+                (None, _) => good,
+                (Some(_), Some(held)) => [good, self.in_sozu.ca.as_ref()]
+                    .into_iter()
+                    .flatten()
+                    .find(|ca| holds_ca(held, ca)),
+                (Some(_), None) => None,
+            };
             ClientCaStatus {
                 file: path.display().to_string(),
-                subject: good.map(|ca| ca.subject.clone()),
-                not_after: good.map(|ca| ca.not_after),
+                subject: in_force.map(|ca| ca.subject.clone()),
+                not_after: in_force.map(|ca| ca.not_after),
                 problem: self.ca_problem.clone(),
             }
         });
@@ -157,10 +227,18 @@ impl ClientAuthTracker {
             .iter()
             .map(|path| {
                 let (good, problem) = self.crls.get(path).cloned().unwrap_or_default();
+                let in_force = match (&sozu_refused, held) {
+                    (None, _) => good.as_ref(),
+                    (Some(_), Some(held)) => [good.as_ref(), self.in_sozu.crls.get(path)]
+                        .into_iter()
+                        .flatten()
+                        .find(|crl| holds_crl(held, crl)),
+                    (Some(_), None) => None,
+                };
                 ClientCrlStatus {
                     file: path.display().to_string(),
-                    next_update: good.as_ref().map(|c| c.next_update),
-                    revoked: good.as_ref().map(|c| c.revoked),
+                    next_update: in_force.map(|c| c.next_update),
+                    revoked: in_force.map(|c| c.revoked),
                     problem,
                 }
             })
@@ -169,6 +247,7 @@ impl ClientAuthTracker {
             mode: auth.mode.to_string(),
             ca,
             crls,
+            sozu_refused,
         })
     }
 }
@@ -209,6 +288,17 @@ fn take_as_a_set(ca_path: &Path, ca: &ClientCa, files: &mut [Weighed]) {
             Err(e) => files[i].problem = Some(e.about(&files[i].path).to_string()),
         }
     }
+}
+
+/// `held` holds every certificate of `ca` (sozu keeps PEMs as sent, whitespace aside).
+fn holds_ca(held: &ClientAuthState, ca: &ClientCa) -> bool {
+    ca.pems
+        .iter()
+        .all(|pem| held.cas.iter().any(|h| h.trim() == pem.trim()))
+}
+
+fn holds_crl(held: &ClientAuthState, crl: &Crl) -> bool {
+    held.crls.iter().any(|h| h.trim() == crl.pem.trim())
 }
 
 #[cfg(test)]
@@ -290,7 +380,7 @@ mod tests {
             [1, 0],
             "TWO's last good version stays"
         );
-        let status = tracker.status(&auth()).unwrap();
+        let status = tracker.status(&auth(), None).unwrap();
         assert_eq!(status.crls[0].problem, None);
         assert_eq!(status.crls[1].revoked, Some(0));
         let problem = status.crls[1].problem.clone().unwrap_or_default();
@@ -306,10 +396,69 @@ mod tests {
         // version, together they do not.
         tracker.absorb(files(&devices.pem(), &tablets(&[3]), &laptops(&[42, 43])));
         assert_eq!(revoked_wanted(&tracker), [1, 2]);
-        let status = tracker.status(&auth()).unwrap();
+        let status = tracker.status(&auth(), None).unwrap();
         assert!(
             status.crls.iter().all(|c| c.problem.is_none()),
             "{status:?}"
         );
+    }
+
+    /// While sozu refuses the set the files make, each file shows the version sozu kept (the
+    /// one it last took from the agent) beside sozu's reason, and no file is said to be refused;
+    /// once sozu holds what the files hold, the reason is gone. An agent that never sent what
+    /// sozu holds does not claim to know it.
+    #[test]
+    fn while_sozu_refuses_the_files_set_the_status_shows_what_sozu_kept_and_why() {
+        let devices = ca("devices");
+        let laptops =
+            |revoked: &[u64]| crl_scoped(&devices, Some("http://crl.example/laptops.crl"), revoked);
+        let tablets = || crl_scoped(&devices, Some("http://crl.example/tablets.crl"), &[]);
+        let listener = |held: &ClientAuthState| ListenerSettings {
+            client_auth: Some(held.clone()),
+            ..ListenerSettings::default()
+        };
+        let revoked =
+            |status: &ClientAuthStatus| status.crls.iter().map(|c| c.revoked).collect::<Vec<_>>();
+        let reason = "failed to configure client certificate authentication (mTLS): CRL #2 \
+                      (counted across client_ca_crls) expired 3 seconds ago";
+        let mut tracker = ClientAuthTracker::default();
+        tracker.absorb(files(&devices.pem(), &laptops(&[]), &tablets()));
+        let first = tracker.wanted(&auth()).0.unwrap();
+        tracker.sozu_took(&first);
+        tracker.absorb(files(&devices.pem(), &laptops(&[42]), &tablets()));
+        let second = tracker.wanted(&auth()).0.unwrap();
+        tracker.sozu_refused(reason.into());
+
+        let status = tracker.status(&auth(), Some(&listener(&first))).unwrap();
+        assert_eq!(status.sozu_refused.as_deref(), Some(reason));
+        assert_eq!(revoked(&status), [Some(0), Some(0)], "what sozu kept");
+        assert!(
+            status.crls.iter().all(|c| c.problem.is_none()),
+            "{status:?}"
+        );
+        assert_eq!(
+            status.ca.and_then(|ca| ca.subject).as_deref(),
+            Some("CN=devices")
+        );
+        // sozu holding what the files hold (it was restarted with them, say): nothing refused.
+        let status = tracker.status(&auth(), Some(&listener(&second))).unwrap();
+        assert_eq!((revoked(&status)[0], status.sozu_refused), (Some(1), None));
+        // No listener in sozu: nothing is enforced instead of the files' set.
+        let status = tracker.status(&auth(), None).unwrap();
+        assert_eq!(status.sozu_refused, None);
+
+        // An agent started beside a sozu that holds a set it never sent.
+        let mut restarted = ClientAuthTracker::default();
+        restarted.absorb(files(&devices.pem(), &laptops(&[42]), &tablets()));
+        restarted.sozu_refused(reason.into());
+        let status = restarted.status(&auth(), Some(&listener(&first))).unwrap();
+        assert_eq!(status.sozu_refused.as_deref(), Some(reason));
+        assert_eq!(revoked(&status), [None, None]);
+
+        // sozu takes the files' set.
+        tracker.sozu_took(&second);
+        let status = tracker.status(&auth(), Some(&listener(&second))).unwrap();
+        assert_eq!(revoked(&status), [Some(1), Some(0)]);
+        assert_eq!(status.sozu_refused, None);
     }
 }

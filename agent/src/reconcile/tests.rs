@@ -44,6 +44,10 @@ struct FakeSozu {
     /// The published status, read at each request: whether `/readyz` said ready then, and the
     /// certificate sent, if any.
     watch: Option<(SharedStatus, Vec<SeenAtRequest>)>,
+    /// sozu refuses every new set of client certificates for this reason.
+    refuse_client_auth: Option<String>,
+    /// The client-certificate sets sent, refused or not.
+    client_auth_sent: usize,
 }
 
 /// Whether the status said ready when sozu took a request, and the certificate it carried.
@@ -145,6 +149,12 @@ impl Proxy for Fake {
                     SozuError::Refused { message, .. } => SendError::Refused(message),
                     other => SendError::Broken(other.to_string()),
                 });
+            }
+            if let Op::SetClientAuth { .. } = op {
+                s.client_auth_sent += 1;
+                if let Some(reason) = &s.refuse_client_auth {
+                    return Err(SendError::Refused(reason.clone()));
+                }
             }
             plan::apply(&mut s.actual, op);
             Ok(matches!(op, Op::CloseSessions { .. }).then_some(0))
@@ -1556,4 +1566,70 @@ async fn no_https_listener_until_the_crls_are_good_and_then_at_once() {
         written.elapsed()
     );
     assert_eq!(crls_held(&h), [1]);
+}
+
+/// sozu refuses the HTTPS listener's new client certificates (a set the agent validated: what
+/// its checks cannot foresee, such as a last good CRL that lapsed since): the listener keeps the
+/// ones it held and serves on, so the agent stays ready, and the status says that sozu refused
+/// the files' set, with sozu's reason, each file showing the version sozu kept. The request is
+/// retried with back-off; a newer set goes at once, not at that retry.
+#[tokio::test(start_paused = true)]
+async fn a_client_auth_set_sozu_refuses_is_shown_with_its_reason_and_a_new_set_goes_at_once() {
+    let h = start(Settings::default());
+    h.send(client_auth_workspace());
+    h.pair(A, 90);
+    let devices = crate::certs::client_ca::tests::ca("devices");
+    let now = h.clock.unix();
+    let read = |revoked: &[u64]| client_auth_read(&devices, now, revoked, None);
+    h.send(read(&[]));
+    h.until("ready", |s| s.ready).await;
+    assert_eq!(crls_held(&h), [0]);
+
+    let reason = "failed to configure client certificate authentication (mTLS): CRL #1 (counted \
+                  across client_ca_crls) expired 2 seconds ago: its nextUpdate is past, refresh it";
+    h.sozu.0.lock().unwrap().refuse_client_auth = Some(reason.into());
+    h.send(read(&[42]));
+    let status = h
+        .until("sozu's refusal shown", |s| {
+            s.sozu
+                .client_auth
+                .as_ref()
+                .is_some_and(|a| a.sozu_refused.is_some())
+        })
+        .await;
+    let auth = status.sozu.client_auth.clone().unwrap_or_default();
+    assert_eq!(auth.sozu_refused.as_deref(), Some(reason));
+    assert_eq!(auth.crls[0].revoked, Some(0), "the CRL sozu kept: {auth:?}");
+    assert_eq!(auth.crls[0].problem, None);
+    assert!(status.ready, "{:?}", status.readiness);
+    assert_eq!(crls_held(&h), [0]);
+    // Retried with back-off, 1 s after the refusal, then 2 s after that one.
+    let sent = h.sozu.0.lock().unwrap().client_auth_sent;
+    tokio::time::sleep(Duration::from_millis(3_100)).await;
+    assert_eq!(h.sozu.0.lock().unwrap().client_auth_sent, sent + 2);
+    assert!(h
+        .status()
+        .sozu
+        .client_auth
+        .is_some_and(|a| a.sozu_refused.is_some()));
+
+    // A newer set, which sozu takes: sent at once, not at the refusal's next retry (4 s away).
+    h.sozu.0.lock().unwrap().refuse_client_auth = None;
+    let written = tokio::time::Instant::now();
+    h.send(read(&[42, 43]));
+    let status = h
+        .until("the new set in force", |s| {
+            s.sozu
+                .client_auth
+                .as_ref()
+                .is_some_and(|a| a.sozu_refused.is_none() && a.crls[0].revoked == Some(2))
+        })
+        .await;
+    assert!(
+        written.elapsed() < Duration::from_millis(500),
+        "the new set waited {:?}",
+        written.elapsed()
+    );
+    assert_eq!(crls_held(&h), [2]);
+    assert!(status.ready);
 }
