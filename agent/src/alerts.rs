@@ -249,6 +249,16 @@ pub fn rules(settings: &AlertSettings) -> Vec<Rule> {
             "The client-auth file {{ $labels.file }} is refused",
             "The latest version of {{ $labels.file }} (the device CA or a CRL) does not validate; its last good version stays applied, so a revocation it adds is not in force. /v1/state says why.",
         ),
+        // The agent validated the files and sozu refused them anyway: no file is refused, and
+        // only this says the revocations on disk are not the ones enforced.
+        rule(
+            "PrivateIngressClientAuthRefusedBySozu",
+            "private_ingress_client_auth_refused_by_sozu == 1\n".to_owned(),
+            min(10),
+            "warning",
+            "private-ingress {{ $labels.instance }}: sozu refuses the device CA and CRLs on disk",
+            "sozu refused the device CA and CRLs the agent validated from the files and keeps enforcing the ones it held before, so a revocation the files add is not in force. /v1/state (sozu.client_auth.sozu_refused) gives sozu's reason.",
+        ),
     ]
 }
 

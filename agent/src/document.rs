@@ -137,33 +137,42 @@ pub struct SozuStatus {
     pub policy_files_refused: Vec<String>,
 }
 
-/// `listeners.client_auth` as the agent holds it: each file's last good version and why the
-/// latest read of it was refused.
+/// `listeners.client_auth` as the agent holds it: each file's version in force and why the
+/// latest read of it was refused, and whether sozu refused what the files hold.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct ClientAuthStatus {
     /// `optional` or `required`.
     pub mode: String,
     pub ca: Option<ClientCaStatus>,
     pub crls: Vec<ClientCrlStatus>,
+    /// sozu's reason for refusing the CA and CRLs the agent validated from the files: sozu keeps
+    /// enforcing the ones it held before (what each file shows then), so a revocation the files
+    /// add is not in force. `None` while sozu holds what the files hold.
+    #[serde(default)]
+    pub sozu_refused: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct ClientCaStatus {
     pub file: String,
-    /// Of the last good version; none until one was read.
+    /// Of the version in force: the last good one, or while sozu refuses it (`sozu_refused`) the
+    /// one sozu kept; none until one was read (or when the agent does not know what sozu kept).
     pub subject: Option<String>,
     /// Unix seconds: the earliest notAfter of its certificates.
     pub not_after: Option<i64>,
+    /// Why the latest read was refused.
     pub problem: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct ClientCrlStatus {
     pub file: String,
-    /// Unix seconds, of the last good version: sozu fails every handshake once it passes.
+    /// Unix seconds, of the version in force (as for the CA): sozu fails every handshake once it
+    /// passes.
     pub next_update: Option<i64>,
-    /// How many certificates the last good version revokes.
+    /// How many certificates the version in force revokes.
     pub revoked: Option<usize>,
+    /// Why the latest read was refused.
     pub problem: Option<String>,
 }
 

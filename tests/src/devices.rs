@@ -2,6 +2,9 @@
 //! certificate for client authentication each, with a serial of its own) and revokes them in a
 //! CRL it signs.
 
+use std::path::Path;
+use std::process::Command;
+
 use rcgen::{
     BasicConstraints, CertificateParams, CertificateRevocationListParams, CertifiedIssuer, DnType,
     ExtendedKeyUsagePurpose, IsCa, KeyIdMethod, KeyPair, KeyUsagePurpose, RevokedCertParams,
@@ -10,6 +13,7 @@ use rcgen::{
 use time::{Duration, OffsetDateTime};
 
 use crate::live::ClientIdentity;
+use crate::run;
 
 pub struct DeviceCa {
     issuer: CertifiedIssuer<'static, KeyPair>,
@@ -95,5 +99,68 @@ impl DeviceCa {
             .expect("sign a CRL")
             .pem()
             .expect("a CRL in PEM")
+    }
+
+    /// A CRL revoking `revoked`, 7 days long, written by `openssl ca -gencrl` as an operator's
+    /// CA writes one when its configuration names no `crlnumber` file: openssl then leaves out
+    /// the CRL Number that RFC 5280 requires in every CRL, and with it every extension (a
+    /// version 1 CRL). `dir` gets the CA's files (its key, 0600) and openssl's database.
+    pub fn openssl_crl_without_crl_number(&self, revoked: &[&Device], dir: &Path) -> String {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(dir).expect("the openssl CA's directory");
+        let write = |name: &str, text: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            path
+        };
+        write("ca.crt", &self.pem());
+        let key = write("ca.key", &self.issuer.key().serialize_pem());
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))
+            .expect("the CA key's mode");
+        write("index.txt", "");
+        let config = write(
+            "openssl.cnf",
+            &format!(
+                "[ca]\ndefault_ca = devices\n[devices]\ndir = {}\ndatabase = $dir/index.txt\n\
+                 certificate = $dir/ca.crt\nprivate_key = $dir/ca.key\ndefault_md = sha256\n\
+                 default_crl_days = 7\n",
+                dir.display()
+            ),
+        );
+        let openssl = |args: &[&str]| {
+            let (code, out, err) = run(Command::new("openssl").args(args).current_dir(dir));
+            assert_eq!(code, 0, "openssl {args:?}: {out}{err}");
+        };
+        let config = config.to_str().expect("a UTF-8 path");
+        for device in revoked {
+            let name = format!("{}.crt", device.serial);
+            write(&name, &device.identity.chain_pem);
+            openssl(&["ca", "-config", config, "-revoke", &name]);
+        }
+        openssl(&["ca", "-config", config, "-gencrl", "-out", "no-number.crl"]);
+        let crl = std::fs::read_to_string(dir.join("no-number.crl")).expect("openssl's CRL");
+        let (code, text, err) = run(Command::new("openssl")
+            .args(["crl", "-noout", "-text", "-in"])
+            .arg(dir.join("no-number.crl")));
+        assert_eq!(code, 0, "openssl crl: {err}");
+        assert!(
+            !text.contains("CRL Number"),
+            "openssl wrote a CRL Number: {text}"
+        );
+        for device in revoked {
+            // openssl prints a serial in an even number of hex digits.
+            let hex = format!("{:X}", device.serial);
+            let hex = if hex.len() % 2 == 1 {
+                format!("0{hex}")
+            } else {
+                hex
+            };
+            assert!(
+                text.contains(&format!("Serial Number: {hex}\n")),
+                "the CRL does not revoke {}: {text}",
+                device.serial
+            );
+        }
+        crl
     }
 }

@@ -361,10 +361,19 @@ pub fn write_handshake_failures(
     }
 }
 
-/// `listeners.client_auth`: the device CA's expiry, each CRL's `nextUpdate` (of its last good
-/// version: sozu fails every handshake once it passes) and whether the latest read of each file
-/// was refused, one series per file.
+/// `listeners.client_auth`: the device CA's expiry, each CRL's `nextUpdate` (of the version in
+/// force: sozu fails every handshake once it passes) and whether the latest read of each file
+/// was refused, one series per file; and whether sozu refused the set the files make, a
+/// revocation on disk then not in force without any file being refused.
 pub fn write_client_auth(out: &mut String, status: &crate::document::ClientAuthStatus) {
+    let name = "private_ingress_client_auth_refused_by_sozu";
+    header(
+        out,
+        name,
+        "gauge",
+        "1 while sozu refuses the device CA and CRLs the agent validated from the files and keeps enforcing the ones it held before",
+    );
+    sample(out, name, &[], i64::from(status.sozu_refused.is_some()));
     let files = status
         .ca
         .iter()

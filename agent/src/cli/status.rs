@@ -302,10 +302,28 @@ pub fn table(status: &Document) -> String {
     out
 }
 
-/// The https listener's client certificates: the mode, then one row for the CA file and one
-/// per CRL file, with what is in force and why the latest read of a file was refused.
+/// The https listener's client certificates: the mode, whether sozu refused what the files
+/// hold, then one row for the CA file and one per CRL file, with what is in force and why the
+/// latest read of a file was refused.
 fn client_auth_table(out: &mut String, auth: &crate::document::ClientAuthStatus, now: i64) {
     let _ = writeln!(out, "client certificates: {}", auth.mode);
+    if let Some(reason) = &auth.sozu_refused {
+        let line = format!(
+            "sozu refused the CA and CRLs the files hold and keeps enforcing the ones it held \
+             before: {reason}"
+        );
+        let _ = writeln!(
+            out,
+            "{}",
+            crate::text::clean_line(&line, crate::text::MAX_LINE_BYTES)
+        );
+    }
+    // While sozu refuses the files' set, a version the agent did not send is not known.
+    let none = if auth.sozu_refused.is_some() {
+        "not known"
+    } else {
+        "none valid yet"
+    };
     let when = |t: Option<i64>| {
         t.map(|t| format!("{} ({})", datetime(t), in_words(t - now)))
             .unwrap_or_else(|| "-".into())
@@ -315,9 +333,7 @@ fn client_auth_table(out: &mut String, auth: &crate::document::ClientAuthStatus,
         rows.push([
             "CA".into(),
             ca.file.clone(),
-            ca.subject
-                .clone()
-                .unwrap_or_else(|| "none valid yet".into()),
+            ca.subject.clone().unwrap_or_else(|| none.into()),
             format!("expires {}", when(ca.not_after)),
             ca.problem.clone().unwrap_or_else(|| "-".into()),
         ]);
@@ -328,7 +344,7 @@ fn client_auth_table(out: &mut String, auth: &crate::document::ClientAuthStatus,
             crl.file.clone(),
             crl.revoked
                 .map(|n| format!("{n} revoked"))
-                .unwrap_or_else(|| "none valid yet".into()),
+                .unwrap_or_else(|| none.into()),
             format!("next update {}", when(crl.next_update)),
             crl.problem.clone().unwrap_or_else(|| "-".into()),
         ]);
@@ -567,6 +583,65 @@ mod tests {
         RouteStatus, Waiting,
     };
     use std::collections::BTreeMap;
+
+    /// While sozu refuses the set the files make, a line says so with sozu's reason, and each
+    /// file's row gives what sozu enforces: the version it kept, or "not known" where the agent
+    /// did not send it, never the version on disk.
+    #[test]
+    fn the_client_certificates_say_when_sozu_refused_the_files_set() {
+        use crate::document::{ClientAuthStatus, ClientCaStatus, ClientCrlStatus};
+        let now = 1_800_000_000;
+        let crl = |file: &str, revoked: Option<usize>, problem: Option<&str>| ClientCrlStatus {
+            file: file.into(),
+            next_update: revoked.map(|_| now + 86_400),
+            revoked,
+            problem: problem.map(str::to_owned),
+        };
+        let mut auth = ClientAuthStatus {
+            mode: "required".into(),
+            ca: Some(ClientCaStatus {
+                file: "/etc/devices/ca.crt".into(),
+                subject: Some("CN=devices".into()),
+                not_after: Some(now + 365 * 86_400),
+                problem: None,
+            }),
+            crls: vec![
+                crl("/etc/devices/laptops.crl", Some(0), None),
+                crl(
+                    "/etc/devices/phones.crl",
+                    None,
+                    Some("/etc/devices/phones.crl: the CRL's nextUpdate has passed"),
+                ),
+            ],
+            sozu_refused: Some(
+                "CRL #2 (counted across client_ca_crls) expired 3 seconds ago".into(),
+            ),
+        };
+        let mut out = String::new();
+        client_auth_table(&mut out, &auth, now);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "client certificates: required");
+        assert_eq!(
+            lines[1],
+            "sozu refused the CA and CRLs the files hold and keeps enforcing the ones it held \
+             before: CRL #2 (counted across client_ca_crls) expired 3 seconds ago"
+        );
+        let row = |file: &str| {
+            lines
+                .iter()
+                .find(|l| l.contains(file))
+                .copied()
+                .unwrap_or("")
+        };
+        assert!(row("laptops.crl").contains("0 revoked"), "{out}");
+        assert!(row("phones.crl").contains("not known"), "{out}");
+        // sozu holding what the files hold: no such line, and a file never read good says so.
+        auth.sozu_refused = None;
+        let mut out = String::new();
+        client_auth_table(&mut out, &auth, now);
+        assert!(!out.contains("sozu refused"), "{out}");
+        assert!(out.contains("none valid yet"), "{out}");
+    }
 
     #[test]
     fn drained_and_down_upstreams_get_a_table_of_their_own() {

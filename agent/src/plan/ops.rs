@@ -109,8 +109,19 @@ impl Op {
     pub fn describe(&self) -> String {
         match self {
             Op::AddListener {
-                protocol, address, ..
-            } => format!("add {protocol} listener {address}"),
+                protocol,
+                address,
+                settings,
+            } => match &settings.client_auth {
+                Some(auth) if *protocol == Protocol::Https && auth.cas.is_empty() => format!(
+                    "add {protocol} listener {address} (its client certificates not known yet)"
+                ),
+                Some(auth) if *protocol == Protocol::Https => format!(
+                    "add {protocol} listener {address} (client certificates {})",
+                    client_auth_label(auth)
+                ),
+                _ => format!("add {protocol} listener {address}"),
+            },
             Op::PatchListener {
                 protocol, address, ..
             } => format!("update the timeouts and PROXY protocol of {protocol} listener {address}"),
@@ -119,15 +130,8 @@ impl Op {
                 client_auth,
             } => match client_auth {
                 Some(auth) => format!(
-                    "set the client certificates of https listener {address} ({}, {} CA \
-                     certificate(s), {} CRL(s))",
-                    if auth.required {
-                        "required"
-                    } else {
-                        "optional"
-                    },
-                    auth.cas.len(),
-                    auth.crls.len()
+                    "set the client certificates of https listener {address} ({})",
+                    client_auth_label(auth)
                 ),
                 None => format!("stop asking for client certificates on https listener {address}"),
             },
@@ -306,6 +310,37 @@ pub fn scope_of(op: &Op) -> Scope {
         }
     }
     scope
+}
+
+/// The client certificates of a listener in a few words, and a digest of their PEMs: a refused
+/// request is known by its description (see `crate::reconcile::policy::Refusals`), so a new CA
+/// or CRL must make a new description, or it would wait for the old one's retry. The PEMs are
+/// public (certificates and revocation lists), and only the digest is written.
+fn client_auth_label(auth: &ClientAuthState) -> String {
+    use sha2::Digest;
+    let mut digest = sha2::Sha256::new();
+    for (kind, pems) in [("CA", &auth.cas), ("CRL", &auth.crls)] {
+        for pem in pems {
+            digest.update(kind.as_bytes());
+            digest.update(pem.trim().as_bytes());
+        }
+    }
+    let hex: String = digest
+        .finalize()
+        .iter()
+        .take(6)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!(
+        "{}, {} CA certificate(s), {} CRL(s), set {hex}",
+        if auth.required {
+            "required"
+        } else {
+            "optional"
+        },
+        auth.cas.len(),
+        auth.crls.len()
+    )
 }
 
 /// Counts of what a plan does, for logs.

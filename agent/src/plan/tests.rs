@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::sozu::state::{Certificate, Frontend};
 use crate::sozu::state::{KeyPem, OWNER_TAG};

@@ -215,6 +215,9 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 Outcome::Applied | Outcome::Closing(_) => {
                     self.counters.sozu_requests += 1;
                     self.refusals.applied(&op);
+                    if let Some(sent) = client_auth_sent(&op) {
+                        self.client_auth.sozu_took(sent);
+                    }
                     if let Op::ReplaceCertificate { certificate, .. } = &op {
                         let at = u64::try_from(self.clock.unix()).unwrap_or(0);
                         self.certs.rotated(&certificate.names, at);
@@ -226,6 +229,10 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 Outcome::Refused(reason) => {
                     self.counters.sozu_requests += 1;
                     tracing::warn!(request = %op.describe(), %reason, "sozu refused a request");
+                    // sozu keeps the client certificates it held: the status says so.
+                    if matches!(op, Op::SetClientAuth { .. }) {
+                        self.client_auth.sozu_refused(reason.clone());
+                    }
                     self.refusals.refused(&op, reason, now);
                     refused = true;
                 }
@@ -267,6 +274,23 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             |id| ids.contains(id),
             |cluster| model.route_by_id(cluster).is_some(),
         );
+    }
+}
+
+/// The device CA and CRLs `op` gives the HTTPS listener, when it gives it some: its
+/// replacement, or a new listener made with them.
+fn client_auth_sent(op: &Op) -> Option<&crate::sozu::state::ClientAuthState> {
+    match op {
+        Op::SetClientAuth {
+            client_auth: Some(auth),
+            ..
+        } => Some(auth),
+        Op::AddListener {
+            protocol: crate::sozu::state::Protocol::Https,
+            settings,
+            ..
+        } => settings.client_auth.as_ref().filter(|a| !a.cas.is_empty()),
+        _ => None,
     }
 }
 

@@ -77,6 +77,9 @@ pub struct Refusal {
     pub message: String,
     /// The hosts and clusters it concerns: its routes show the refusal, and its retry plans them.
     pub scope: Scope,
+    /// It was the HTTPS listener's new client certificates: sozu keeps enforcing the ones it
+    /// held, which the client-auth status reports (`sozu_refused`), and the listener serves on.
+    pub client_auth: bool,
     attempts: u32,
     retry_at: Instant,
 }
@@ -90,6 +93,7 @@ impl Refusals {
         let entry = self.entries.entry(op.describe()).or_insert(Refusal {
             message: String::new(),
             scope: plan::scope_of(op),
+            client_auth: matches!(op, Op::SetClientAuth { .. }),
             attempts: 0,
             retry_at: now,
         });

@@ -120,8 +120,14 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         head.sozu.last_error = self.sozu_error.clone();
         head.sozu.last_converged = self.last_converged;
         head.sozu.listeners_need_restart = self.listeners_need_restart.clone();
-        head.sozu.client_auth =
-            workspace.and_then(|w| self.client_auth.status(&w.listener_policy.client_auth));
+        head.sozu.client_auth = workspace.and_then(|w| {
+            let listener = self
+                .sozu
+                .shadow()
+                .and_then(|s| s.listener_settings.get(&w.listeners.https));
+            self.client_auth
+                .status(&w.listener_policy.client_auth, listener)
+        });
         head.sozu.policy_files_refused = self.policy_files.problems().values().cloned().collect();
         self.status.store(Snapshot {
             head,

@@ -134,6 +134,11 @@ pub fn decide(mode: ReadinessMode, facts: &Facts<'_>) -> Readiness {
     }
     let mut refused_elsewhere = None;
     for refusal in facts.refusals.iter() {
+        // The listener keeps serving with the client certificates sozu held, as it does with
+        // the last good version of a file the agent refused: reported, not waited for.
+        if refusal.client_auth {
+            continue;
+        }
         let scope = &refusal.scope;
         if scope.everything || (scope.hosts.is_empty() && scope.clusters.is_empty()) {
             refused_elsewhere = Some(refusal.message.as_str());

@@ -330,8 +330,9 @@ pub fn to_request(op: &Op) -> Result<RequestType, SozuError> {
                     // Never a listener without the client certificates the workspace asks for.
                     return Err(SozuError::Refused {
                         request: op.describe(),
-                        message: "the client CA of listeners.client_auth is not known yet: no \
-                                  https listener is made without it (see its file's problem)"
+                        message: "the device CA and CRLs of listeners.client_auth have not all \
+                                  been read good yet: no https listener is made without them (see \
+                                  each file's problem in sozu.client_auth)"
                             .into(),
                     });
                 }

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use private_ingress_tests::devices::DeviceCa;
 use private_ingress_tests::live::{
-    certificate, eventually, https_get_as, https_get_behind_proxy, Backend, Stack,
+    certificate, eventually, https_get_as, https_get_behind_proxy, promtool_check, sample, Backend,
+    Stack,
 };
 use private_ingress_tests::{agent_bin, run};
 
@@ -384,6 +385,249 @@ fn the_agent_applies_the_device_ca_and_each_new_crl_live_and_keeps_the_last_good
         counters(&later).1,
         requests,
         "the agent keeps sending requests"
+    );
+}
+
+/// A CRL without the CRL Number extension, which RFC 5280 requires in every CRL, as `openssl ca
+/// -gencrl` writes one when its configuration names no `crlnumber` file: sozu 2.3.3 refuses it
+/// (rustls-webpki's parser), so the agent refuses it before sozu sees it. Swapped in to revoke
+/// device B, it leaves the last good CRL in force and says so: B is still let in, and
+/// `/v1/state`, `/metrics` and `status` give the file's reason and the CRL in force (revoking
+/// nothing), not the one on disk. A proper CRL revoking B then keeps B out at its next
+/// connection once the agent shows it in force, and the problem is gone.
+#[test]
+fn a_crl_without_a_crl_number_is_refused_with_its_reason_and_the_last_good_one_stays() {
+    use private_ingress_tests::devices::Device;
+    use std::time::Instant;
+    let backend = Backend::start("app");
+    let mut stack = Stack::new();
+    certificate(&stack.tls_dir(), HOST);
+    let mut ca = DeviceCa::new("devices");
+    let a = ca.enroll("device-a");
+    let b = ca.enroll("device-b");
+    let devices = stack.dir.path().join("devices");
+    write_devices(
+        &devices,
+        0,
+        &ca.pem(),
+        &ca.crl(&[], time::Duration::days(7)),
+    );
+    write_workspace(&stack, &backend, &client_auth_field("required", &devices));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(Duration::from_secs(30));
+    let get =
+        |device: &Device| https_get_as(stack.https, HOST, "/", ANY_TLS, Some(&device.identity));
+    assert_eq!(get(&a).map(|s| s.status), Ok(200));
+    assert_eq!(get(&b).map(|s| s.status), Ok(200));
+    let crl_of = |s: &serde_json::Value| s["sozu"]["client_auth"]["crls"][0].clone();
+    let first = crl_of(&stack.state().expect("/v1/state"));
+    assert_eq!(first["revoked"], 0, "{first}");
+    let crl_file = format!("{}/devices.crl", devices.display());
+    let refused_series = format!("private_ingress_client_auth_file_refused{{file=\"{crl_file}\"}}");
+
+    let no_number = ca.openssl_crl_without_crl_number(&[&b], &stack.dir.path().join("openssl-ca"));
+    write_devices(&devices, 1, &ca.pem(), &no_number);
+    let state = eventually(Duration::from_secs(10), "the CRL refused", || {
+        stack.state().filter(|s| !crl_of(s)["problem"].is_null())
+    });
+    let problem = crl_of(&state)["problem"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        problem.starts_with(&crl_file)
+            && problem.contains("CRL Number")
+            && problem.contains("sozu refuses"),
+        "{problem}"
+    );
+    // The CRL in force is still the first one, and the state says so.
+    assert_eq!(crl_of(&state)["revoked"], 0, "{state}");
+    assert_eq!(
+        crl_of(&state)["next_update"],
+        first["next_update"],
+        "{state}"
+    );
+    assert!(
+        state["sozu"]["client_auth"]["sozu_refused"].is_null(),
+        "{state}"
+    );
+    assert_eq!(state["ready"], true, "{state}");
+    let still = get(&b);
+    assert_eq!(
+        still.map(|s| s.status),
+        Ok(200),
+        "B's revocation is not in force"
+    );
+    let metrics = stack.metrics();
+    assert_eq!(sample(&metrics, &refused_series), Some(1.0), "{metrics}");
+    assert_eq!(
+        sample(&metrics, "private_ingress_client_auth_refused_by_sozu"),
+        Some(0.0),
+        "{metrics}"
+    );
+    let shown = stack.status_text();
+    assert!(
+        shown.contains("0 revoked") && shown.contains("CRL Number"),
+        "{shown}"
+    );
+
+    // A proper CRL revoking B: in force at once, B out at its next connection.
+    write_devices(
+        &devices,
+        2,
+        &ca.pem(),
+        &ca.crl(&[b.serial], time::Duration::days(7)),
+    );
+    let written = Instant::now();
+    let state = eventually(Duration::from_secs(10), "the proper CRL in force", || {
+        stack
+            .state()
+            .filter(|s| crl_of(s)["problem"].is_null() && crl_of(s)["revoked"] == 1)
+    });
+    let shown_at = written.elapsed();
+    let refused = get(&b);
+    let refused_at = written.elapsed();
+    assert!(
+        refused.is_err(),
+        "B got in after its revocation was shown in force: {refused:?}"
+    );
+    println!(
+        "the proper CRL shown in force {shown_at:?} after its write; B refused at its next \
+         connection, {refused_at:?} after the write"
+    );
+    assert!(
+        state["sozu"]["client_auth"]["sozu_refused"].is_null(),
+        "{state}"
+    );
+    assert_eq!(get(&a).map(|s| s.status), Ok(200));
+    let metrics = stack.metrics();
+    assert_eq!(sample(&metrics, &refused_series), Some(0.0), "{metrics}");
+    assert_eq!(
+        sample(&metrics, "private_ingress_client_auth_refused_by_sozu"),
+        Some(0.0),
+        "{metrics}"
+    );
+}
+
+/// sozu refuses a set of client certificates the agent validated: the second CRL file's CRL
+/// lapses in sozu (its file is then refused as past its `nextUpdate`, its last good version
+/// kept), and a new CRL in the first file, revoking the laptop, sends that lapsed CRL again.
+/// sozu keeps the set it held, and the agent says so, staying ready: `/v1/state` gives sozu's
+/// reason and the first file's CRL sozu kept (revoking nothing), the metric is 1, `status`
+/// prints it. A new CRL in the second file makes a set sozu takes: the laptop is kept out, the
+/// phone served, the refusal gone.
+#[test]
+fn a_set_sozu_refuses_anyway_is_reported_with_its_reason_until_sozu_takes_one() {
+    use private_ingress_tests::devices::Device;
+    let backend = Backend::start("app");
+    let mut stack = Stack::new();
+    certificate(&stack.tls_dir(), HOST);
+    let (mut laptops, mut phones) = (DeviceCa::new("laptops"), DeviceCa::new("phones"));
+    let laptop = laptops.enroll("laptop");
+    let phone = phones.enroll("phone");
+    let devices = stack.dir.path().join("devices");
+    let cas = format!("{}{}", laptops.pem(), phones.pem());
+    let write = |generation: u32, laptops_crl: &str, phones_crl: &str| {
+        private_ingress_tests::kubelet::volumes::atomic_write(
+            &devices,
+            &[
+                ("ca.crt".into(), cas.as_bytes().to_vec(), 0o444),
+                ("laptops.crl".into(), laptops_crl.as_bytes().to_vec(), 0o444),
+                ("phones.crl".into(), phones_crl.as_bytes().to_vec(), 0o444),
+            ],
+            None,
+            generation,
+        );
+    };
+    let lapsing = phones.crl(&[], time::Duration::seconds(10));
+    write(0, &laptops.crl(&[], time::Duration::days(7)), &lapsing);
+    write_workspace(
+        &stack,
+        &backend,
+        &format!(
+            "client_auth = {{ mode = 'required, ca_file = \"{0}/ca.crt\", crl_files = \
+             [\"{0}/laptops.crl\", \"{0}/phones.crl\"] }},",
+            devices.display()
+        ),
+    );
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(Duration::from_secs(30));
+    let get =
+        |device: &Device| https_get_as(stack.https, HOST, "/", ANY_TLS, Some(&device.identity));
+    assert_eq!(get(&laptop).map(|s| s.status), Ok(200));
+    let auth_of = |s: &serde_json::Value| s["sozu"]["client_auth"].clone();
+    let next_update = auth_of(&stack.state().expect("/v1/state"))["crls"][1]["next_update"]
+        .as_i64()
+        .expect("the phones' CRL's nextUpdate");
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    eventually(Duration::from_secs(30), "the phones' CRL lapsed", || {
+        (now() > next_update as f64 + 1.0).then_some(())
+    });
+
+    let revoking = laptops.crl(&[laptop.serial], time::Duration::days(7));
+    write(1, &revoking, &lapsing);
+    let state = eventually(Duration::from_secs(10), "sozu's refusal shown", || {
+        stack
+            .state()
+            .filter(|s| !auth_of(s)["sozu_refused"].is_null())
+    });
+    let auth = auth_of(&state);
+    let reason = auth["sozu_refused"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("CRL #2") && reason.contains("expired"),
+        "{reason}"
+    );
+    assert_eq!(
+        auth["crls"][0]["revoked"], 0,
+        "the laptops' CRL sozu kept: {auth}"
+    );
+    assert!(auth["crls"][0]["problem"].is_null(), "{auth}");
+    assert!(
+        auth["crls"][1]["problem"]
+            .as_str()
+            .is_some_and(|p| p.contains("has passed")),
+        "{auth}"
+    );
+    assert_eq!(state["ready"], true, "{state}");
+    let metrics = stack.metrics();
+    assert_eq!(
+        sample(&metrics, "private_ingress_client_auth_refused_by_sozu"),
+        Some(1.0),
+        "{metrics}"
+    );
+    promtool_check(&metrics).unwrap_or_else(|e| panic!("{e}\n{metrics}"));
+    let shown = stack.status_text();
+    assert!(
+        shown.contains("sozu refused the CA and CRLs the files hold and keeps enforcing the ones it held before")
+            && shown.contains("CRL #2"),
+        "{shown}"
+    );
+
+    // A new CRL for the phones: a set sozu takes.
+    write(2, &revoking, &phones.crl(&[], time::Duration::days(7)));
+    eventually(Duration::from_secs(10), "the new set in force", || {
+        stack.state().filter(|s| {
+            let auth = auth_of(s);
+            auth["sozu_refused"].is_null()
+                && auth["crls"][0]["revoked"] == 1
+                && auth["crls"][1]["problem"].is_null()
+        })
+    });
+    let refused = get(&laptop);
+    assert!(refused.is_err(), "the revoked laptop got in: {refused:?}");
+    assert_eq!(get(&phone).map(|s| s.status), Ok(200));
+    let metrics = stack.metrics();
+    assert_eq!(
+        sample(&metrics, "private_ingress_client_auth_refused_by_sozu"),
+        Some(0.0),
+        "{metrics}"
     );
 }
 
