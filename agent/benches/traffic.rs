@@ -77,20 +77,18 @@ fn workspace(routes: usize) -> Workspace {
     }))
     .expect("a workspace");
     ws.routes = (0..routes)
-        .map(|i| Route {
-            id: route_id(&host(i), "/"),
-            host: host(i),
-            path_prefix: "/".into(),
-            upstreams: vec![RouteUpstream {
-                upstream: Upstream::Ip {
-                    address: "10.0.0.1:8080".parse().expect("an address"),
-                },
-                weight: 1,
-                drain: false,
-            }],
-            health: None,
-            hsts: None,
-            policy: None,
+        .map(|i| {
+            Route::http(
+                &host(i),
+                "/",
+                vec![RouteUpstream {
+                    upstream: Upstream::Ip {
+                        address: "10.0.0.1:8080".parse().expect("an address"),
+                    },
+                    weight: 1,
+                    drain: false,
+                }],
+            )
         })
         .collect();
     ws

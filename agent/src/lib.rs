@@ -25,7 +25,6 @@
 #![deny(unsafe_code)]
 
 pub mod acme;
-pub mod alerts;
 pub mod api;
 pub mod certs;
 pub mod cli;

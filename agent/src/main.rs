@@ -4,7 +4,6 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Parser;
 
-use private_ingress::alerts::{self, AlertSettings};
 use private_ingress::cli::exit::{
     INVALID as EXIT_INVALID, IO as EXIT_IO, NOT_READY as EXIT_NOT_READY,
     NO_ANSWER as EXIT_NO_ANSWER,
@@ -16,6 +15,7 @@ use private_ingress::evaluate::contract::{ContractError, SCHEMA};
 use private_ingress::evaluate::imports::Root;
 use private_ingress::evaluate::input::Input;
 use private_ingress::evaluate::sandbox::{self, SandboxError};
+use private_ingress::render::alerts::{self, AlertSettings};
 use private_ingress::render::{self, SozuSettings};
 use private_ingress::sources;
 use private_ingress::workspace::Workspace;

@@ -45,9 +45,9 @@ use serde::{Serialize, Serializer};
 use serde_json::{json, Value};
 use sha2::Digest;
 
-use crate::alerts::AlertSettings;
 use crate::document::ReadinessMode;
 use crate::evaluate::imports::{self, normalize, Root, WalkError};
+use crate::render::alerts::AlertSettings;
 use crate::render::{self, RenderError, SozuSettings};
 use crate::workspace::{ContainerResources, Dns01, LbProvider, TlsRotation, Upstream, Workspace};
 
@@ -405,10 +405,10 @@ impl<'a> Pod<'a> {
         })
     }
 }
-/// The distinct route hosts, sorted: routes that share a host share its certificate and record.
+/// The hosts whose certificate sozu serves, sorted: routes that share a host share its
+/// certificate volume.
 fn hosts(workspace: &Workspace) -> Vec<&str> {
-    let set: BTreeSet<&str> = workspace.routes.iter().map(|r| r.host.as_str()).collect();
-    set.into_iter().collect()
+    workspace.tls_hosts().into_iter().collect()
 }
 /// The name of a host's certificate volume (and, in `'reloader` mode, of its Certificate and
 /// Secret): `tls-<first label>-<8 hex digits of SHA-256(host)>`. A DNS-1123 label of at most 53

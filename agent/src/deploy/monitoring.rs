@@ -37,13 +37,13 @@ pub(super) fn service_monitor(workspace: &Workspace) -> Value {
         },
     })
 }
-/// The alert rules of [`crate::alerts`], for a prometheus-operator Prometheus to load.
+/// The alert rules of [`crate::render::alerts`], for a prometheus-operator Prometheus to load.
 pub(super) fn prometheus_rule(workspace: &Workspace, alerts: &AlertSettings) -> Value {
     json!({
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         "metadata": metadata(workspace, APP),
-        "spec": crate::alerts::groups(alerts),
+        "spec": crate::render::alerts::groups(alerts),
     })
 }
 /// The Grafana dashboard (`deploy/grafana-dashboard.json`), in a ConfigMap carrying the label

@@ -23,7 +23,7 @@ use crate::sozu::state::{
 };
 use crate::sozu::state::{ClientAuthState, ListenerSettings};
 use crate::workspace::{
-    ClientAuthMode, HeaderPolicy, ListenerPolicy, Route, TlsVersion, Upstream, Workspace,
+    ClientAuthMode, HeaderPolicy, ListenerPolicy, Route, RouteKind, TlsVersion, Upstream, Workspace,
 };
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -336,7 +336,10 @@ pub fn cluster(
 /// Notes whether sozu adds an HSTS header to the route's responses: its own policy, else the
 /// listener's (see [`Desired::hsts_clusters`]).
 fn mark_hsts(desired: &mut Desired, route: &Route) {
-    if route.hsts.or(desired.hsts).is_some_and(|h| h.enabled) {
+    let own = match &route.kind {
+        RouteKind::Http(http) => http.hsts,
+    };
+    if own.or(desired.hsts).is_some_and(|h| h.enabled) {
         desired.hsts_clusters.insert(route.id.clone());
     } else {
         desired.hsts_clusters.remove(&route.id);
@@ -351,6 +354,7 @@ fn frontends(
     https: SocketAddr,
     http: SocketAddr,
 ) -> [Frontend; 2] {
+    let RouteKind::Http(kind) = &route.kind;
     let policy = frontend_policy(route, headers);
     let tags: Tags = [
         (OWNER_TAG.0.to_owned(), OWNER_TAG.1.to_owned()),
@@ -362,12 +366,12 @@ fn frontends(
         protocol,
         address,
         hostname: route.host.clone(),
-        path_prefix: route.path_prefix.clone(),
+        path_prefix: kind.path_prefix.clone(),
         cluster_id: Some(route.id.clone()),
         tags: tags.clone(),
         // HSTS is for HTTPS responses only (RFC 6797 §7.2): sozu refuses it on HTTP.
         hsts: match protocol {
-            Protocol::Https => route.hsts,
+            Protocol::Https => kind.hsts,
             Protocol::Http => None,
         },
         // The HTTP frontend redirects to HTTPS (the cluster's `https_redirect`), where the

@@ -313,7 +313,7 @@ pub fn scope_of(op: &Op) -> Scope {
 }
 
 /// The client certificates of a listener in a few words, and a digest of their PEMs: a refused
-/// request is known by its description (see `crate::reconcile::policy::Refusals`), so a new CA
+/// request is known by its description (see `crate::reconcile::retry_policy::Refusals`), so a new CA
 /// or CRL must make a new description, or it would wait for the old one's retry. The PEMs are
 /// public (certificates and revocation lists), and only the digest is written.
 fn client_auth_label(auth: &ClientAuthState) -> String {

@@ -7,20 +7,18 @@ use std::net::SocketAddr;
 pub(crate) fn workspace(routes: &[(&str, &str, &str)]) -> Workspace {
     let routes = routes
         .iter()
-        .map(|(host, path, upstream)| Route {
-            id: crate::workspace::route_id(host, path),
-            host: (*host).into(),
-            path_prefix: (*path).into(),
-            upstreams: vec![crate::workspace::RouteUpstream {
-                upstream: Upstream::Ip {
-                    address: upstream.parse().unwrap(),
-                },
-                weight: 1,
-                drain: false,
-            }],
-            health: None,
-            hsts: None,
-            policy: None,
+        .map(|(host, path, upstream)| {
+            Route::http(
+                host,
+                path,
+                vec![crate::workspace::RouteUpstream {
+                    upstream: Upstream::Ip {
+                        address: upstream.parse().unwrap(),
+                    },
+                    weight: 1,
+                    drain: false,
+                }],
+            )
         })
         .collect();
     crate::workspace::test_workspace(std::path::Path::new("/tls"), routes)
@@ -341,7 +339,7 @@ fn health_checks_and_hsts_follow_the_workspace() {
         port: None,
     };
     ws.routes[0].health = Some(check.clone());
-    ws.routes[0].hsts = Some(crate::sozu::state::Hsts::OFF);
+    ws.routes[0].http_mut().hsts = Some(crate::sozu::state::Hsts::OFF);
     let ops = converge(&mut actual, &desired(&ws, std::slice::from_ref(&c)));
     assert!(ops.contains(&Op::SetHealthCheck {
         cluster_id: "pi-a.in.example.org".into(),

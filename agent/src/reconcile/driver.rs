@@ -21,9 +21,9 @@ use tokio::time::Instant;
 use super::backends::{BackendTracker, Drift, Ledger};
 use super::model::Model;
 use super::pass::PassOutcome;
-use super::policy::{Backoff, Refusals};
 use super::publish::Dirty;
 use super::readiness::Stalled;
+use super::retry_policy::{Backoff, Refusals};
 use super::sync::SozuSync;
 use super::trackers::{CertTracker, DnsTracker, PairChange, WorkspaceTracker};
 use crate::api::{Heartbeat, SharedStatus};
@@ -420,8 +420,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                     if let Some(workspace) = &self.workspace.current {
                         self.dns
                             .retain(&crate::plan::desired::upstream_names(workspace));
-                        self.certs
-                            .retain(&workspace.routes.iter().map(|r| r.host.as_str()).collect());
+                        self.certs.retain(&workspace.tls_hosts());
                     }
                 }
                 work.publish = true;

@@ -232,7 +232,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         let status = RouteStatus {
             id: route.id.clone(),
             host: route.host.clone(),
-            path_prefix: route.path_prefix.clone(),
+            path_prefix: route.path_prefix().to_owned(),
             upstream: route.upstreams_label(),
             backends_desired,
             backends_actual,
@@ -253,7 +253,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             state,
             waiting_for,
             last_error,
-            policy: route.policy().summary(&route.path_prefix),
+            policy: route.policy().summary(route.path_prefix()),
             upstreams,
             no_available_backend,
         };
@@ -323,5 +323,5 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
 }
 
 fn key(route: &Route) -> RouteKey {
-    (route.host.clone(), route.path_prefix.clone())
+    (route.host.clone(), route.path_prefix().to_owned())
 }

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use crate::document::{Readiness, ReadinessMode};
 
 use super::model::Model;
-use super::policy::Refusals;
+use super::retry_policy::Refusals;
 use super::route_policy_files::PolicyFilesTracker;
 use super::trackers::{CertTracker, DnsTracker};
 

@@ -4,6 +4,7 @@
 //! [`write_atomic`] is the only I/O here. The Kubernetes manifests and DNS records are
 //! [`crate::deploy`]'s.
 
+pub mod alerts;
 mod sozu_toml;
 
 pub use sozu_toml::{max_command_buffer_size, sozu_toml, sozu_toml_warnings, SozuSettings};

@@ -29,7 +29,8 @@ pub fn sozu_toml_warnings(workspace: &Workspace) -> Vec<String> {
                 "route `{}{}`: its basic-auth users are not written into sozu's file (secrets \
                  stay in their file): sozu loading this file alone answers every request of the \
                  route 401 until the agent sets them",
-                r.host, r.path_prefix
+                r.host,
+                r.path_prefix()
             )
         })
         .collect()
@@ -545,12 +546,11 @@ mod tests {
     }
 
     fn route(host: &str, path: &str, upstream: Upstream) -> Route {
-        Route {
-            id: crate::workspace::route_id(host, path),
-            host: host.into(),
-            path_prefix: path.into(),
-            ..crate::workspace::test_route(host, upstream)
-        }
+        Route::http(
+            host,
+            path,
+            crate::workspace::test_route(host, upstream).upstreams,
+        )
     }
 
     #[test]
@@ -806,7 +806,7 @@ mod tests {
             },
         );
         route.upstreams.clear();
-        route.policy = Some(Box::new(crate::workspace::RoutePolicy {
+        route.http_mut().policy = Some(Box::new(crate::workspace::RoutePolicy {
             redirect: Some(crate::workspace::Redirect {
                 status: 308,
                 scheme: RedirectScheme::Https,

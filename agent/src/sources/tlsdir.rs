@@ -325,7 +325,11 @@ impl Reader {
             .override_dir
             .clone()
             .unwrap_or_else(|| watcher::absolute(&workspace.tls_dir));
-        let hosts: BTreeSet<String> = workspace.routes.iter().map(|r| r.host.clone()).collect();
+        let hosts: BTreeSet<String> = workspace
+            .tls_hosts()
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
         if self.tls_dir.as_ref() != Some(&dir) {
             if let Some(old) = self.watched.tls_dir.take() {
                 self.watches.remove(old);

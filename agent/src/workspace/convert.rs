@@ -181,7 +181,7 @@ impl Workspace {
             .into_iter()
             .map(Route::from_raw)
             .collect::<Result<Vec<_>, _>>()?;
-        routes.sort_by(|a, b| (&a.host, &a.path_prefix).cmp(&(&b.host, &b.path_prefix)));
+        routes.sort_by(|a, b| (&a.host, a.path_prefix()).cmp(&(&b.host, b.path_prefix())));
         let lb_ip = raw
             .lb_ip
             .map(|ip| match ip.parse::<IpAddr>() {
@@ -495,11 +495,13 @@ impl Route {
         Ok(Route {
             id: route_id(&raw.host, &raw.path_prefix),
             host: raw.host,
-            path_prefix: raw.path_prefix,
             upstreams,
             health,
-            hsts,
-            policy: (!policy.is_empty()).then(|| Box::new(policy)),
+            kind: RouteKind::Http(HttpRoute {
+                path_prefix: raw.path_prefix,
+                hsts,
+                policy: (!policy.is_empty()).then(|| Box::new(policy)),
+            }),
         })
     }
 }

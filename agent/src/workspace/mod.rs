@@ -5,14 +5,18 @@
 //! instead of trusting that, because the contract file and this code can drift apart.
 
 mod convert;
+mod listener_policy;
 mod raw;
+mod route;
 mod route_policy;
 
 pub use convert::{dns_server, ModelError};
+pub use listener_policy::*;
 pub use raw::*;
+pub use route::*;
 pub use route_policy::*;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -21,7 +25,7 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 use crate::document::ReadinessMode;
-use crate::sozu::state::{HealthCheck, Hsts};
+use crate::sozu::state::Hsts;
 
 /// How certificates reach `<tls_dir>/<host>/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -357,201 +361,6 @@ impl Default for Deploy {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Listeners {
-    pub https: SocketAddr,
-    pub http: SocketAddr,
-}
-
-/// What the workspace asks of the listeners beyond their addresses (`listeners.*`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ListenerPolicy {
-    /// The interface both listeners are bound to (SO_BINDTODEVICE).
-    pub interface: Option<String>,
-    /// The lowest TLS version of the HTTPS listener.
-    pub min_tls_version: TlsVersion,
-    /// Every connection starts with a PROXY protocol v2 header.
-    pub expect_proxy: bool,
-    pub timeouts: ListenerTimeouts,
-    pub client_auth: ClientAuth,
-}
-
-impl Default for ListenerPolicy {
-    /// sozu 2.3.3's own listener defaults, TLS 1.2 and up, no client certificate.
-    fn default() -> Self {
-        ListenerPolicy {
-            interface: None,
-            min_tls_version: TlsVersion::V1_2,
-            expect_proxy: false,
-            timeouts: ListenerTimeouts::default(),
-            client_auth: ClientAuth::default(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum TlsVersion {
-    #[serde(rename = "1.2")]
-    V1_2,
-    #[serde(rename = "1.3")]
-    V1_3,
-}
-
-impl fmt::Display for TlsVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            TlsVersion::V1_2 => "1.2",
-            TlsVersion::V1_3 => "1.3",
-        })
-    }
-}
-
-/// Seconds, as sozu counts them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ListenerTimeouts {
-    pub front: u32,
-    pub back: u32,
-    pub connect: u32,
-    pub request: u32,
-}
-
-impl Default for ListenerTimeouts {
-    /// sozu 2.3.3's defaults.
-    fn default() -> Self {
-        ListenerTimeouts {
-            front: 60,
-            back: 30,
-            connect: 3,
-            request: 10,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ClientAuthMode {
-    #[default]
-    Off,
-    /// A certificate, when the client sends one, must be the CA's and not revoked.
-    Optional,
-    /// No certificate of the CA's, no connection.
-    Required,
-}
-
-impl fmt::Display for ClientAuthMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ClientAuthMode::Off => "off",
-            ClientAuthMode::Optional => "optional",
-            ClientAuthMode::Required => "required",
-        })
-    }
-}
-
-/// Client certificates on the HTTPS listener: the CA's certificates and its revocation lists
-/// are files, read and watched by the agent.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClientAuth {
-    pub mode: ClientAuthMode,
-    /// Set unless the mode is off (the contract sees to it).
-    pub ca_file: Option<PathBuf>,
-    pub crl_files: Vec<PathBuf>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Route {
-    /// Stable identifier of the route, used as sozu's cluster id. Derived from (host, path_prefix)
-    /// only, so editing a route's upstream updates the cluster in place.
-    pub id: String,
-    pub host: String,
-    pub path_prefix: String,
-    /// At least one; a route written with `upstream` and `port` has exactly one, of weight 1.
-    pub upstreams: Vec<RouteUpstream>,
-    /// sozu's active health check on the route's backends.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub health: Option<HealthCheck>,
-    /// The route's own HSTS policy, overriding the workspace's; `None` follows the workspace.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hsts: Option<Hsts>,
-    /// Redirect, rewrites, headers, basic auth, limits, error pages; `None` for a route with
-    /// none (boxed: most routes have none, and a workspace may hold ten thousand).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub policy: Option<Box<RoutePolicy>>,
-}
-
-/// One upstream of a route, with its share of the traffic.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RouteUpstream {
-    pub upstream: Upstream,
-    pub weight: u32,
-    /// Out of rotation: no new request goes to it, the ones in flight finish. The route's own
-    /// `drain` drains every upstream.
-    pub drain: bool,
-}
-
-impl Route {
-    /// The route's policy, or none.
-    pub fn policy(&self) -> &RoutePolicy {
-        static NONE: std::sync::OnceLock<RoutePolicy> = std::sync::OnceLock::new();
-        self.policy
-            .as_deref()
-            .unwrap_or_else(|| NONE.get_or_init(RoutePolicy::default))
-    }
-
-    /// The route's upstreams that are names to resolve.
-    pub fn upstream_names(&self) -> impl Iterator<Item = &str> {
-        self.upstreams.iter().filter_map(|u| match &u.upstream {
-            Upstream::Dns { name, .. } => Some(name.as_str()),
-            _ => None,
-        })
-    }
-
-    /// How the route's upstreams read in status: `a:80`, or `a:80 (×9), b:80 (×1, drained)`.
-    pub fn upstreams_label(&self) -> String {
-        if let Some(redirect) = self.policy().redirect.as_ref() {
-            return format!("redirect {} {}", redirect.status, redirect.location_label());
-        }
-        if let [only] = &self.upstreams[..] {
-            if only.weight == 1 && !only.drain {
-                return only.upstream.to_string();
-            }
-        }
-        self.upstreams
-            .iter()
-            .map(|u| {
-                let drain = if u.drain { ", drained" } else { "" };
-                format!("{} (×{}{drain})", u.upstream, u.weight)
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-}
-
-/// Where a route's traffic goes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Upstream {
-    /// A DNS name, resolved (and re-resolved) to every A and AAAA address.
-    Dns { name: String, port: u16 },
-    /// An IP literal.
-    Ip { address: SocketAddr },
-    /// A UNIX socket; the path is absolute.
-    Unix { path: PathBuf },
-}
-
-impl fmt::Display for Upstream {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Upstream::Dns { name, port } => write!(f, "{name}:{port}"),
-            Upstream::Ip { address } => write!(f, "{address}"),
-            Upstream::Unix { path } => write!(f, "unix://{}", path.display()),
-        }
-    }
-}
-
-/// Prefix of every cluster id the agent creates: the mark of what it owns in sozu.
-pub const ID_PREFIX: &str = "pi-";
-
 impl Workspace {
     /// Makes the relative paths of error pages and users files absolute against `dir`, the
     /// workspace's directory.
@@ -565,7 +374,8 @@ impl Workspace {
         };
         anchor(&mut self.error_pages);
         for route in &mut self.routes {
-            if let Some(policy) = route.policy.as_mut() {
+            let RouteKind::Http(http) = &mut route.kind;
+            if let Some(policy) = http.policy.as_mut() {
                 anchor(&mut policy.error_pages);
                 if let Some(auth) = policy.basic_auth.as_mut() {
                     if auth.users_file.is_relative() {
@@ -576,6 +386,16 @@ impl Workspace {
         }
     }
 
+    /// The hosts whose certificate sozu serves (those of the routes that terminate TLS), each
+    /// once, sorted: the pairs the agent watches, orders and mounts.
+    pub fn tls_hosts(&self) -> BTreeSet<&str> {
+        self.routes
+            .iter()
+            .filter(|route| route.terminates_tls())
+            .map(|route| route.host.as_str())
+            .collect()
+    }
+
     /// Where the certificate chain and key of `host` live.
     pub fn certificate_paths(&self, host: &str) -> (PathBuf, PathBuf) {
         let dir = self.tls_dir.join(host);
@@ -583,35 +403,18 @@ impl Workspace {
     }
 }
 
-/// `pi-<host>` for the root path, `pi-<host>-<8 hex digits of SHA-256(path)>` otherwise: readable
-/// in `sozu` listings, and free of the characters a path may hold.
-pub fn route_id(host: &str, path_prefix: &str) -> String {
-    if path_prefix == "/" {
-        format!("{ID_PREFIX}{host}")
-    } else {
-        use sha2::Digest;
-        let digest = sha2::Sha256::digest(path_prefix.as_bytes());
-        let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
-        format!("{ID_PREFIX}{host}-{short}")
-    }
-}
-
 /// A route at `/` of `host`, for unit tests elsewhere in the crate.
 #[cfg(test)]
 pub(crate) fn test_route(host: &str, upstream: Upstream) -> Route {
-    Route {
-        id: route_id(host, "/"),
-        host: host.into(),
-        path_prefix: "/".into(),
-        upstreams: vec![RouteUpstream {
+    Route::http(
+        host,
+        "/",
+        vec![RouteUpstream {
             upstream,
             weight: 1,
             drain: false,
         }],
-        health: None,
-        hsts: None,
-        policy: None,
-    }
+    )
 }
 
 /// A workspace for unit tests elsewhere in the crate: zone `in.example.org`, loopback listeners

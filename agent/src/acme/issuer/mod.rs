@@ -172,7 +172,11 @@ struct Issuer<C: Ca> {
 fn settings(workspace: Option<&Workspace>) -> Option<(&Acme, &PathBuf, BTreeSet<String>)> {
     let workspace = workspace.filter(|w| w.tls_rotation == TlsRotation::SozuManaged)?;
     let acme = workspace.acme.as_deref()?;
-    let hosts = workspace.routes.iter().map(|r| r.host.clone()).collect();
+    let hosts = workspace
+        .tls_hosts()
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
     Some((acme, &workspace.tls_dir, hosts))
 }
 

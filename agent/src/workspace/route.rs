@@ -1,0 +1,209 @@
+//! A route: the name clients reach, the upstreams its traffic goes to, and its kind, which says
+//! how sozu tells the route's traffic apart and what it does with it.
+//!
+//! **Kinds of routes.** What every kind shares lives on [`Route`] (the host, whose DNS record
+//! points at the load balancer; the upstreams with their weights and drains, re-resolved by the
+//! DNS source; the health check). What only one kind has lives in its variant of [`RouteKind`]
+//! (an HTTP route's path prefix, HSTS and route policies). Code that does something different
+//! for each kind matches on [`RouteKind`] without a wildcard arm, so a new kind is a new variant
+//! that the compiler makes every layer handle: the desired state, the rendered file, the pod,
+//! the status (docs/agent.md, "Kinds of routes").
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::RoutePolicy;
+use crate::sozu::state::{HealthCheck, Hsts};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Route {
+    /// Stable identifier of the route, used as sozu's cluster id. Derived from what tells the
+    /// route apart from the others of its host ([`route_id`]), so editing a route's upstream
+    /// updates the cluster in place.
+    pub id: String,
+    /// The name clients reach the route by.
+    pub host: String,
+    /// At least one, unless the route answers every request itself (a redirect); a route written
+    /// with `upstream` and `port` has exactly one, of weight 1.
+    pub upstreams: Vec<RouteUpstream>,
+    /// sozu's active health check on the route's backends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthCheck>,
+    #[serde(flatten)]
+    pub kind: RouteKind,
+}
+
+/// How sozu carries a route's traffic: one variant per way it tells routes apart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RouteKind {
+    /// HTTPS that sozu terminates with the host's certificate, matched by host and path prefix,
+    /// beside an HTTP frontend that redirects to it.
+    Http(HttpRoute),
+}
+
+/// What an HTTP route has that other kinds have not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpRoute {
+    pub path_prefix: String,
+    /// The route's own HSTS policy, overriding the workspace's; `None` follows the workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hsts: Option<Hsts>,
+    /// Redirect, rewrites, headers, basic auth, limits, error pages; `None` for a route with
+    /// none (boxed: most routes have none, and a workspace may hold ten thousand).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<Box<RoutePolicy>>,
+}
+
+/// One upstream of a route, with its share of the traffic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteUpstream {
+    pub upstream: Upstream,
+    pub weight: u32,
+    /// Out of rotation: no new request goes to it, the ones in flight finish. The route's own
+    /// `drain` drains every upstream.
+    pub drain: bool,
+}
+
+/// The policy of a route without one.
+fn no_policy() -> &'static RoutePolicy {
+    static NONE: std::sync::OnceLock<RoutePolicy> = std::sync::OnceLock::new();
+    NONE.get_or_init(RoutePolicy::default)
+}
+
+impl HttpRoute {
+    /// The route's policy, or none.
+    pub fn policy(&self) -> &RoutePolicy {
+        match self.policy.as_deref() {
+            Some(policy) => policy,
+            None => no_policy(),
+        }
+    }
+}
+
+impl Route {
+    /// An HTTP route at `path_prefix` of `host` to `upstreams`, with no health check, HSTS of
+    /// its own or policy.
+    pub fn http(host: &str, path_prefix: &str, upstreams: Vec<RouteUpstream>) -> Route {
+        Route {
+            id: route_id(host, path_prefix),
+            host: host.to_owned(),
+            upstreams,
+            health: None,
+            kind: RouteKind::Http(HttpRoute {
+                path_prefix: path_prefix.to_owned(),
+                hsts: None,
+                policy: None,
+            }),
+        }
+    }
+
+    /// What sozu matches besides the host: an HTTP route's path prefix.
+    pub fn path_prefix(&self) -> &str {
+        match &self.kind {
+            RouteKind::Http(http) => &http.path_prefix,
+        }
+    }
+
+    /// The route's own HSTS policy, overriding the workspace's; `None` follows the workspace (and
+    /// a kind sozu sends no HTTP response for has none).
+    pub fn hsts(&self) -> Option<Hsts> {
+        match &self.kind {
+            RouteKind::Http(http) => http.hsts,
+        }
+    }
+
+    /// The route's policies (redirect, rewrites, headers, basic auth, limits, error pages), or
+    /// none: a kind sozu does not apply them to has none.
+    pub fn policy(&self) -> &RoutePolicy {
+        match &self.kind {
+            RouteKind::Http(http) => http.policy(),
+        }
+    }
+
+    /// Whether sozu terminates TLS for the route with its host's certificate: the agent then
+    /// watches (or orders) the host's pair, and holds the route back until it has a good one.
+    pub fn terminates_tls(&self) -> bool {
+        match &self.kind {
+            RouteKind::Http(_) => true,
+        }
+    }
+
+    /// The route's upstreams that are names to resolve.
+    pub fn upstream_names(&self) -> impl Iterator<Item = &str> {
+        self.upstreams.iter().filter_map(|u| match &u.upstream {
+            Upstream::Dns { name, .. } => Some(name.as_str()),
+            _ => None,
+        })
+    }
+
+    /// How the route's upstreams read in status: `a:80`, or `a:80 (×9), b:80 (×1, drained)`.
+    pub fn upstreams_label(&self) -> String {
+        if let Some(redirect) = self.policy().redirect.as_ref() {
+            return format!("redirect {} {}", redirect.status, redirect.location_label());
+        }
+        if let [only] = &self.upstreams[..] {
+            if only.weight == 1 && !only.drain {
+                return only.upstream.to_string();
+            }
+        }
+        self.upstreams
+            .iter()
+            .map(|u| {
+                let drain = if u.drain { ", drained" } else { "" };
+                format!("{} (×{}{drain})", u.upstream, u.weight)
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+#[cfg(test)]
+impl Route {
+    /// The HTTP parts of a route a test built as one.
+    pub(crate) fn http_mut(&mut self) -> &mut HttpRoute {
+        let RouteKind::Http(http) = &mut self.kind;
+        http
+    }
+}
+
+/// Where a route's traffic goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Upstream {
+    /// A DNS name, resolved (and re-resolved) to every A and AAAA address.
+    Dns { name: String, port: u16 },
+    /// An IP literal.
+    Ip { address: SocketAddr },
+    /// A UNIX socket; the path is absolute.
+    Unix { path: PathBuf },
+}
+
+impl fmt::Display for Upstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Upstream::Dns { name, port } => write!(f, "{name}:{port}"),
+            Upstream::Ip { address } => write!(f, "{address}"),
+            Upstream::Unix { path } => write!(f, "unix://{}", path.display()),
+        }
+    }
+}
+
+/// Prefix of every cluster id the agent creates: the mark of what it owns in sozu.
+pub const ID_PREFIX: &str = "pi-";
+
+/// `pi-<host>` for the root path, `pi-<host>-<8 hex digits of SHA-256(path)>` otherwise: readable
+/// in `sozu` listings, and free of the characters a path may hold.
+pub fn route_id(host: &str, path_prefix: &str) -> String {
+    if path_prefix == "/" {
+        format!("{ID_PREFIX}{host}")
+    } else {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(path_prefix.as_bytes());
+        let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+        format!("{ID_PREFIX}{host}-{short}")
+    }
+}
