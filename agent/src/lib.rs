@@ -1,27 +1,30 @@
 //! private-ingress: keeps a sozu reverse proxy equal to a Nickel routes workspace.
 //!
-//! The map, from the outside in (each module's own header says more):
+//! The map, from the outside in: each layer is a folder (each module's own header says more).
 //!
 //! | module | owns | I/O |
 //! |---|---|---|
 //! | [`cli`] | the command line; [`cli::status`] prints a running agent's `/v1/state` | `status` reads HTTP |
 //! | [`run`], [`supervisor`] | wiring the live agent; ending it when one of its tasks dies | signals |
-//! | [`input`], [`contract`], [`sandbox`], [`imports`], [`diagnostics`] | evaluating a workspace (a file, or text read once from standard input or a pipe) with the bundled contract, in a confined child process, its imports kept in its tree; Nickel's diagnostics reworded where they mislead a workspace's author | reads the workspace |
-//! | [`workspace`] | the validated model an operator declared | none |
-//! | [`desired`], [`plan`] | the workspace in sozu's terms ([`sozu_state`]: sozu's vocabulary), and the requests from what sozu holds to that | none |
-//! | [`render`], [`deploy`], [`alerts`] | files made from the model: sozu's configuration, Kubernetes manifests, DNS records, alert rules | writes files |
-//! | [`sources`] | the slow inputs, each a task publishing facts: the workspace, DNS answers, certificate pairs (through [`certs`]), sozu's socket and events | files, DNS, sozu's events |
-//! | [`reconcile`] | the loop: facts → desired state → plan → sozu | through traits |
+//! | [`evaluate`] | reading a workspace (a file, or text read once) and evaluating it with the bundled contract in a confined child process, its imports kept in its tree; Nickel's diagnostics reworded | reads the workspace |
+//! | [`workspace`] | the validated model an operator declared: routes and their kinds ([`workspace::RouteKind`]), route policies, listener policy | none |
+//! | [`plan`] | sozu's vocabulary ([`plan::state`], [`plan::route_policy`]), the workspace in those terms ([`plan::desired`]), and the requests from what sozu holds to that | none |
+//! | [`render`], [`deploy`] | files made from the model: sozu's configuration, the JSON model and the alert rules ([`render::alerts`]); Kubernetes manifests and DNS records | writes files |
+//! | [`sources`] | the slow inputs, each a task publishing facts: the workspace, DNS answers, certificate pairs (through [`certs`]), the files route and listener policies name, sozu's socket and events | files, DNS, sozu's events |
+//! | [`reconcile`] | the loop: facts → desired state → plan → sozu, and its retry policy | through traits |
 //! | [`sozu`] | talking to sozu: requests, state reads, bulk loads, who sozu is | sozu's socket |
+//! | [`traffic`] | sozu's access-log records: per-route counts, the last minute, the JSON access log | UDP, writes the log |
 //! | [`document`] | the `/v1/state` document: every type of it (a leaf) | none |
 //! | [`api`] | serving it: the admin HTTP server, the snapshots, `/metrics` | HTTP |
-//! | [`acme`] | `tls_rotation = 'sozu_managed`: ordering certificates into the tls dir | ACME, DNS, files |
+//! | [`acme`] | `tls_rotation = 'sozu_managed`: ordering certificates into the tls dir, by its renewal policy | ACME, DNS, files |
 //! | [`clock`], [`text`], [`memory`] | time, printable text, the allocator | none |
 //!
-//! To add a field to `/v1/state`: [`document`], then where its fact is known ([`reconcile`]'s
-//! `publish` for a route's, a source, or the issuer), then [`cli::status`] or [`api::metrics`] to
-//! show it. To add a DNS provider for ACME: [`acme::provider`], beside [`acme::rfc2136`] and
-//! [`acme::cloudflare`], and its settings in [`workspace`] and the contract.
+//! To add a kind of route: a variant of [`workspace::RouteKind`], then wherever the compiler
+//! says (docs/agent.md, "Kinds of routes"). To add a field to `/v1/state`: [`document`], then
+//! where its fact is known ([`reconcile`]'s `publish` for a route's, a source, or the issuer), then
+//! [`cli::status`] or [`api::metrics`] to show it. To add a DNS provider for ACME:
+//! [`acme::provider`], beside [`acme::rfc2136`] and [`acme::cloudflare`], and its settings in
+//! [`workspace`] and the contract.
 #![deny(unsafe_code)]
 
 pub mod acme;

@@ -21,3 +21,6 @@ mod alerts;
 
 /// The justfile's `image` and `push-images` recipes.
 mod images;
+
+/// The module maps (`lib.rs`, docs/agent.md) name every module of the crate.
+mod map;

@@ -42,7 +42,7 @@ pub struct Context<'a> {
 pub struct Obtained {
     pub chain_pem: String,
     pub key_pem: zeroize::Zeroizing<String>,
-    pub certificate: crate::sozu::state::Certificate,
+    pub certificate: crate::plan::state::Certificate,
     /// Whether this run placed the order (false: one placed earlier was resumed).
     pub placed: bool,
 }

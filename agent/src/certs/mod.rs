@@ -12,7 +12,54 @@ mod read;
 pub use parse::{fingerprint, names_of_pem, parse};
 pub use read::{read_pair, RawPair, MAX_FILE_BYTES};
 
+use std::collections::BTreeSet;
+use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
+
+/// A private key in PEM. Kept out of `Debug`, `Display` and serialisation so that it cannot
+/// reach a log line, an error or a status document by accident, and wiped from memory when its
+/// last copy goes. It stays resident while its certificate is served: a restarted sozu gets it
+/// back within a second, without reading files that may have changed since.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeyPem(Arc<zeroize::Zeroizing<String>>);
+
+impl KeyPem {
+    pub fn new(pem: String) -> KeyPem {
+        KeyPem(Arc::new(zeroize::Zeroizing::new(pem)))
+    }
+
+    /// The PEM text, for the one place that must send it: the request to sozu.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for KeyPem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("KeyPem([redacted])")
+    }
+}
+
+/// A certificate chain ready to send: leaf first. Cheap to clone (the PEM text and the names are
+/// shared): the last good pair of every host is copied into each pass's desired state and plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Certificate {
+    /// SHA-256 of the leaf's DER, lowercase hex: how sozu names certificates.
+    pub fingerprint: String,
+    /// PEM blocks, leaf first.
+    pub chain: Arc<[String]>,
+    pub key: KeyPem,
+    /// The validity window, seconds since the epoch.
+    pub not_before: i64,
+    pub not_after: i64,
+    /// The names sozu serves it for. A pair read from `<tls dir>/<host>/` serves `host` alone:
+    /// sozu's `names` override the SANs, so a pair that also names another route host cannot
+    /// take that host's clients (sozu serves the longest-lived certificate of a name).
+    pub names: Arc<BTreeSet<String>>,
+    /// What else its DNS SANs name, which sozu is not told (shown in the status).
+    pub other_names: Arc<[String]>,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CertError {
@@ -83,7 +130,7 @@ impl CertError {
 mod tests {
     use super::parse::pem;
     use super::*;
-    use crate::sozu::state::Certificate;
+    use crate::certs::Certificate;
     use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::CertificateDer;

@@ -11,7 +11,7 @@ use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 use super::CertError;
-use crate::sozu::state::{Certificate, KeyPem};
+use super::{Certificate, KeyPem};
 
 /// The label of a PEM private key block the key loader does not know (`DSA PRIVATE KEY`, ...).
 fn other_key_label(pem: &[u8]) -> Option<String> {

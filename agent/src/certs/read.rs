@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use super::Certificate;
 use super::{parse, CertError};
-use crate::sozu::state::Certificate;
 
 /// Files larger than this are refused unread: a chain is a few KiB.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;

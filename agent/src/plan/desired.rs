@@ -16,12 +16,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
-use crate::sozu::route_policy::{ClusterPolicy, FrontendPolicy, HeaderEdit};
-use crate::sozu::state::{
+use crate::plan::route_policy::{ClusterPolicy, FrontendPolicy, HeaderEdit};
+use crate::plan::state::{
     owned_certificate, Actual, Address, Backend, Certificate, Desired, Frontend, Protocol, Tags,
     OWNER_TAG, ROUTE_TAG,
 };
-use crate::sozu::state::{ClientAuthState, ListenerSettings};
+use crate::plan::state::{ClientAuthState, ListenerSettings};
 use crate::workspace::{
     ClientAuthMode, HeaderPolicy, ListenerPolicy, Route, RouteKind, TlsVersion, Upstream, Workspace,
 };

@@ -1,5 +1,7 @@
-//! `plan(actual, desired)`: the requests that turn what sozu holds into what the workspace asks
-//! for, and nothing else. Pure: no I/O, deterministic order.
+//! From the workspace to the requests sozu is sent. [`desired`] says, in sozu's vocabulary
+//! ([`crate::plan::state`]), what the workspace asks sozu to hold; `plan(actual, desired)` gives
+//! the requests that turn what sozu holds into that, and nothing else. Pure: no I/O,
+//! deterministic order.
 //!
 //! Order is what keeps traffic safe: a frontend is added only after its cluster, its backends and
 //! its certificate exist, and removed before them; new backends go in before stale ones go out, so
@@ -9,7 +11,7 @@
 //! Error pages cannot be taken back from sozu's workers: a cluster sent again without a page
 //! keeps it, and so does a listener. A page the workspace no longer names is replaced instead, by
 //! the workspace's page for that status (a route's) or by a plain page of the status
-//! ([`crate::sozu::route_policy::plain_answer`]).
+//! ([`crate::plan::route_policy::plain_answer`]).
 //!
 //! Frontend swaps. sozu keys a frontend by its address, hostname and path: a frontend whose
 //! policy (or cluster, or HSTS) changes must be removed and added again, and a request between
@@ -23,16 +25,16 @@
 //! spelling, the new frontends come most specific first.
 //!
 //! Ownership: the agent changes only clusters whose id starts with [`ID_PREFIX`], frontends tagged
-//! [`crate::sozu::state::OWNER_TAG`], and certificates on its HTTPS listener whose names all lie in
-//! the workspace zone ([`crate::sozu::state::owned_certificate`]).
+//! [`crate::plan::state::OWNER_TAG`], and certificates on its HTTPS listener whose names all lie in
+//! the workspace zone ([`crate::plan::state::owned_certificate`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::sozu::route_policy::{plain_answer, ClusterPolicy};
-use crate::sozu::state::{
+use crate::plan::route_policy::{plain_answer, ClusterPolicy};
+use crate::plan::state::{
     frontends_of, owned_certificate, Actual, ClientAuthState, Desired, Frontend,
     ListenerCertificates, Protocol,
 };
@@ -41,7 +43,9 @@ use crate::workspace::ID_PREFIX;
 pub mod desired;
 mod ops;
 mod order;
+pub mod route_policy;
 mod shadow;
+pub mod state;
 
 pub use ops::{scope_of, summary, Op, Outcome, Scope};
 pub use order::{depends_on, phase};

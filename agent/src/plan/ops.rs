@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use std::sync::Arc;
 
-use crate::sozu::state::{
+use crate::plan::state::{
     Backend, Certificate, ClientAuthState, ClusterPolicy, Frontend, HealthCheck, Hsts,
     ListenerSettings, Protocol,
 };

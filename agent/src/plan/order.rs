@@ -2,7 +2,7 @@
 //! one phase independent of each other, and which request depends on which. Pure.
 
 use super::Op;
-use crate::sozu::state::Protocol;
+use crate::plan::state::Protocol;
 
 /// Which step of the plan's order an operation belongs to. Operations of one phase are
 /// independent of each other and may be sent concurrently; phases go strictly in order. The

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use super::Op;
-use crate::sozu::state::{Actual, Certificate};
+use crate::plan::state::{Actual, Certificate};
 
 /// Applies `ops` to `actual` as sozu would, for the in-memory proxy used in tests and for keeping
 /// a shadow of what was applied.

@@ -1,6 +1,6 @@
 use super::*;
-use crate::sozu::state::{Certificate, Frontend};
-use crate::sozu::state::{KeyPem, OWNER_TAG};
+use crate::plan::state::{Certificate, Frontend};
+use crate::plan::state::{KeyPem, OWNER_TAG};
 use crate::workspace::{Route, Upstream, Workspace};
 use std::net::SocketAddr;
 
@@ -327,8 +327,8 @@ fn health_checks_and_hsts_follow_the_workspace() {
     );
     assert!(!first.iter().any(|o| matches!(o, Op::SetHealthCheck { .. })));
 
-    let check = crate::sozu::state::HealthCheck {
-        probe: crate::sozu::state::Probe::Http {
+    let check = crate::plan::state::HealthCheck {
+        probe: crate::plan::state::Probe::Http {
             path: "/health".into(),
             accepted_statuses: vec![(200, 299)],
         },
@@ -339,7 +339,7 @@ fn health_checks_and_hsts_follow_the_workspace() {
         port: None,
     };
     ws.routes[0].health = Some(check.clone());
-    ws.routes[0].http_mut().hsts = Some(crate::sozu::state::Hsts::OFF);
+    ws.routes[0].http_mut().hsts = Some(crate::plan::state::Hsts::OFF);
     let ops = converge(&mut actual, &desired(&ws, std::slice::from_ref(&c)));
     assert!(ops.contains(&Op::SetHealthCheck {
         cluster_id: "pi-a.in.example.org".into(),
@@ -357,7 +357,7 @@ fn health_checks_and_hsts_follow_the_workspace() {
     });
     assert_eq!(
         added.and_then(|f| f.hsts),
-        Some(crate::sozu::state::Hsts::OFF)
+        Some(crate::plan::state::Hsts::OFF)
     );
     assert!(added.is_some_and(|f| f.alias));
     let removed = position(

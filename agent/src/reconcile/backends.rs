@@ -327,9 +327,9 @@ mod tests {
 
     #[test]
     fn a_drain_ends_when_sozu_says_so_whichever_comes_first() {
-        let backend = crate::sozu::state::Backend {
+        let backend = crate::plan::state::Backend {
             id: "pi-a-10.0.0.1:80".into(),
-            address: crate::sozu::state::Address::Ip("10.0.0.1:80".parse().unwrap()),
+            address: crate::plan::state::Address::Ip("10.0.0.1:80".parse().unwrap()),
             weight: 1,
         };
         let remove = Op::RemoveBackend {

@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 
 use crate::certs::client_ca::{self, ClientCa, Crl};
 use crate::document::{ClientAuthStatus, ClientCaStatus, ClientCrlStatus};
+use crate::plan::state::{ClientAuthState, ListenerSettings};
 use crate::sources::client_auth::ClientAuthFiles;
-use crate::sozu::state::{ClientAuthState, ListenerSettings};
 use crate::workspace::{ClientAuth, ClientAuthMode};
 
 #[derive(Debug, Default)]

@@ -5,7 +5,7 @@
 //!   certificate pairs, watching sozu's socket) in tasks of their own and send [`Fact`]s.
 //! - [`trackers`] keep the latest facts.
 //! - [`driver`] runs the loop: facts in, timers (resync, retries, expiry flags), the error
-//!   [`policy`], one pass at a time; facts that arrive during a pass coalesce into the next.
+//!   [`retry_policy`], one pass at a time; facts that arrive during a pass coalesce into the next.
 //! - [`pass`] is one pass: facts → desired state → plan → sozu, never waiting on DNS or a file.
 //! - [`sync`] keeps what the agent knows of sozu: which sozu, and a shadow of its state.
 //! - `publish` turns it all into the status the admin endpoints serve; [`readiness`] decides

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::plan::desired::{self, Held};
+use crate::plan::state::{Actual, Desired};
 use crate::plan::Scope;
-use crate::sozu::state::{Actual, Desired};
 use crate::workspace::{Route, Workspace};
 
 use super::client_auth::ClientAuthTracker;

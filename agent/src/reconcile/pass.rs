@@ -279,14 +279,14 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
 
 /// The device CA and CRLs `op` gives the HTTPS listener, when it gives it some: its
 /// replacement, or a new listener made with them.
-fn client_auth_sent(op: &Op) -> Option<&crate::sozu::state::ClientAuthState> {
+fn client_auth_sent(op: &Op) -> Option<&crate::plan::state::ClientAuthState> {
     match op {
         Op::SetClientAuth {
             client_auth: Some(auth),
             ..
         } => Some(auth),
         Op::AddListener {
-            protocol: crate::sozu::state::Protocol::Https,
+            protocol: crate::plan::state::Protocol::Https,
             settings,
             ..
         } => settings.client_auth.as_ref().filter(|a| !a.cas.is_empty()),

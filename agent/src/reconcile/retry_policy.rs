@@ -209,7 +209,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_refused_request_and_its_dependents_wait_while_others_go() {
-        use crate::sozu::state::{Certificate, Frontend, KeyPem, Protocol};
+        use crate::plan::state::{Certificate, Frontend, KeyPem, Protocol};
         let https: std::net::SocketAddr = "127.0.0.1:8443".parse().unwrap();
         let cert = |host: &str, serial: u8| Certificate {
             fingerprint: format!("{serial:02x}{}", "cd".repeat(31)),

@@ -5,9 +5,9 @@
 
 use std::collections::BTreeSet;
 
+use crate::plan::state::{Actual, ClusterState};
 use crate::plan::{self, Op, Outcome};
 use crate::sozu::generation::{should_resync, Generation};
-use crate::sozu::state::{Actual, ClusterState};
 use crate::sozu::Proxy;
 use crate::sozu::SozuError;
 use crate::workspace::ID_PREFIX;

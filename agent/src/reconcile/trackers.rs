@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use crate::certs::CertError;
 use crate::document::Counters;
+use crate::plan::state::Certificate;
 use crate::sources::NameFact;
-use crate::sozu::state::Certificate;
 use crate::workspace::Workspace;
 
 /// The workspace the loop applies, and why the latest edit was refused.

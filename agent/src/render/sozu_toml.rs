@@ -11,7 +11,7 @@ use sozu_command_lib::config::FileHealthCheckConfig;
 use sozu_command_lib::proto::command::HealthCheckMode;
 
 use crate::plan::desired::{self, Names, PolicyFiles};
-use crate::sozu::state::{Address, HealthCheck, Hsts, Protocol, UNIX_BACKEND_IDENTITY};
+use crate::plan::state::{Address, HealthCheck, Hsts, Protocol, UNIX_BACKEND_IDENTITY};
 use crate::workspace::{
     ClientAuthMode, ListenerPolicy, ListenerTimeouts, RedirectScheme, TlsVersion, Workspace,
 };
@@ -494,7 +494,7 @@ fn path_string(path: &Path) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::sozu::state::Probe;
+    use crate::plan::state::Probe;
 
     /// One mapping of a health check, read back: the file's block, as sozu parses it from the
     /// TOML text, is the request the agent sends, field for field.

@@ -12,7 +12,7 @@
 //! | [`sozu_socket`] | sozu's socket | that it was created or removed: sozu may have restarted |
 //! | [`sozu_events`] | sozu's event stream (`SubscribeEvents`) | backends up and down, drains ended, configuration changes by whoever; a broken stream |
 //! | [`client_auth`] (a [`watched_files`] set) | the directories of `listeners.client_auth`'s CA and CRLs | what they hold, or why each is refused |
-//! | [`policy_files`] (a [`watched_files`] set) | the directories of the route policies' users files and error pages | what they hold, or why each is refused |
+//! | [`route_policy_files`] (a [`watched_files`] set) | the directories of the route policies' users files and error pages | what they hold, or why each is refused ([`route_policy_files::parse`] checks them) |
 
 pub mod client_auth;
 pub mod dir_watch;
@@ -30,7 +30,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::certs::CertError;
-use crate::sozu::state::Certificate;
+use crate::plan::state::Certificate;
 use crate::workspace::Workspace;
 
 /// The latest good workspace, for the sources that follow it (DNS names, certificate hosts). An

@@ -24,7 +24,7 @@ use super::dir_watch::{self, DirEvent, DirWatches, Watch};
 use super::{watcher, CertSource, Fact, WatchError, WorkspaceWatch};
 use crate::certs::{self, CertError};
 use crate::clock::Clock;
-use crate::sozu::state::Certificate;
+use crate::plan::state::Certificate;
 use crate::workspace::Workspace;
 
 /// The handle of a running tls dir source.

@@ -14,11 +14,11 @@ use sozu_command_lib::proto::command::{
 
 use super::request::{health_check_of, hsts_of, to_request};
 use super::SozuError;
-use crate::plan::Op;
-use crate::sozu::state::{
+use crate::plan::state::{
     Actual, Address, Backend, ClientAuthState, ClusterState, Frontend, ListenerCertificates,
     ListenerSettings, Protocol,
 };
+use crate::plan::Op;
 use crate::workspace::ID_PREFIX;
 
 /// Buffer sizes for each connection. The buffers start at a page and grow on demand up to the
@@ -791,7 +791,7 @@ mod tests {
     /// file exists, and before sozu is asked anything.
     #[test]
     fn a_state_file_never_carries_a_certificate() {
-        use crate::sozu::state::{Certificate, KeyPem};
+        use crate::plan::state::{Certificate, KeyPem};
         let dir = tempfile::tempdir().unwrap();
         let mut client = SozuClient::new(&dir.path().join("absent.sock"), Duration::from_secs(1));
         let certificate = Certificate {

@@ -24,8 +24,6 @@ pub mod lanes;
 pub mod phases;
 pub mod proxy;
 pub mod request;
-pub mod route_policy;
-pub mod state;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -108,9 +108,9 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
+    use crate::plan::state::{Actual, Protocol};
     use crate::plan::tests::{cert, desired, workspace};
     use crate::plan::{apply, plan};
-    use crate::sozu::state::{Actual, Protocol};
 
     #[test]
     fn a_refused_certificate_holds_back_only_its_own_host() {

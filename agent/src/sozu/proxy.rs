@@ -11,8 +11,8 @@ use super::bulk::{send_bulk, BATCH_MIN};
 use super::generation::Generation;
 use super::lanes::{lock, send_over, Lane};
 use super::{Delivered, SozuClient, SozuError};
+use crate::plan::state::{Actual, ClusterState};
 use crate::plan::{Op, Outcome};
-use crate::sozu::state::{Actual, ClusterState};
 
 /// What sozu is to the loop.
 pub trait Proxy: Send + 'static {

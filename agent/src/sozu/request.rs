@@ -13,11 +13,11 @@ use sozu_command_lib::proto::command::{
 use std::sync::Arc;
 
 use super::SozuError;
-use crate::plan::Op;
-use crate::sozu::state::{
+use crate::plan::state::{
     Address, Backend, Certificate, ClientAuthState, ClusterPolicy, Frontend, FrontendPolicy,
     HeaderEdit, HealthCheck, Hsts, ListenerSettings, Probe, Protocol, UNIX_BACKEND_IDENTITY,
 };
+use crate::plan::Op;
 use crate::workspace::RedirectScheme;
 
 /// A policy as sozu takes it. Off is `enabled = false`, which on a frontend suppresses the

@@ -9,7 +9,6 @@ use ipnet::IpNet;
 
 use super::route_policy::{self, RawPolicy, RoutePolicy};
 use super::*;
-use crate::sozu::state::{HealthCheck, Hsts, Probe};
 
 /// A value the contract let through but the model cannot represent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -25,7 +25,6 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 use crate::document::ReadinessMode;
-use crate::sozu::state::Hsts;
 
 /// How certificates reach `<tls_dir>/<host>/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

@@ -16,9 +16,9 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::RoutePolicy;
-use crate::sozu::state::{HealthCheck, Hsts};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "FlatRoute", try_from = "FlatRoute")]
 pub struct Route {
     /// Stable identifier of the route, used as sozu's cluster id. Derived from what tells the
     /// route apart from the others of its host ([`route_id`]), so editing a route's upstream
@@ -26,19 +26,16 @@ pub struct Route {
     pub id: String,
     /// The name clients reach the route by.
     pub host: String,
+    pub kind: RouteKind,
     /// At least one, unless the route answers every request itself (a redirect); a route written
     /// with `upstream` and `port` has exactly one, of weight 1.
     pub upstreams: Vec<RouteUpstream>,
     /// sozu's active health check on the route's backends.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<HealthCheck>,
-    #[serde(flatten)]
-    pub kind: RouteKind,
 }
 
 /// How sozu carries a route's traffic: one variant per way it tells routes apart.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RouteKind {
     /// HTTPS that sozu terminates with the host's certificate, matched by host and path prefix,
     /// beside an HTTP frontend that redirects to it.
@@ -46,16 +43,86 @@ pub enum RouteKind {
 }
 
 /// What an HTTP route has that other kinds have not.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpRoute {
     pub path_prefix: String,
     /// The route's own HSTS policy, overriding the workspace's; `None` follows the workspace.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hsts: Option<Hsts>,
     /// Redirect, rewrites, headers, basic auth, limits, error pages; `None` for a route with
     /// none (boxed: most routes have none, and a workspace may hold ten thousand).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<Box<RoutePolicy>>,
+}
+
+/// A route as the normalised JSON writes it (and the sandbox's report carries it): one flat
+/// record, its `kind` naming the kind, with the fields that kind has. Flat as it always was, and
+/// without serde's `flatten`, which buffers every route and reads no map with numbered keys (a
+/// route's error pages).
+#[derive(Serialize, Deserialize)]
+struct FlatRoute {
+    id: String,
+    host: String,
+    kind: KindName,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    path_prefix: Option<String>,
+    upstreams: Vec<RouteUpstream>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    health: Option<HealthCheck>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    hsts: Option<Hsts>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    policy: Option<Box<RoutePolicy>>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum KindName {
+    Http,
+}
+
+impl From<Route> for FlatRoute {
+    fn from(route: Route) -> FlatRoute {
+        let (kind, path_prefix, hsts, policy) = match route.kind {
+            RouteKind::Http(http) => (
+                KindName::Http,
+                Some(http.path_prefix),
+                http.hsts,
+                http.policy,
+            ),
+        };
+        FlatRoute {
+            id: route.id,
+            host: route.host,
+            kind,
+            path_prefix,
+            upstreams: route.upstreams,
+            health: route.health,
+            hsts,
+            policy,
+        }
+    }
+}
+
+impl TryFrom<FlatRoute> for Route {
+    type Error = String;
+
+    fn try_from(flat: FlatRoute) -> Result<Route, String> {
+        let kind = match flat.kind {
+            KindName::Http => RouteKind::Http(HttpRoute {
+                path_prefix: flat.path_prefix.ok_or_else(|| {
+                    format!("route `{}`: an http route has a path_prefix", flat.id)
+                })?,
+                hsts: flat.hsts,
+                policy: flat.policy,
+            }),
+        };
+        Ok(Route {
+            id: flat.id,
+            host: flat.host,
+            kind,
+            upstreams: flat.upstreams,
+            health: flat.health,
+        })
+    }
 }
 
 /// One upstream of a route, with its share of the traffic.
@@ -190,6 +257,70 @@ impl fmt::Display for Upstream {
             Upstream::Unix { path } => write!(f, "unix://{}", path.display()),
         }
     }
+}
+
+/// An HSTS policy (RFC 6797) as sozu applies it: a `Strict-Transport-Security` header on every
+/// HTTPS response, unless the backend sends its own. `enabled = false` on a frontend turns off
+/// the listener's policy for that frontend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Hsts {
+    pub enabled: bool,
+    pub max_age: u32,
+    pub include_subdomains: bool,
+    pub preload: bool,
+}
+
+impl Hsts {
+    /// The header value a client receives, or `None` when the policy is off.
+    pub fn header(&self) -> Option<String> {
+        if !self.enabled {
+            return None;
+        }
+        let mut value = format!("max-age={}", self.max_age);
+        if self.include_subdomains {
+            value.push_str("; includeSubDomains");
+        }
+        if self.preload {
+            value.push_str("; preload");
+        }
+        Some(value)
+    }
+
+    /// The policy that turns the listener's off for one frontend.
+    pub const OFF: Hsts = Hsts {
+        enabled: false,
+        max_age: 0,
+        include_subdomains: false,
+        preload: false,
+    };
+}
+
+/// A cluster's active health check, run by sozu's workers on each backend.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct HealthCheck {
+    pub probe: Probe,
+    /// Seconds between probes, and how long one may take.
+    pub interval: u32,
+    pub timeout: u32,
+    /// Consecutive successes that bring a backend back, failures that take it out.
+    pub healthy_threshold: u32,
+    pub unhealthy_threshold: u32,
+    /// The port probed instead of the backend's own.
+    pub port: Option<u16>,
+}
+
+/// What a health probe does.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum Probe {
+    /// `GET path`; healthy when the status is in one of the inclusive ranges (any 2xx when
+    /// there are none).
+    Http {
+        path: String,
+        accepted_statuses: Vec<(u16, u16)>,
+    },
+    /// Healthy when a TCP connection is established.
+    Tcp,
 }
 
 /// Prefix of every cluster id the agent creates: the mark of what it owns in sozu.

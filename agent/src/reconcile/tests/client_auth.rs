@@ -11,7 +11,7 @@ fn crls_held(h: &Harness) -> Vec<usize> {
         .actual
         .listeners
         .iter()
-        .find(|(_, (protocol, _))| *protocol == crate::sozu::state::Protocol::Https)
+        .find(|(_, (protocol, _))| *protocol == crate::plan::state::Protocol::Https)
         .map(|(address, _)| *address);
     let held = https
         .and_then(|a| s.actual.listener_settings.get(&a))

@@ -18,11 +18,11 @@ use super::{Agent, Settings};
 use crate::api::SharedStatus;
 use crate::clock::{Clock, TokioClock};
 use crate::document::{Document, ReadinessMode, RouteState, Waiting};
+use crate::plan::state::{Actual, Certificate};
 use crate::plan::{self, Op, Outcome};
 use crate::sources::sozu_events::{Change, ChangeKind, SozuEvent};
 use crate::sources::{CertSource, Fact, NameFact};
 use crate::sozu::phases::{send_in_phases, SendError};
-use crate::sozu::state::{Actual, Certificate};
 use crate::sozu::{Delivered, SozuError};
 use crate::sozu::{Generation, Proxy};
 use crate::workspace::{test_route as route, Route, Upstream};
@@ -169,9 +169,9 @@ impl Proxy for Fake {
     async fn read_cluster(
         &mut self,
         id: String,
-    ) -> Result<crate::sozu::state::ClusterState, SozuError> {
+    ) -> Result<crate::plan::state::ClusterState, SozuError> {
         let s = self.0.lock().unwrap();
-        Ok(crate::sozu::state::ClusterState {
+        Ok(crate::plan::state::ClusterState {
             exists: s.actual.clusters.contains(&id),
             backends: s.actual.backends.get(&id).cloned().unwrap_or_default(),
             health_check: s.actual.health_checks.get(&id).cloned(),
@@ -408,7 +408,7 @@ impl Harness {
         s.actual
             .frontends
             .iter()
-            .filter(|f| f.protocol == crate::sozu::state::Protocol::Https)
+            .filter(|f| f.protocol == crate::plan::state::Protocol::Https)
             .map(|f| f.hostname.clone())
             .collect()
     }

@@ -329,7 +329,7 @@ async fn a_frontend_removed_behind_the_agents_back_is_restored_from_the_event_al
             .actual
             .frontends
             .iter()
-            .find(|f| f.protocol == crate::sozu::state::Protocol::Https)
+            .find(|f| f.protocol == crate::plan::state::Protocol::Https)
             .cloned()
             .unwrap();
         s.actual.frontends.remove(&https);

@@ -427,7 +427,7 @@ fn accepted_values_for_each_rule() {
 /// contract fills in.
 #[test]
 fn backends_example_passes_with_defaults_applied() {
-    use crate::sozu::state::{HealthCheck, Hsts, Probe};
+    use crate::plan::state::{HealthCheck, Hsts, Probe};
     let ws = evaluate(&examples().join("backends.ncl")).unwrap();
     let policy = |max_age, include_subdomains| Hsts {
         enabled: true,
@@ -493,7 +493,7 @@ fn backends_example_passes_with_defaults_applied() {
 /// JSON (modes as strings) and in Nickel.
 #[test]
 fn accepted_values_for_the_backend_rules() {
-    use crate::sozu::state::{Hsts, Probe};
+    use crate::plan::state::{Hsts, Probe};
     let dir = tempfile::tempdir().unwrap();
     let path = write(
         &dir,

@@ -8,9 +8,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-pub use crate::sozu::route_policy::{ClusterPolicy, FrontendPolicy, HeaderEdit};
+pub use crate::plan::route_policy::{ClusterPolicy, FrontendPolicy, HeaderEdit};
+// What the workspace asks sozu to check (health) and send (HSTS), and a validated pair, are part
+// of the vocabulary too; they are defined where they come from.
+pub use crate::certs::{Certificate, KeyPem};
+pub use crate::workspace::{HealthCheck, Hsts, Probe};
 
 /// Tag on every frontend the agent creates, so it can tell its own from an operator's.
 pub const OWNER_TAG: (&str, &str) = ("managed-by", "private-ingress");
@@ -88,70 +92,6 @@ impl Frontend {
             ..self.clone()
         }
     }
-}
-
-/// An HSTS policy (RFC 6797) as sozu applies it: a `Strict-Transport-Security` header on every
-/// HTTPS response, unless the backend sends its own. `enabled = false` on a frontend turns off
-/// the listener's policy for that frontend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct Hsts {
-    pub enabled: bool,
-    pub max_age: u32,
-    pub include_subdomains: bool,
-    pub preload: bool,
-}
-
-impl Hsts {
-    /// The header value a client receives, or `None` when the policy is off.
-    pub fn header(&self) -> Option<String> {
-        if !self.enabled {
-            return None;
-        }
-        let mut value = format!("max-age={}", self.max_age);
-        if self.include_subdomains {
-            value.push_str("; includeSubDomains");
-        }
-        if self.preload {
-            value.push_str("; preload");
-        }
-        Some(value)
-    }
-
-    /// The policy that turns the listener's off for one frontend.
-    pub const OFF: Hsts = Hsts {
-        enabled: false,
-        max_age: 0,
-        include_subdomains: false,
-        preload: false,
-    };
-}
-
-/// A cluster's active health check, run by sozu's workers on each backend.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct HealthCheck {
-    pub probe: Probe,
-    /// Seconds between probes, and how long one may take.
-    pub interval: u32,
-    pub timeout: u32,
-    /// Consecutive successes that bring a backend back, failures that take it out.
-    pub healthy_threshold: u32,
-    pub unhealthy_threshold: u32,
-    /// The port probed instead of the backend's own.
-    pub port: Option<u16>,
-}
-
-/// What a health probe does.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(tag = "mode", rename_all = "snake_case")]
-pub enum Probe {
-    /// `GET path`; healthy when the status is in one of the inclusive ranges (any 2xx when
-    /// there are none).
-    Http {
-        path: String,
-        accepted_statuses: Vec<(u16, u16)>,
-    },
-    /// Healthy when a TCP connection is established.
-    Tcp,
 }
 
 impl Frontend {
@@ -261,50 +201,6 @@ impl fmt::Display for Address {
             Address::Name { name, port } => write!(f, "{name}:{port}"),
         }
     }
-}
-
-/// A private key in PEM. Kept out of `Debug`, `Display` and serialisation so that it cannot
-/// reach a log line, an error or a status document by accident, and wiped from memory when its
-/// last copy goes. It stays resident while its certificate is served: a restarted sozu gets it
-/// back within a second, without reading files that may have changed since.
-#[derive(Clone, PartialEq, Eq)]
-pub struct KeyPem(Arc<zeroize::Zeroizing<String>>);
-
-impl KeyPem {
-    pub fn new(pem: String) -> KeyPem {
-        KeyPem(Arc::new(zeroize::Zeroizing::new(pem)))
-    }
-
-    /// The PEM text, for the one place that must send it: the request to sozu.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for KeyPem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("KeyPem([redacted])")
-    }
-}
-
-/// A certificate chain ready to send: leaf first. Cheap to clone (the PEM text and the names are
-/// shared): the last good pair of every host is copied into each pass's desired state and plan.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Certificate {
-    /// SHA-256 of the leaf's DER, lowercase hex: how sozu names certificates.
-    pub fingerprint: String,
-    /// PEM blocks, leaf first.
-    pub chain: Arc<[String]>,
-    pub key: KeyPem,
-    /// The validity window, seconds since the epoch.
-    pub not_before: i64,
-    pub not_after: i64,
-    /// The names sozu serves it for. A pair read from `<tls dir>/<host>/` serves `host` alone:
-    /// sozu's `names` override the SANs, so a pair that also names another route host cannot
-    /// take that host's clients (sozu serves the longest-lived certificate of a name).
-    pub names: Arc<BTreeSet<String>>,
-    /// What else its DNS SANs name, which sozu is not told (shown in the status).
-    pub other_names: Arc<[String]>,
 }
 
 /// A listener's settings beyond its address and its HSTS, as the agent sets them and as sozu
