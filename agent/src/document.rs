@@ -180,7 +180,14 @@ pub struct ClientCrlStatus {
 pub struct RouteStatus {
     pub id: String,
     pub host: String,
+    /// An HTTPS route's path prefix; empty for a route of its own port.
     pub path_prefix: String,
+    /// How sozu carries the route: `https`, `tcp`, `tls_passthrough` or `udp`.
+    #[serde(default = "https")]
+    pub protocol: String,
+    /// The port of the ingress a route of its own port listens on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen_port: Option<u16>,
     pub upstream: String,
     /// Backend addresses the route should have.
     pub backends_desired: Vec<String>,
@@ -204,6 +211,22 @@ pub struct RouteStatus {
     /// error pages); empty for none.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub policy: String,
+}
+
+/// What a route written before routes had kinds is.
+fn https() -> String {
+    "https".to_owned()
+}
+
+impl RouteStatus {
+    /// What tells the route apart from its host's others: its path prefix, or its protocol and
+    /// port (`tcp:2222`).
+    pub fn place(&self) -> String {
+        match self.listen_port {
+            Some(port) => format!("{}:{port}", self.protocol),
+            None => self.path_prefix.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -134,7 +134,7 @@ pub fn table(status: &Document) -> String {
             };
             [
                 r.host.clone(),
-                r.path_prefix.clone(),
+                r.place(),
                 r.upstream.clone(),
                 backends,
                 r.certificate
@@ -211,7 +211,7 @@ pub fn table(status: &Document) -> String {
             r.upstreams.iter().map(|u| {
                 [
                     r.host.clone(),
-                    r.path_prefix.clone(),
+                    r.place(),
                     u.upstream.clone(),
                     u.weight.to_string(),
                     u.state.clone(),
@@ -238,7 +238,7 @@ pub fn table(status: &Document) -> String {
         .routes
         .iter()
         .filter(|r| !r.policy.is_empty())
-        .map(|r| [r.host.clone(), r.path_prefix.clone(), r.policy.clone()])
+        .map(|r| [r.host.clone(), r.place(), r.policy.clone()])
         .collect();
     if !policy_rows.is_empty() {
         out.push('\n');
@@ -414,7 +414,7 @@ fn traffic_table(out: &mut String, status: &Document, traffic: &TrafficStatus) {
     let mut rows: Vec<[String; 5]> = status
         .routes
         .iter()
-        .map(|r| row(&r.host, &r.path_prefix, traffic.routes.get(&r.id)))
+        .map(|r| row(&r.host, &r.place(), traffic.routes.get(&r.id)))
         .collect();
     if let Some(t) = traffic.routes.get(crate::traffic::stats::UNMATCHED) {
         rows.push(row("(no route)", "-", Some(t)));

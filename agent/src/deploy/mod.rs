@@ -49,7 +49,9 @@ use crate::document::ReadinessMode;
 use crate::evaluate::imports::{self, normalize, Root, WalkError};
 use crate::render::alerts::AlertSettings;
 use crate::render::{self, RenderError, SozuSettings};
-use crate::workspace::{ContainerResources, Dns01, LbProvider, TlsRotation, Upstream, Workspace};
+use crate::workspace::{
+    ContainerResources, Dns01, LbProvider, RouteKind, TlsRotation, Upstream, Workspace,
+};
 
 /// Name of every object, and the `app.kubernetes.io/name` label that selects the pods.
 const APP: &str = "private-ingress";
@@ -405,6 +407,42 @@ impl<'a> Pod<'a> {
         })
     }
 }
+/// A port a route of its own port listens on: on the Service (clients reach it at the same
+/// number), the sozu container and the NetworkPolicy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct RoutePort {
+    pub(super) port: u16,
+    /// `TCP` or `UDP`, as Kubernetes writes it.
+    pub(super) protocol: &'static str,
+}
+
+impl RoutePort {
+    /// The port's name: `tcp-2222`, `udp-5514` (a DNS label of at most 15 characters).
+    pub(super) fn name(&self) -> String {
+        format!("{}-{}", self.protocol.to_lowercase(), self.port)
+    }
+}
+
+/// Every port the routes of their own port listen on, once each, sorted.
+pub(super) fn route_ports(workspace: &Workspace) -> Vec<RoutePort> {
+    let ports: BTreeSet<RoutePort> = workspace
+        .routes
+        .iter()
+        .filter_map(|route| match &route.kind {
+            RouteKind::Http(_) => None,
+            RouteKind::Tcp(stream) | RouteKind::TlsPassthrough(stream) => Some(RoutePort {
+                port: stream.listen_port,
+                protocol: "TCP",
+            }),
+            RouteKind::Udp(udp) => Some(RoutePort {
+                port: udp.listen_port,
+                protocol: "UDP",
+            }),
+        })
+        .collect();
+    ports.into_iter().collect()
+}
+
 /// The hosts whose certificate sozu serves, sorted: routes that share a host share its
 /// certificate volume.
 fn hosts(workspace: &Workspace) -> Vec<&str> {

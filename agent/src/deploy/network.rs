@@ -79,6 +79,17 @@ pub(super) fn load_balancer(workspace: &Workspace) -> Value {
         spec["ports"][0]["nodePort"] = json!(ports.http);
         spec["ports"][1]["nodePort"] = json!(ports.https);
     }
+    // Each route of its own port at its own number (a NodePort Service gets one assigned).
+    if let Some(list) = spec["ports"].as_array_mut() {
+        for port in route_ports(workspace) {
+            list.push(json!({
+                "name": port.name(),
+                "port": port.port,
+                "protocol": port.protocol,
+                "targetPort": port.port,
+            }));
+        }
+    }
     let mut annotations = serde_json::Map::new();
     for (key, value) in &lb.annotations {
         annotations.insert(key.clone(), json!(value));
@@ -115,6 +126,11 @@ pub(super) fn sources_text(sources: &[ipnet::IpNet]) -> Vec<String> {
 pub(super) fn network_policy(workspace: &Workspace) -> Value {
     let port = |name: &str| json!({ "port": name, "protocol": "TCP" });
     let mut listeners = json!({ "ports": [port("http"), port("https")] });
+    if let Some(list) = listeners["ports"].as_array_mut() {
+        for route_port in route_ports(workspace) {
+            list.push(json!({ "port": route_port.port, "protocol": route_port.protocol }));
+        }
+    }
     if let Some(sources) = &workspace.allowed_sources {
         listeners["from"] = sources_text(sources)
             .into_iter()

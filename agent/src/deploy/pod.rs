@@ -53,7 +53,11 @@ pub(super) fn workload(
 ) -> Value {
     let https = workspace.listeners.https.port();
     let http = workspace.listeners.http.port();
-    let low_port = https.min(http);
+    let route_ports = route_ports(workspace);
+    let low_port = route_ports
+        .iter()
+        .map(|p| p.port)
+        .fold(https.min(http), u16::min);
     let bind_low_ports = low_port < 1024;
 
     // `'sozu_managed`: one writable tls dir the agent fills itself; otherwise a volume per host.
@@ -221,6 +225,15 @@ pub(super) fn workload(
             { "name": "sozu-tmp", "mountPath": "/tmp" },
         ],
     });
+    if let Some(ports) = sozu["ports"].as_array_mut() {
+        for port in &route_ports {
+            ports.push(json!({
+                "name": port.name(),
+                "containerPort": port.port,
+                "protocol": port.protocol,
+            }));
+        }
+    }
     if let Some(mounts) = sozu["volumeMounts"].as_array_mut() {
         mounts.extend(client_auth_mounts);
     }

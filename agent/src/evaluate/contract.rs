@@ -192,6 +192,7 @@ fn evaluate_with(
     };
     located.check_rotation_mode(&raw)?;
     located.check_unique_routes(&raw)?;
+    located.check_ports(&raw)?;
     located.check_pages_inside(&raw, &tree, &dir)?;
     if target == Target::SozuToml {
         located.check_sozu_toml(&raw)?;
@@ -341,11 +342,15 @@ impl Located<'_> {
         Err(ContractError::invalid(self.render(&[diagnostic])))
     }
 
-    /// Every (host, path_prefix) must be unique: sozu would refuse the second frontend.
+    /// Every (host, path_prefix) of an HTTPS route must be unique: sozu would refuse the second
+    /// frontend. (Routes of their own port are [`Located::check_ports`]'.)
     fn check_unique_routes(&self, raw: &RawWorkspace) -> Result<(), ContractError> {
         let mut first_seen: HashMap<(&str, &str), usize> = HashMap::with_capacity(raw.routes.len());
         let mut duplicates = Vec::new();
         for (index, route) in raw.routes.iter().enumerate() {
+            if route.listen_port.is_some() {
+                continue;
+            }
             let key = (route.host.as_str(), route.path_prefix.as_str());
             match first_seen.get(&key) {
                 Some(&first) => duplicates.push((first, index)),
@@ -403,6 +408,109 @@ impl Located<'_> {
             );
         }
         Err(ContractError::invalid(report))
+    }
+
+    /// The ports of the routes of their own port: each is one listener of sozu's, on the https
+    /// listener's address, so it is not one of the HTTP listeners' ports (for TCP); it takes one
+    /// TCP route, or TLS passed through for distinct hosts (sozu's listener reads the SNI for
+    /// every connection or for none), or one UDP route; and a port is TCP or UDP, not both (the
+    /// agent keeps a listener per address). A host passed through is not also one sozu
+    /// terminates: its certificate and its clients would be two places at once.
+    fn check_ports(&self, raw: &RawWorkspace) -> Result<(), ContractError> {
+        use crate::workspace::RawProtocol;
+        let listener_port = |address: &str| {
+            address
+                .rsplit_once(':')
+                .and_then(|(_, port)| port.parse::<f64>().ok())
+        };
+        let http_ports = [
+            ("https", listener_port(&raw.listeners.https)),
+            ("http", listener_port(&raw.listeners.http)),
+        ];
+        let terminated: std::collections::HashSet<&str> = raw
+            .routes
+            .iter()
+            .filter(|r| matches!(r.protocol, None | Some(RawProtocol::Https)))
+            .map(|r| r.host.as_str())
+            .collect();
+        // Port → the first route on it, with its protocol.
+        let mut on_port: HashMap<u64, (usize, RawProtocol)> = HashMap::new();
+        for (index, route) in raw.routes.iter().enumerate() {
+            let (Some(protocol), Some(port)) = (route.protocol, route.listen_port) else {
+                continue;
+            };
+            let name = |p: RawProtocol| match p {
+                RawProtocol::Https => "https",
+                RawProtocol::Tcp => "tcp",
+                RawProtocol::TlsPassthrough => "tls_passthrough",
+                RawProtocol::Udp => "udp",
+            };
+            let problem = if protocol != RawProtocol::Udp {
+                http_ports
+                    .iter()
+                    .find(|(_, p)| *p == Some(port))
+                    .map(|(listener, _)| {
+                        (
+                            format!("listen_port {port} is the {listener} listener's port"),
+                            None,
+                            format!("sozu listens there for every HTTP route; give the '{} route a port of its own", name(protocol)),
+                        )
+                    })
+            } else {
+                None
+            };
+            let problem = problem.or_else(|| {
+                (protocol == RawProtocol::TlsPassthrough && terminated.contains(route.host.as_str()))
+                    .then(|| {
+                        (
+                            format!("host `{}` is both passed through and terminated", route.host),
+                            None,
+                            "An 'https route of the same host has sozu terminate its TLS with the host's certificate; passing it through leaves TLS to the backend. Give the passed-through service a host of its own.".to_owned(),
+                        )
+                    })
+            });
+            let problem = problem.or_else(|| {
+                let (first, first_protocol) = *on_port.get(&(port as u64))?;
+                let shared = first_protocol == RawProtocol::TlsPassthrough
+                    && protocol == RawProtocol::TlsPassthrough
+                    && raw.routes[first].host != route.host;
+                (!shared).then(|| {
+                    (
+                        format!("listen_port {port} is taken by routes[{first}] ('{})", name(first_protocol)),
+                        Some(first),
+                        "A port takes one 'tcp route, one 'udp route, or 'tls_passthrough routes of distinct hosts: sozu's listener reads the ClientHello's SNI for every connection or for none, and the agent keeps one listener per port.".to_owned(),
+                    )
+                })
+            });
+            if let Some((message, first, note)) = problem {
+                let routes = self.field(self.root, "routes").and_then(|r| r.as_array());
+                let element = |i: usize| {
+                    let Some(Container::Alloc(array)) = routes else {
+                        return None;
+                    };
+                    array.array.iter().nth(i)
+                };
+                let mut labels = Vec::new();
+                if let Some((file, range)) =
+                    element(index).and_then(|r| self.field_span(r, "listen_port"))
+                {
+                    labels.push(Label::primary(file, range).with_message("this port"));
+                }
+                if let Some((file, range)) = first
+                    .and_then(element)
+                    .and_then(|r| self.field_span(r, "listen_port"))
+                {
+                    labels.push(Label::secondary(file, range).with_message("taken here"));
+                }
+                let diagnostic = Diagnostic::error()
+                    .with_message(format!("routes[{index}]: {message}"))
+                    .with_labels(labels)
+                    .with_notes(vec![note]);
+                return Err(ContractError::invalid(self.render(&[diagnostic])));
+            }
+            on_port.entry(port as u64).or_insert((index, protocol));
+        }
+        Ok(())
     }
 
     /// An error page is sent to every client of its route, so it must be a file of the

@@ -18,12 +18,13 @@ use std::net::{IpAddr, SocketAddr};
 
 use crate::plan::route_policy::{ClusterPolicy, FrontendPolicy, HeaderEdit};
 use crate::plan::state::{
-    owned_certificate, Actual, Address, Backend, Certificate, Desired, Frontend, Protocol, Tags,
-    OWNER_TAG, ROUTE_TAG,
+    owned_certificate, Actual, Address, Backend, Certificate, Desired, Frontend, Protocol,
+    StreamFrontend, Tags, OWNER_TAG, ROUTE_TAG,
 };
 use crate::plan::state::{ClientAuthState, ListenerSettings};
 use crate::workspace::{
-    ClientAuthMode, HeaderPolicy, ListenerPolicy, Route, RouteKind, TlsVersion, Upstream, Workspace,
+    ClientAuthMode, HeaderPolicy, HttpRoute, ListenerPolicy, Route, RouteKind, TlsVersion,
+    Upstream, Workspace,
 };
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -97,11 +98,59 @@ pub fn routes(workspace: &Workspace, names: Names<'_>) -> Desired {
                 .insert(route.id.clone(), check.clone());
         }
         mark_hsts(&mut desired, route);
-        desired
-            .frontends
-            .extend(frontends(route, &workspace.headers, https, http));
+        let ip = https.ip();
+        match &route.kind {
+            RouteKind::Http(kind) => {
+                desired
+                    .frontends
+                    .extend(frontends(route, kind, &workspace.headers, https, http))
+            }
+            RouteKind::Tcp(stream) => {
+                let address = SocketAddr::new(ip, stream.listen_port);
+                stream_frontend(&mut desired, route, Protocol::Tcp, address, None);
+            }
+            RouteKind::TlsPassthrough(stream) => {
+                let address = SocketAddr::new(ip, stream.listen_port);
+                let sni = Some(route.host.clone());
+                stream_frontend(&mut desired, route, Protocol::Tcp, address, sni);
+            }
+            RouteKind::Udp(udp) => {
+                let address = SocketAddr::new(ip, udp.listen_port);
+                stream_frontend(&mut desired, route, Protocol::Udp, address, None);
+            }
+        }
     }
     desired
+}
+
+/// The frontend of a route of its own port, and its listener: at the https listener's address
+/// and the route's port, taking every connection, or for TLS passed through (`sni`), those
+/// whose ClientHello names the route's host.
+fn stream_frontend(
+    desired: &mut Desired,
+    route: &Route,
+    protocol: Protocol,
+    address: SocketAddr,
+    sni: Option<String>,
+) {
+    desired.listeners.insert(address, protocol);
+    desired.stream_frontends.insert(StreamFrontend {
+        protocol,
+        address,
+        sni,
+        cluster_id: route.id.clone(),
+        tags: route_tags(route),
+    });
+}
+
+/// The tags of a route's frontends: the agent's mark and the route's id.
+fn route_tags(route: &Route) -> Tags {
+    [
+        (OWNER_TAG.0.to_owned(), OWNER_TAG.1.to_owned()),
+        (ROUTE_TAG.to_owned(), route.id.clone()),
+    ]
+    .into_iter()
+    .collect()
 }
 
 /// Sets the clusters' and the listeners' policies: each route's credentials, limits and error
@@ -135,6 +184,10 @@ pub fn cluster_policy(route: &Route, files: &PolicyFiles) -> ClusterPolicy {
         cluster.retry_after = Some(limits.retry_after);
     }
     cluster.answers = answers(&policy.error_pages, files);
+    cluster.proxy_protocol = match &route.kind {
+        RouteKind::Tcp(stream) | RouteKind::TlsPassthrough(stream) => stream.proxy_protocol,
+        RouteKind::Http(_) | RouteKind::Udp(_) => false,
+    };
     cluster
 }
 
@@ -229,7 +282,7 @@ pub fn build(
         }
     }
     let mut by_host: BTreeMap<&str, Vec<&Route>> = BTreeMap::new();
-    for route in &workspace.routes {
+    for route in workspace.routes.iter().filter(|r| r.terminates_tls()) {
         by_host.entry(&route.host).or_default().push(route);
     }
     for (name, routes) in by_host {
@@ -288,7 +341,12 @@ pub fn host(
         },
     };
     for route in routes {
-        let [https, http] = frontends(route, headers, listeners.https, listeners.http);
+        let kind = match &route.kind {
+            RouteKind::Http(kind) => kind,
+            // Routes of their own port hold no certificate: `build` hands `host` none of them.
+            RouteKind::Tcp(_) | RouteKind::TlsPassthrough(_) | RouteKind::Udp(_) => continue,
+        };
+        let [https, http] = frontends(route, kind, headers, listeners.https, listeners.http);
         if served {
             held.remove(&route.id);
             desired.frontends.insert(https);
@@ -336,10 +394,12 @@ pub fn cluster(
 /// Notes whether sozu adds an HSTS header to the route's responses: its own policy, else the
 /// listener's (see [`Desired::hsts_clusters`]).
 fn mark_hsts(desired: &mut Desired, route: &Route) {
-    let own = match &route.kind {
-        RouteKind::Http(http) => http.hsts,
+    let hsts = match &route.kind {
+        RouteKind::Http(http) => http.hsts.or(desired.hsts),
+        // sozu sends these no HTTP response of its own.
+        RouteKind::Tcp(_) | RouteKind::TlsPassthrough(_) | RouteKind::Udp(_) => None,
     };
-    if own.or(desired.hsts).is_some_and(|h| h.enabled) {
+    if hsts.is_some_and(|h| h.enabled) {
         desired.hsts_clusters.insert(route.id.clone());
     } else {
         desired.hsts_clusters.remove(&route.id);
@@ -350,38 +410,35 @@ fn mark_hsts(desired: &mut Desired, route: &Route) {
 /// `https_redirect` turns into a redirect. Tagged so the agent knows its own.
 fn frontends(
     route: &Route,
+    kind: &HttpRoute,
     headers: &HeaderPolicy,
     https: SocketAddr,
     http: SocketAddr,
 ) -> [Frontend; 2] {
-    let RouteKind::Http(kind) = &route.kind;
     let policy = frontend_policy(route, headers);
-    let tags: Tags = [
-        (OWNER_TAG.0.to_owned(), OWNER_TAG.1.to_owned()),
-        (ROUTE_TAG.to_owned(), route.id.clone()),
-    ]
-    .into_iter()
-    .collect();
-    [(Protocol::Https, https), (Protocol::Http, http)].map(|(protocol, address)| Frontend {
+    let tags = route_tags(route);
+    let frontend = |protocol, address| Frontend {
         protocol,
         address,
         hostname: route.host.clone(),
         path_prefix: kind.path_prefix.clone(),
         cluster_id: Some(route.id.clone()),
         tags: tags.clone(),
-        // HSTS is for HTTPS responses only (RFC 6797 §7.2): sozu refuses it on HTTP.
-        hsts: match protocol {
-            Protocol::Https => kind.hsts,
-            Protocol::Http => None,
+        hsts: None,
+        policy: None,
+        alias: false,
+    };
+    [
+        Frontend {
+            hsts: kind.hsts,
+            policy,
+            ..frontend(Protocol::Https, https)
         },
         // The HTTP frontend redirects to HTTPS (the cluster's `https_redirect`), where the
-        // route's policy applies.
-        policy: match protocol {
-            Protocol::Https => policy.clone(),
-            Protocol::Http => None,
-        },
-        alias: false,
-    })
+        // route's policy applies; HSTS is for HTTPS responses only (RFC 6797 §7.2): sozu
+        // refuses it on HTTP.
+        frontend(Protocol::Http, http),
+    ]
 }
 
 /// A route's backends by id: those of its upstreams in rotation (a drained upstream has none),

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use crate::plan::route_policy::{plain_answer, ClusterPolicy};
 use crate::plan::state::{
     frontends_of, owned_certificate, Actual, ClientAuthState, Desired, Frontend,
-    ListenerCertificates, Protocol,
+    ListenerCertificates, Protocol, StreamFrontend,
 };
 use crate::workspace::ID_PREFIX;
 
@@ -87,7 +87,8 @@ pub fn plan_scope(actual: &Actual, desired: &Desired, scope: &Scope) -> Vec<Op> 
     if scope.everything {
         // 1. Listeners.
         for (&address, &protocol) in &desired.listeners {
-            let settings = || Box::new(desired.listener_settings.clone());
+            let wanted_settings = desired.listener_settings.for_protocol(protocol);
+            let settings = || Box::new(wanted_settings.clone());
             match actual.listeners.get(&address) {
                 None => {
                     ops.push(Op::AddListener {
@@ -112,7 +113,7 @@ pub fn plan_scope(actual: &Actual, desired: &Desired, scope: &Scope) -> Vec<Op> 
                 Some(&(_, true)) => {}
             }
             let current = actual.listener_settings.get(&address);
-            if current.is_some_and(|c| c.patchable_differs(&desired.listener_settings)) {
+            if current.is_some_and(|c| c.patchable_differs(&wanted_settings)) {
                 ops.push(Op::PatchListener {
                     protocol,
                     address,
@@ -137,10 +138,15 @@ pub fn plan_scope(actual: &Actual, desired: &Desired, scope: &Scope) -> Vec<Op> 
                 });
             }
             // Error pages, on a new listener as on one sozu holds (phase 2 comes after the
-            // listener is added).
+            // listener is added): HTTP listeners only.
             let none = BTreeMap::new();
             let held = actual.listener_answers.get(&address).unwrap_or(&none);
-            let wanted = answers_to_hold(&desired.listener_answers, held, &BTreeMap::new());
+            let wanted = match protocol {
+                Protocol::Https | Protocol::Http => {
+                    answers_to_hold(&desired.listener_answers, held, &BTreeMap::new())
+                }
+                Protocol::Tcp | Protocol::Udp => BTreeMap::new(),
+            };
             if &wanted != held {
                 ops.push(Op::SetListenerAnswers {
                     protocol,
@@ -178,6 +184,7 @@ pub fn plan_scope(actual: &Actual, desired: &Desired, scope: &Scope) -> Vec<Op> 
             certificates.plan_host(desired, host, &mut ops);
             plan_frontends(actual, desired, host, &mut ops);
         }
+        plan_stream_frontends(actual, desired, &mut ops);
     } else {
         for id in &scope.clusters {
             plan_cluster(actual, desired, id, &mut ops);
@@ -191,6 +198,45 @@ pub fn plan_scope(actual: &Actual, desired: &Desired, scope: &Scope) -> Vec<Op> 
     // phase can then be sent concurrently, see `crate::sozu::phases::send_in_phases`.
     ops.sort_by_key(phase);
     ops
+}
+
+/// The frontends of the routes of their own port: added once their cluster and listener are
+/// in, the agent's stale ones removed (sozu changes none in place), and a TCP or UDP listener
+/// that no route wants any more removed with its last frontend. A listener goes only when every
+/// frontend it holds is the agent's: one an operator added beside the agent's is left alone.
+fn plan_stream_frontends(actual: &Actual, desired: &Desired, ops: &mut Vec<Op>) {
+    for frontend in desired
+        .stream_frontends
+        .difference(&actual.stream_frontends)
+    {
+        ops.push(Op::AddStreamFrontend(frontend.clone()));
+    }
+    for frontend in actual
+        .stream_frontends
+        .difference(&desired.stream_frontends)
+    {
+        if frontend.is_owned() {
+            ops.push(Op::RemoveStreamFrontend(frontend.clone()));
+        }
+    }
+    for (&address, &(protocol, active)) in &actual.listeners {
+        if !matches!(protocol, Protocol::Tcp | Protocol::Udp)
+            || desired.listeners.contains_key(&address)
+        {
+            continue;
+        }
+        let mut on = actual
+            .stream_frontends
+            .iter()
+            .filter(|f| f.address == address && f.protocol == protocol)
+            .peekable();
+        if on.peek().is_some() && on.all(StreamFrontend::is_owned) {
+            if active {
+                ops.push(Op::DeactivateListener { protocol, address });
+            }
+            ops.push(Op::RemoveListener { protocol, address });
+        }
+    }
 }
 
 /// A cluster: created with its new backends before anything routes to it; its stale backends

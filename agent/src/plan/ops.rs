@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::plan::state::{
     Backend, Certificate, ClientAuthState, ClusterPolicy, Frontend, HealthCheck, Hsts,
-    ListenerSettings, Protocol,
+    ListenerSettings, Protocol, StreamFrontend,
 };
 
 /// One request to sozu.
@@ -89,6 +89,18 @@ pub enum Op {
     },
     RemoveFrontend(Frontend),
     AddFrontend(Frontend),
+    /// A frontend of a route of its own port (TCP, TLS passed through, UDP).
+    AddStreamFrontend(StreamFrontend),
+    RemoveStreamFrontend(StreamFrontend),
+    /// A TCP or UDP listener no route uses any more stops taking connections, then goes.
+    DeactivateListener {
+        protocol: Protocol,
+        address: SocketAddr,
+    },
+    RemoveListener {
+        protocol: Protocol,
+        address: SocketAddr,
+    },
     RemoveBackend {
         cluster_id: String,
         backend: Backend,
@@ -215,7 +227,25 @@ impl Op {
                 backend,
             } => format!("remove backend {} from {cluster_id}", backend.id),
             Op::RemoveCluster { id } => format!("remove cluster {id}"),
+            Op::AddStreamFrontend(f) => format!("add {} on {}", stream_label(f), f.address),
+            Op::RemoveStreamFrontend(f) => {
+                format!("remove {} on {}", stream_label(f), f.address)
+            }
+            Op::DeactivateListener { protocol, address } => {
+                format!("deactivate {protocol} listener {address}")
+            }
+            Op::RemoveListener { protocol, address } => {
+                format!("remove {protocol} listener {address}")
+            }
         }
+    }
+}
+
+/// `tcp frontend of <cluster>`, `tcp frontend for SNI <host> of <cluster>`.
+fn stream_label(f: &StreamFrontend) -> String {
+    match &f.sni {
+        Some(host) => format!("{} frontend for SNI {host} of {}", f.protocol, f.cluster_id),
+        None => format!("{} frontend of {}", f.protocol, f.cluster_id),
     }
 }
 
@@ -299,12 +329,17 @@ pub fn scope_of(op: &Op) -> Scope {
         Op::AddFrontend(f) | Op::RemoveFrontend(f) => {
             scope.hosts.insert(f.hostname.clone());
         }
+        Op::AddStreamFrontend(f) | Op::RemoveStreamFrontend(f) => {
+            scope.clusters.insert(f.cluster_id.clone());
+        }
         Op::AddListener { .. }
         | Op::PatchListener { .. }
         | Op::SetClientAuth { .. }
         | Op::ActivateListener { .. }
         | Op::SetListenerHsts { .. }
         | Op::SetListenerAnswers { .. }
+        | Op::DeactivateListener { .. }
+        | Op::RemoveListener { .. }
         | Op::RemoveCertificate { .. } => {
             scope.everything = true;
         }
@@ -359,6 +394,8 @@ pub fn summary(ops: &[Op]) -> BTreeMap<&'static str, usize> {
             Op::AddBackend { .. } | Op::RemoveBackend { .. } => "backends",
             Op::CloseSessions { .. } => "sessions",
             Op::AddFrontend(_) | Op::RemoveFrontend(_) | Op::SwapFrontend { .. } => "frontends",
+            Op::AddStreamFrontend(_) | Op::RemoveStreamFrontend(_) => "stream frontends",
+            Op::DeactivateListener { .. } | Op::RemoveListener { .. } => "listeners removed",
             Op::AddCertificate { .. }
             | Op::ReplaceCertificate { .. }
             | Op::RemoveCertificate { .. } => "certificates",

@@ -19,12 +19,14 @@ pub fn phase(op: &Op) -> u32 {
         Op::AddBackend { .. } | Op::SetHealthCheck { .. } | Op::RemoveHealthCheck { .. } => 4,
         Op::AddCertificate { .. } | Op::ReplaceCertificate { .. } => 5,
         Op::RemoveCertificate { .. } => 6,
-        Op::RemoveFrontend(_) => 7,
-        Op::AddFrontend(_) => 8,
+        Op::RemoveFrontend(_) | Op::RemoveStreamFrontend(_) => 7,
+        Op::AddFrontend(_) | Op::AddStreamFrontend(_) => 8,
         Op::SwapFrontend { .. } => 9,
         Op::RemoveBackend { .. } => 10,
         Op::CloseSessions { .. } => 11,
         Op::RemoveCluster { .. } => 12,
+        Op::DeactivateListener { .. } => 13,
+        Op::RemoveListener { .. } => 14,
     };
     let step = match op {
         Op::SwapFrontend { add, step, .. } => u32::from(*step) * 2 + u32::from(!*add),
@@ -59,6 +61,19 @@ pub fn depends_on(later: &Op, failed: &Op) -> bool {
     ) = (later, failed)
     {
         return old.hostname == new.hostname && old.address == new.address;
+    }
+    // A stream frontend needs its cluster and its listener; a listener goes once it is
+    // deactivated.
+    match (later, failed) {
+        (Op::AddStreamFrontend(f), Op::AddCluster { id, .. }) => return f.cluster_id == *id,
+        (
+            Op::AddStreamFrontend(f),
+            Op::AddListener { address, .. } | Op::ActivateListener { address, .. },
+        ) => return f.address == *address,
+        (Op::RemoveListener { address, .. }, Op::DeactivateListener { address: a, .. }) => {
+            return address == a
+        }
+        _ => {}
     }
     let frontend = match later {
         Op::AddFrontend(frontend)

@@ -53,6 +53,8 @@ pub struct ClusterPolicy {
     pub retry_after: Option<u32>,
     /// Status → the whole HTTP response template.
     pub answers: BTreeMap<String, Arc<str>>,
+    /// A TCP cluster's backends get a PROXY protocol v2 header first, naming the client.
+    pub proxy_protocol: bool,
 }
 
 impl ClusterPolicy {
@@ -74,6 +76,7 @@ impl fmt::Debug for ClusterPolicy {
             )
             .field("retry_after", &self.retry_after)
             .field("answers", &self.answers.keys().collect::<Vec<_>>())
+            .field("proxy_protocol", &self.proxy_protocol)
             .finish()
     }
 }

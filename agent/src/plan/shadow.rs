@@ -102,6 +102,22 @@ pub fn apply(actual: &mut Actual, op: &Op) {
                 b.remove(&backend.id);
             }
         }
+        Op::AddStreamFrontend(f) => {
+            actual.stream_frontends.insert(f.clone());
+        }
+        Op::RemoveStreamFrontend(f) => {
+            actual.stream_frontends.remove(f);
+        }
+        Op::DeactivateListener { address, .. } => {
+            if let Some(l) = actual.listeners.get_mut(address) {
+                l.1 = false;
+            }
+        }
+        Op::RemoveListener { address, .. } => {
+            actual.listeners.remove(address);
+            actual.listener_settings.remove(address);
+            actual.listener_answers.remove(address);
+        }
         Op::RemoveCluster { id } => {
             actual.clusters.remove(id);
             actual.backends.remove(id);

@@ -26,6 +26,9 @@ pub const ROUTE_TAG: &str = "route";
 pub enum Protocol {
     Http,
     Https,
+    /// Connections forwarded as they are: a TCP route, or TLS passed through by SNI.
+    Tcp,
+    Udp,
 }
 
 impl fmt::Display for Protocol {
@@ -33,7 +36,30 @@ impl fmt::Display for Protocol {
         f.write_str(match self {
             Protocol::Http => "http",
             Protocol::Https => "https",
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
         })
+    }
+}
+
+/// A frontend of a route of its own port, as sozu identifies it: its listener (protocol and
+/// address) and, for TLS passed through, the host the ClientHello names. sozu cannot change one
+/// in place: a changed frontend is removed and added again.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct StreamFrontend {
+    /// [`Protocol::Tcp`] or [`Protocol::Udp`].
+    pub protocol: Protocol,
+    pub address: SocketAddr,
+    /// The host a TLS ClientHello must name for the connection to be this frontend's; `None`:
+    /// every connection to the listener. sozu's listener takes one kind or the other.
+    pub sni: Option<String>,
+    pub cluster_id: String,
+    pub tags: Tags,
+}
+
+impl StreamFrontend {
+    pub fn is_owned(&self) -> bool {
+        self.tags.get(OWNER_TAG.0) == Some(OWNER_TAG.1)
     }
 }
 
@@ -239,7 +265,37 @@ impl ClientAuthState {
     }
 }
 
+/// The idle time of a UDP flow, client side and backend side, in seconds: sozu 2.3.3's own
+/// (`UdpListenerConfig`). The workspace's listener timeouts are for connections.
+pub const UDP_FLOW_TIMEOUTS: [u32; 2] = [30, 30];
+
 impl ListenerSettings {
+    /// What a listener of `protocol` holds of these settings, as sozu reports it: the TLS ones
+    /// on HTTPS only, the request timeout on HTTP(S) only (sozu reports 0 elsewhere), and on UDP
+    /// the interface and sozu's flow timeouts alone.
+    pub fn for_protocol(&self, protocol: Protocol) -> ListenerSettings {
+        let [front, back, connect, _] = self.timeouts;
+        match protocol {
+            Protocol::Https => self.clone(),
+            Protocol::Http => ListenerSettings {
+                tls13_only: false,
+                client_auth: None,
+                ..self.clone()
+            },
+            Protocol::Tcp => ListenerSettings {
+                tls13_only: false,
+                client_auth: None,
+                timeouts: [front, back, connect, 0],
+                ..self.clone()
+            },
+            Protocol::Udp => ListenerSettings {
+                interface: self.interface.clone(),
+                timeouts: [UDP_FLOW_TIMEOUTS[0], UDP_FLOW_TIMEOUTS[1], 0, 0],
+                ..ListenerSettings::default()
+            },
+        }
+    }
+
     /// What sozu can change on a running listener differs.
     pub fn patchable_differs(&self, other: &ListenerSettings) -> bool {
         self.expect_proxy != other.expect_proxy || self.timeouts != other.timeouts
@@ -289,6 +345,9 @@ pub struct Desired {
     /// The HTTPS listener's HSTS policy, which frontends without their own inherit.
     pub hsts: Option<Hsts>,
     pub frontends: BTreeSet<Frontend>,
+    /// The frontends of the routes of their own port (TCP, TLS passed through, UDP), each on a
+    /// listener of its own in [`Desired::listeners`].
+    pub stream_frontends: BTreeSet<StreamFrontend>,
     /// Certificates on the HTTPS listener, one per host; see [`Desired::set_certificate`].
     certificates: BTreeMap<String, Certificate>,
     /// Certificates sozu already holds that stay as they are, by host: those of hosts whose
@@ -453,6 +512,8 @@ pub struct Actual {
     pub hsts: BTreeMap<SocketAddr, Hsts>,
     /// Every HTTP and HTTPS frontend.
     pub frontends: BTreeSet<Frontend>,
+    /// Every TCP and UDP frontend.
+    pub stream_frontends: BTreeSet<StreamFrontend>,
     /// Certificates by listener address.
     pub certificates: BTreeMap<SocketAddr, ListenerCertificates>,
 }

@@ -51,7 +51,9 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 let mut routes = imbl::OrdMap::new();
                 let mut previous_host = None;
                 for route in &model.workspace().routes {
-                    let first = previous_host != Some(&route.host);
+                    // Routes are sorted with a host's HTTPS routes first: the first carries the
+                    // host's certificate metrics, unless the host has none (no HTTPS route).
+                    let first = previous_host != Some(&route.host) && route.terminates_tls();
                     previous_host = Some(&route.host);
                     routes.insert(key(route), Arc::new(self.route_view(route, first, now)));
                 }
@@ -68,7 +70,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 // A host's routes go together: the first of them carries the host's metrics.
                 for host in hosts {
                     for (i, route) in model.routes_of_host(host).enumerate() {
-                        let view = self.route_view(route, i == 0, now);
+                        let view = self.route_view(route, i == 0 && route.terminates_tls(), now);
                         self.routes.insert(key(route), Arc::new(view));
                     }
                 }
@@ -160,13 +162,20 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             .and_then(|s| s.backends.get(&route.id))
             .map(|b| b.values().map(|b| b.address.to_string()).collect())
             .unwrap_or_default();
-        let https = self.workspace.current.as_ref().map(|w| w.listeners.https);
+        // A route of its own port holds no certificate: its host's (an HTTPS route's) is not its.
+        let tls = route.terminates_tls();
+        let https = self
+            .workspace
+            .current
+            .as_ref()
+            .map(|w| w.listeners.https)
+            .filter(|_| tls);
         let served_fingerprints: Vec<String> = shadow
             .zip(https)
             .and_then(|(shadow, address)| shadow.certificates.get(&address))
             .map(|held| held.named(&route.host).map(|(f, _)| f.to_owned()).collect())
             .unwrap_or_default();
-        let disk = self.certs.last_good().get(&route.host);
+        let disk = self.certs.last_good().get(&route.host).filter(|_| tls);
         let served_validity = served_fingerprints
             .iter()
             .filter_map(|f| self.certs.validity(&route.host, f))
@@ -176,12 +185,14 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 .error(name)
                 .map(|e| format!("resolving {name}: {e}"))
         });
-        let cert_error = self.certs.failure(&route.host);
-        let rotation = self.certs.rotations(&route.host);
+        let cert_error = self.certs.failure(&route.host).filter(|_| tls);
+        let rotation = self.certs.rotations(&route.host).filter(|_| tls);
         let refusal = self
             .refusals
             .iter()
-            .find(|r| r.scope.hosts.contains(&route.host) || r.scope.clusters.contains(&route.id))
+            .find(|r| {
+                (tls && r.scope.hosts.contains(&route.host)) || r.scope.clusters.contains(&route.id)
+            })
             .map(|r| r.message.clone());
         let policy = route.policy();
         let file_problem = policy
@@ -233,6 +244,8 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             id: route.id.clone(),
             host: route.host.clone(),
             path_prefix: route.path_prefix().to_owned(),
+            protocol: route.protocol().to_owned(),
+            listen_port: route.listen_port(),
             upstream: route.upstreams_label(),
             backends_desired,
             backends_actual,
@@ -323,5 +336,5 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
 }
 
 fn key(route: &Route) -> RouteKey {
-    (route.host.clone(), route.path_prefix().to_owned())
+    (route.host.clone(), route.place())
 }

@@ -165,18 +165,29 @@ impl SozuListener {
         let https = protocol == Protocol::Https;
         let auth = &policy.client_auth;
         let client_auth = https && auth.mode != ClientAuthMode::Off;
+        // What a listener of each protocol takes of the listener policy: a UDP listener keeps
+        // sozu's own flow timeouts, and only HTTP(S) reads a request.
+        let (connections, requests) = match protocol {
+            Protocol::Http | Protocol::Https => (true, true),
+            Protocol::Tcp => (true, false),
+            Protocol::Udp => (false, false),
+        };
         SozuListener {
             protocol: match protocol {
                 Protocol::Https => "https",
                 Protocol::Http => "http",
+                Protocol::Tcp => "tcp",
+                Protocol::Udp => "udp",
             },
             address,
             interface: policy.interface.clone(),
-            expect_proxy: policy.expect_proxy,
-            front_timeout: differs(policy.timeouts.front, defaults.front),
-            back_timeout: differs(policy.timeouts.back, defaults.back),
-            connect_timeout: differs(policy.timeouts.connect, defaults.connect),
-            request_timeout: differs(policy.timeouts.request, defaults.request),
+            expect_proxy: connections && policy.expect_proxy,
+            front_timeout: differs(policy.timeouts.front, defaults.front).filter(|_| connections),
+            back_timeout: differs(policy.timeouts.back, defaults.back).filter(|_| connections),
+            connect_timeout: differs(policy.timeouts.connect, defaults.connect)
+                .filter(|_| connections),
+            request_timeout: differs(policy.timeouts.request, defaults.request)
+                .filter(|_| requests),
             tls_versions: (https && policy.min_tls_version == TlsVersion::V1_3)
                 .then(|| vec!["TLS_V13"]),
             client_auth: client_auth.then_some(match auth.mode {
@@ -226,7 +237,11 @@ impl SozuHsts {
 #[derive(Serialize)]
 struct SozuCluster {
     protocol: &'static str,
+    #[serde(skip_serializing_if = "is_false")]
     https_redirect: bool,
+    /// A TCP cluster's backends get a PROXY protocol v2 header first.
+    #[serde(skip_serializing_if = "is_false")]
+    send_proxy: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     health_check: Option<FileHealthCheckConfig>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -241,8 +256,26 @@ struct SozuCluster {
     /// sozu sends a page as the file has it, unframed if the file gives no `Content-Length`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     answers: BTreeMap<String, String>,
-    frontends: Vec<SozuFrontend>,
+    frontends: Vec<SozuAnyFrontend>,
     backends: Vec<SozuBackend>,
+}
+
+/// A cluster's frontend: an HTTP(S) one, or one of a route of its own port.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum SozuAnyFrontend {
+    Http(Box<SozuFrontend>),
+    Stream(SozuStreamFrontend),
+}
+
+/// A TCP or UDP frontend: its listener's address (the listener says which protocol) and, for TLS
+/// passed through, the host the ClientHello must name.
+#[derive(Serialize)]
+struct SozuStreamFrontend {
+    address: SocketAddr,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hostname: Option<String>,
+    tags: BTreeMap<String, String>,
 }
 
 /// A health check as sozu's configuration file writes it: sozu's own file type, made from the
@@ -355,9 +388,13 @@ impl SozuConfig {
                     })
                     .collect();
                 let policy = desired.cluster_policies.get(id);
+                // A route of its own port has a cluster of sozu's `tcp` kind (UDP included: the
+                // listener makes the frontend a UDP one).
+                let stream = desired.stream_frontends.iter().any(|f| f.cluster_id == *id);
                 let cluster = SozuCluster {
-                    protocol: "http",
-                    https_redirect: true,
+                    protocol: if stream { "tcp" } else { "http" },
+                    https_redirect: !stream,
+                    send_proxy: policy.is_some_and(|p| p.proxy_protocol),
                     health_check: desired.health_checks.get(id).map(file_health_check),
                     www_authenticate: policy.and_then(|p| p.www_authenticate.clone()),
                     max_connections_per_ip: policy.and_then(|p| p.max_connections_per_ip),
@@ -396,7 +433,7 @@ impl SozuConfig {
                     let (crt, key) = workspace.certificate_paths(&frontend.hostname);
                     (Some(path_string(&crt)), Some(path_string(&key)))
                 }
-                Protocol::Http => (None, None),
+                Protocol::Http | Protocol::Tcp | Protocol::Udp => (None, None),
             };
             let policy = frontend.policy.as_deref();
             let redirect = match policy.and_then(|p| p.redirect) {
@@ -411,43 +448,60 @@ impl SozuConfig {
                     })
                 }
             };
-            cluster.frontends.push(SozuFrontend {
-                address: frontend.address,
-                hostname: frontend.hostname.clone(),
-                path: frontend.path_prefix.clone(),
-                path_type: "PREFIX",
-                certificate_chain: certificate.clone(),
-                certificate,
-                key,
-                tags: frontend
-                    .tags
-                    .iter()
-                    .map(|(n, v)| (n.to_owned(), v.to_owned()))
-                    .collect(),
-                hsts: frontend.hsts.as_ref().map(SozuHsts::of),
-                redirect: redirect.map(|_| "permanent"),
-                redirect_scheme: redirect.map(|scheme| match scheme {
-                    RedirectScheme::Https => "use-https",
-                    RedirectScheme::Http => "use-http",
-                    RedirectScheme::Same => "use-same",
-                }),
-                rewrite_host: policy.and_then(|p| p.rewrite_host.clone()),
-                rewrite_path: policy.and_then(|p| p.rewrite_path.clone()),
-                rewrite_port: policy.and_then(|p| p.rewrite_port),
-                required_auth: policy.is_some_and(|p| p.required_auth),
-                headers: policy
-                    .map(|p| {
-                        p.headers
+            cluster
+                .frontends
+                .push(SozuAnyFrontend::Http(Box::new(SozuFrontend {
+                    address: frontend.address,
+                    hostname: frontend.hostname.clone(),
+                    path: frontend.path_prefix.clone(),
+                    path_type: "PREFIX",
+                    certificate_chain: certificate.clone(),
+                    certificate,
+                    key,
+                    tags: frontend
+                        .tags
+                        .iter()
+                        .map(|(n, v)| (n.to_owned(), v.to_owned()))
+                        .collect(),
+                    hsts: frontend.hsts.as_ref().map(SozuHsts::of),
+                    redirect: redirect.map(|_| "permanent"),
+                    redirect_scheme: redirect.map(|scheme| match scheme {
+                        RedirectScheme::Https => "use-https",
+                        RedirectScheme::Http => "use-http",
+                        RedirectScheme::Same => "use-same",
+                    }),
+                    rewrite_host: policy.and_then(|p| p.rewrite_host.clone()),
+                    rewrite_path: policy.and_then(|p| p.rewrite_path.clone()),
+                    rewrite_port: policy.and_then(|p| p.rewrite_port),
+                    required_auth: policy.is_some_and(|p| p.required_auth),
+                    headers: policy
+                        .map(|p| {
+                            p.headers
+                                .iter()
+                                .map(|h| SozuHeader {
+                                    position: if h.response { "response" } else { "request" },
+                                    key: h.name.clone(),
+                                    value: h.value.clone(),
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                })));
+        }
+        for frontend in &desired.stream_frontends {
+            if let Some(cluster) = clusters.get_mut(&frontend.cluster_id) {
+                cluster
+                    .frontends
+                    .push(SozuAnyFrontend::Stream(SozuStreamFrontend {
+                        address: frontend.address,
+                        hostname: frontend.sni.clone(),
+                        tags: frontend
+                            .tags
                             .iter()
-                            .map(|h| SozuHeader {
-                                position: if h.response { "response" } else { "request" },
-                                key: h.name.clone(),
-                                value: h.value.clone(),
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            });
+                            .map(|(n, v)| (n.to_owned(), v.to_owned()))
+                            .collect(),
+                    }));
+            }
         }
         let listener = |address: &SocketAddr| {
             desired
@@ -456,13 +510,16 @@ impl SozuConfig {
                 .map(|&protocol| SozuListener {
                     hsts: match protocol {
                         Protocol::Https => desired.hsts.as_ref().map(SozuHsts::of),
-                        Protocol::Http => None,
+                        Protocol::Http | Protocol::Tcp | Protocol::Udp => None,
                     },
-                    answers: desired
-                        .listener_answers
-                        .iter()
-                        .map(|(s, page)| (s.clone(), page.to_string()))
-                        .collect(),
+                    answers: match protocol {
+                        Protocol::Https | Protocol::Http => desired
+                            .listener_answers
+                            .iter()
+                            .map(|(s, page)| (s.clone(), page.to_string()))
+                            .collect(),
+                        Protocol::Tcp | Protocol::Udp => BTreeMap::new(),
+                    },
                     ..SozuListener::new(protocol, *address, &workspace.listener_policy)
                 })
         };
@@ -479,8 +536,14 @@ impl SozuConfig {
                 settings.routes.max(workspace.routes.len()),
             ),
             activate_listeners: true,
+            // The HTTPS and HTTP listeners first, then those of the routes of their own port.
             listeners: [workspace.listeners.https, workspace.listeners.http]
                 .iter()
+                .chain(
+                    desired.listeners.keys().filter(|a| {
+                        ![workspace.listeners.https, workspace.listeners.http].contains(a)
+                    }),
+                )
                 .filter_map(listener)
                 .collect(),
             clusters,

@@ -51,11 +51,15 @@ fn delivery_of(op: &Op) -> Delivery {
         Op::AddCluster { .. } | Op::AddBackend { .. } => Delivery::Early,
         Op::RemoveFrontend(_)
         | Op::AddFrontend(_)
+        | Op::AddStreamFrontend(_)
+        | Op::RemoveStreamFrontend(_)
         | Op::RemoveBackend { .. }
         | Op::RemoveCluster { .. } => Delivery::Late,
-        Op::SetHealthCheck { .. } | Op::RemoveHealthCheck { .. } | Op::CloseSessions { .. } => {
-            Delivery::After
-        }
+        Op::SetHealthCheck { .. }
+        | Op::RemoveHealthCheck { .. }
+        | Op::CloseSessions { .. }
+        | Op::DeactivateListener { .. }
+        | Op::RemoveListener { .. } => Delivery::After,
     }
 }
 

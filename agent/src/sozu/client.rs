@@ -16,7 +16,7 @@ use super::request::{health_check_of, hsts_of, to_request};
 use super::SozuError;
 use crate::plan::state::{
     Actual, Address, Backend, ClientAuthState, ClusterState, Frontend, ListenerCertificates,
-    ListenerSettings, Protocol,
+    ListenerSettings, Protocol, StreamFrontend,
 };
 use crate::plan::Op;
 use crate::workspace::ID_PREFIX;
@@ -378,15 +378,34 @@ impl SozuClient {
                         actual.hsts.insert(l.address.into(), hsts);
                     }
                 }
+                // The listeners of routes of their own port: what each reports, as
+                // `ListenerSettings::for_protocol` says a listener of its kind holds.
+                for l in list.tcp_listeners.values() {
+                    let address = l.address.into();
+                    actual.listeners.insert(address, (Protocol::Tcp, l.active));
+                    let timeouts = [l.front_timeout, l.back_timeout, l.connect_timeout, 0];
+                    actual
+                        .listener_settings
+                        .insert(address, common(&l.interface, l.expect_proxy, timeouts));
+                }
+                for l in list.udp_listeners.values() {
+                    let address = l.address.into();
+                    actual.listeners.insert(address, (Protocol::Udp, l.active));
+                    let timeouts = [l.front_timeout, l.back_timeout, 0, 0];
+                    actual
+                        .listener_settings
+                        .insert(address, common(&l.interface, false, timeouts));
+                }
             }
             _ => return Err(unexpected("list listeners")),
         }
         times.listeners = lap(&mut since);
 
+        // Every frontend: `tcp` lists the UDP ones too (sozu 2.3.3's filters have no `udp`).
         match self.request(RequestType::ListFrontends(FrontendFilters {
             http: true,
             https: true,
-            tcp: false,
+            tcp: true,
             domain: None,
             cluster_id: None,
         }))? {
@@ -400,6 +419,24 @@ impl SozuClient {
                     .map(|f| (Protocol::Https, f));
                 for (protocol, f) in http.chain(https) {
                     actual.frontends.insert(frontend_of(protocol, f));
+                }
+                for f in list.tcp_frontends {
+                    actual.stream_frontends.insert(StreamFrontend {
+                        protocol: Protocol::Tcp,
+                        address: f.address.into(),
+                        sni: f.sni,
+                        cluster_id: f.cluster_id,
+                        tags: f.tags.into_iter().collect(),
+                    });
+                }
+                for f in list.udp_frontends {
+                    actual.stream_frontends.insert(StreamFrontend {
+                        protocol: Protocol::Udp,
+                        address: f.address.into(),
+                        sni: None,
+                        cluster_id: f.cluster_id,
+                        tags: f.tags.into_iter().collect(),
+                    });
                 }
             }
             _ => return Err(unexpected("list frontends")),

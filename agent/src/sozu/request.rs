@@ -9,13 +9,18 @@ use sozu_command_lib::proto::command::{
     RemoveBackend, RemoveCertificate, ReplaceCertificate, RequestHttpFrontend, RulePosition,
     SetHealthCheck, TlsVersion, UpdateHttpListenerConfig, UpdateHttpsListenerConfig,
 };
+use sozu_command_lib::proto::command::{
+    DeactivateListener, ProxyProtocolConfig, RemoveListener, RequestTcpFrontend,
+    RequestUdpFrontend, UpdateTcpListenerConfig, UpdateUdpListenerConfig,
+};
 
 use std::sync::Arc;
 
 use super::SozuError;
 use crate::plan::state::{
     Address, Backend, Certificate, ClientAuthState, ClusterPolicy, Frontend, FrontendPolicy,
-    HeaderEdit, HealthCheck, Hsts, ListenerSettings, Probe, Protocol, UNIX_BACKEND_IDENTITY,
+    HeaderEdit, HealthCheck, Hsts, ListenerSettings, Probe, Protocol, StreamFrontend,
+    UNIX_BACKEND_IDENTITY,
 };
 use crate::plan::Op;
 use crate::workspace::RedirectScheme;
@@ -227,6 +232,9 @@ pub fn cluster(id: &str, policy: Option<&ClusterPolicy>) -> Cluster {
         cluster_id: id.to_owned(),
         sticky_session: false,
         https_redirect: true,
+        proxy_protocol: policy
+            .proxy_protocol
+            .then_some(ProxyProtocolConfig::SendHeader as i32),
         authorized_hashes: policy.authorized_hashes.clone(),
         www_authenticate: policy.www_authenticate.clone(),
         max_connections_per_ip: policy.max_connections_per_ip,
@@ -254,6 +262,7 @@ pub fn cluster_policy_of(c: &Cluster) -> Option<Arc<ClusterPolicy>> {
             .iter()
             .map(|(s, page)| (s.clone(), Arc::from(page.as_str())))
             .collect(),
+        proxy_protocol: c.proxy_protocol == Some(ProxyProtocolConfig::SendHeader as i32),
     };
     (!policy.is_empty()).then(|| Arc::new(policy))
 }
@@ -272,6 +281,66 @@ fn listener_type(protocol: Protocol) -> i32 {
     match protocol {
         Protocol::Http => ListenerType::Http as i32,
         Protocol::Https => ListenerType::Https as i32,
+        Protocol::Tcp => ListenerType::Tcp as i32,
+        Protocol::Udp => ListenerType::Udp as i32,
+    }
+}
+
+/// An HTTP or HTTPS frontend's request, adding it or removing it.
+fn http_frontend(op: &Op, f: &Frontend, add: bool) -> Result<RequestType, SozuError> {
+    let request = frontend_request(f);
+    Ok(match (f.protocol, add) {
+        (Protocol::Http, true) => RequestType::AddHttpFrontend(request),
+        (Protocol::Https, true) => RequestType::AddHttpsFrontend(request),
+        (Protocol::Http, false) => RequestType::RemoveHttpFrontend(request),
+        (Protocol::Https, false) => RequestType::RemoveHttpsFrontend(request),
+        (Protocol::Tcp | Protocol::Udp, _) => return Err(not_for(op, f.protocol)),
+    })
+}
+
+/// A TCP or UDP frontend's request, adding it or removing it.
+fn stream_frontend(op: &Op, f: &StreamFrontend, add: bool) -> Result<RequestType, SozuError> {
+    let tags = f
+        .tags
+        .iter()
+        .map(|(n, v)| (n.to_owned(), v.to_owned()))
+        .collect();
+    Ok(match f.protocol {
+        Protocol::Tcp => {
+            let request = RequestTcpFrontend {
+                cluster_id: f.cluster_id.clone(),
+                address: f.address.into(),
+                tags,
+                sni: f.sni.clone(),
+                alpn: Vec::new(),
+            };
+            if add {
+                RequestType::AddTcpFrontend(request)
+            } else {
+                RequestType::RemoveTcpFrontend(request)
+            }
+        }
+        Protocol::Udp => {
+            let request = RequestUdpFrontend {
+                cluster_id: f.cluster_id.clone(),
+                address: f.address.into(),
+                tags,
+            };
+            if add {
+                RequestType::AddUdpFrontend(request)
+            } else {
+                RequestType::RemoveUdpFrontend(request)
+            }
+        }
+        Protocol::Http | Protocol::Https => return Err(not_for(op, f.protocol)),
+    })
+}
+
+/// A request the agent would never plan: a setting on a listener of the wrong protocol.
+fn not_for(op: &Op, protocol: Protocol) -> SozuError {
+    SozuError::Refused {
+        request: op.describe(),
+        message: format!("not a request for a {protocol} listener"),
     }
 }
 
@@ -291,6 +360,20 @@ fn patch_listener(
 ) -> RequestType {
     let [front, back, connect, request] = settings.timeouts;
     match protocol {
+        Protocol::Tcp => RequestType::UpdateTcpListener(UpdateTcpListenerConfig {
+            address: address.into(),
+            expect_proxy: Some(settings.expect_proxy),
+            front_timeout: Some(front),
+            back_timeout: Some(back),
+            connect_timeout: Some(connect),
+            ..Default::default()
+        }),
+        Protocol::Udp => RequestType::UpdateUdpListener(UpdateUdpListenerConfig {
+            address: address.into(),
+            front_timeout: Some(front),
+            back_timeout: Some(back),
+            ..Default::default()
+        }),
         Protocol::Http => RequestType::UpdateHttpListener(UpdateHttpListenerConfig {
             address: address.into(),
             expect_proxy: Some(settings.expect_proxy),
@@ -342,19 +425,32 @@ pub fn to_request(op: &Op) -> Result<RequestType, SozuError> {
             let mut builder = match protocol {
                 Protocol::Http => ListenerBuilder::new_http((*address).into()),
                 Protocol::Https => ListenerBuilder::new_https((*address).into()),
+                Protocol::Tcp => ListenerBuilder::new_tcp((*address).into()),
+                Protocol::Udp => ListenerBuilder::new_udp((*address).into()),
             };
             let [front, back, connect, request] = settings.timeouts;
             builder
                 .with_interface(settings.interface.clone())
-                .with_expect_proxy(settings.expect_proxy)
                 .with_front_timeout(Some(front))
-                .with_back_timeout(Some(back))
-                .with_connect_timeout(Some(connect))
-                .with_request_timeout(Some(request));
+                .with_back_timeout(Some(back));
+            if matches!(protocol, Protocol::Http | Protocol::Https | Protocol::Tcp) {
+                builder
+                    .with_expect_proxy(settings.expect_proxy)
+                    .with_connect_timeout(Some(connect));
+            }
+            if matches!(protocol, Protocol::Http | Protocol::Https) {
+                builder.with_request_timeout(Some(request));
+            }
             if *protocol == Protocol::Https && settings.tls13_only {
                 builder.with_tls_versions(vec![TlsVersion::TlsV13]);
             }
             match protocol {
+                Protocol::Tcp => {
+                    RequestType::AddTcpListener(builder.to_tcp(None).map_err(refused)?)
+                }
+                Protocol::Udp => {
+                    RequestType::AddUdpListener(builder.to_udp(None).map_err(refused)?)
+                }
                 Protocol::Http => {
                     RequestType::AddHttpListener(builder.to_http(None).map_err(refused)?)
                 }
@@ -456,27 +552,33 @@ pub fn to_request(op: &Op) -> Result<RequestType, SozuError> {
             address: socket_address(op, backend)?.0.into(),
         }),
         Op::RemoveCluster { id } => RequestType::RemoveCluster(id.clone()),
-        Op::AddFrontend(f) => match f.protocol {
-            Protocol::Http => RequestType::AddHttpFrontend(frontend_request(f)),
-            Protocol::Https => RequestType::AddHttpsFrontend(frontend_request(f)),
-        },
+        Op::AddFrontend(f) => http_frontend(op, f, true)?,
         Op::RemoveFrontend(f)
         | Op::SwapFrontend {
             frontend: f,
             add: false,
             ..
-        } => match f.protocol {
-            Protocol::Http => RequestType::RemoveHttpFrontend(frontend_request(f)),
-            Protocol::Https => RequestType::RemoveHttpsFrontend(frontend_request(f)),
-        },
+        } => http_frontend(op, f, false)?,
         Op::SwapFrontend {
             frontend: f,
             add: true,
             ..
-        } => match f.protocol {
-            Protocol::Http => RequestType::AddHttpFrontend(frontend_request(f)),
-            Protocol::Https => RequestType::AddHttpsFrontend(frontend_request(f)),
-        },
+        } => http_frontend(op, f, true)?,
+        Op::AddStreamFrontend(f) => stream_frontend(op, f, true)?,
+        Op::RemoveStreamFrontend(f) => stream_frontend(op, f, false)?,
+        Op::DeactivateListener { protocol, address } => {
+            RequestType::DeactivateListener(DeactivateListener {
+                address: (*address).into(),
+                proxy: listener_type(*protocol),
+                to_scm: false,
+                interface: None,
+            })
+        }
+        Op::RemoveListener { protocol, address } => RequestType::RemoveListener(RemoveListener {
+            address: (*address).into(),
+            proxy: listener_type(*protocol),
+            interface: None,
+        }),
         Op::SetListenerAnswers {
             protocol,
             address,
@@ -497,6 +599,7 @@ pub fn to_request(op: &Op) -> Result<RequestType, SozuError> {
                     answers,
                     ..Default::default()
                 }),
+                Protocol::Tcp | Protocol::Udp => return Err(not_for(op, *protocol)),
             }
         }
         Op::AddCertificate {

@@ -180,7 +180,8 @@ impl Workspace {
             .into_iter()
             .map(Route::from_raw)
             .collect::<Result<Vec<_>, _>>()?;
-        routes.sort_by(|a, b| (&a.host, a.path_prefix()).cmp(&(&b.host, b.path_prefix())));
+        // A host's HTTPS routes first (`/…` sorts before `tcp:…`), by path prefix.
+        routes.sort_by_cached_key(|r| (r.host.clone(), r.place()));
         let lb_ip = raw
             .lb_ip
             .map(|ip| match ip.parse::<IpAddr>() {
@@ -491,16 +492,79 @@ impl Route {
                 "a route with `redirect` forwards nothing: it takes no upstream".into(),
             ));
         }
+        let stream_name = match raw.protocol.unwrap_or(RawProtocol::Https) {
+            RawProtocol::Https => {
+                if raw.listen_port.is_some() || raw.proxy_protocol.is_some() {
+                    return Err(fail(
+                        "an 'https route takes no `listen_port` or `proxy_protocol`".into(),
+                    ));
+                }
+                return Ok(Route {
+                    id: route_id(&raw.host, &raw.path_prefix),
+                    host: raw.host,
+                    upstreams,
+                    health,
+                    kind: RouteKind::Http(HttpRoute {
+                        path_prefix: raw.path_prefix,
+                        hsts,
+                        policy: (!policy.is_empty()).then(|| Box::new(policy)),
+                    }),
+                });
+            }
+            RawProtocol::Tcp => "tcp",
+            RawProtocol::TlsPassthrough => "tls",
+            RawProtocol::Udp => "udp",
+        };
+        // A route of its own port: forwarded as it is, so none of what sozu reads in HTTP.
+        if !policy.is_empty() || hsts.is_some() || raw.path_prefix != "/" {
+            return Err(fail(
+                "a route of its own port takes no path_prefix, hsts or route policy".into(),
+            ));
+        }
+        if upstreams
+            .iter()
+            .any(|u| matches!(u.upstream, Upstream::Unix { .. }))
+        {
+            return Err(fail(
+                "a route of its own port needs an upstream address: sozu connects its backends \
+                 by IP and port"
+                    .into(),
+            ));
+        }
+        let listen_port = match raw.listen_port {
+            Some(p) if p.fract() == 0.0 && (1.0..=65535.0).contains(&p) => p as u16,
+            Some(p) => {
+                return Err(fail(format!(
+                    "listen_port {p} is not a whole number from 1 to 65535"
+                )))
+            }
+            None => return Err(fail("missing `listen_port`".into())),
+        };
+        let proxy_protocol = raw.proxy_protocol.unwrap_or(false);
+        let kind = match raw.protocol {
+            Some(RawProtocol::Tcp) => RouteKind::Tcp(StreamRoute {
+                listen_port,
+                proxy_protocol,
+            }),
+            Some(RawProtocol::TlsPassthrough) => RouteKind::TlsPassthrough(StreamRoute {
+                listen_port,
+                proxy_protocol,
+            }),
+            _ => {
+                if raw.proxy_protocol.is_some() || health.is_some() {
+                    return Err(fail(
+                        "a 'udp route takes no `proxy_protocol` or `health`".into(),
+                    ));
+                }
+                RouteKind::Udp(UdpRoute { listen_port })
+            }
+        };
         Ok(Route {
-            id: route_id(&raw.host, &raw.path_prefix),
+            id: port_route_id(&raw.host, stream_name, listen_port),
             host: raw.host,
             upstreams,
             health,
-            kind: RouteKind::Http(HttpRoute {
-                path_prefix: raw.path_prefix,
-                hsts,
-                policy: (!policy.is_empty()).then(|| Box::new(policy)),
-            }),
+            kind,
         })
     }
 }

@@ -373,8 +373,12 @@ impl Workspace {
         };
         anchor(&mut self.error_pages);
         for route in &mut self.routes {
-            let RouteKind::Http(http) = &mut route.kind;
-            if let Some(policy) = http.policy.as_mut() {
+            let policy = match &mut route.kind {
+                RouteKind::Http(http) => http.policy.as_mut(),
+                // Forwarded as they are: they name no file.
+                RouteKind::Tcp(_) | RouteKind::TlsPassthrough(_) | RouteKind::Udp(_) => None,
+            };
+            if let Some(policy) = policy {
                 anchor(&mut policy.error_pages);
                 if let Some(auth) = policy.basic_auth.as_mut() {
                     if auth.users_file.is_relative() {
@@ -464,6 +468,9 @@ mod tests {
             basic_auth: None,
             limits: None,
             error_pages: None,
+            protocol: None,
+            listen_port: None,
+            proxy_protocol: None,
         }
     }
 

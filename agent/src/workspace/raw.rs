@@ -273,6 +273,25 @@ pub struct RawRoute {
     pub limits: Option<RawLimits>,
     #[serde(default)]
     pub error_pages: Option<BTreeMap<String, String>>,
+    /// How sozu carries the route's traffic; `'https` when absent.
+    #[serde(default)]
+    pub protocol: Option<RawProtocol>,
+    /// The port of the ingress a route of another protocol listens on. A float for the reason
+    /// [`RawRoute::port`] is.
+    #[serde(default)]
+    pub listen_port: Option<f64>,
+    #[serde(default)]
+    pub proxy_protocol: Option<bool>,
+}
+
+/// A route's `protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RawProtocol {
+    Https,
+    Tcp,
+    TlsPassthrough,
+    Udp,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -40,6 +40,29 @@ pub enum RouteKind {
     /// HTTPS that sozu terminates with the host's certificate, matched by host and path prefix,
     /// beside an HTTP frontend that redirects to it.
     Http(HttpRoute),
+    /// Every connection to a port of the ingress, forwarded as it is (SSH, a database, a broker).
+    Tcp(StreamRoute),
+    /// TLS connections to a port of the ingress whose ClientHello names the route's host (SNI),
+    /// passed through untouched: the backend terminates TLS with its own certificate.
+    TlsPassthrough(StreamRoute),
+    /// Datagrams to a port of the ingress, forwarded by client address (one flow each).
+    Udp(UdpRoute),
+}
+
+/// What a TCP or TLS-passthrough route has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamRoute {
+    /// The port of the ingress its clients connect to, on the https listener's address.
+    pub listen_port: u16,
+    /// The backends get a PROXY protocol v2 header first, naming the client.
+    pub proxy_protocol: bool,
+}
+
+/// What a UDP route has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UdpRoute {
+    /// The port of the ingress its clients send to, on the https listener's address.
+    pub listen_port: u16,
 }
 
 /// What an HTTP route has that other kinds have not.
@@ -64,6 +87,10 @@ struct FlatRoute {
     kind: KindName,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     path_prefix: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    listen_port: Option<u16>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    proxy_protocol: bool,
     upstreams: Vec<RouteUpstream>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     health: Option<HealthCheck>,
@@ -77,28 +104,47 @@ struct FlatRoute {
 #[serde(rename_all = "snake_case")]
 enum KindName {
     Http,
+    Tcp,
+    TlsPassthrough,
+    Udp,
 }
 
 impl From<Route> for FlatRoute {
     fn from(route: Route) -> FlatRoute {
-        let (kind, path_prefix, hsts, policy) = match route.kind {
-            RouteKind::Http(http) => (
-                KindName::Http,
-                Some(http.path_prefix),
-                http.hsts,
-                http.policy,
-            ),
-        };
-        FlatRoute {
+        let mut flat = FlatRoute {
             id: route.id,
             host: route.host,
-            kind,
-            path_prefix,
+            kind: KindName::Http,
+            path_prefix: None,
+            listen_port: None,
+            proxy_protocol: false,
             upstreams: route.upstreams,
             health: route.health,
-            hsts,
-            policy,
+            hsts: None,
+            policy: None,
+        };
+        match route.kind {
+            RouteKind::Http(http) => {
+                flat.path_prefix = Some(http.path_prefix);
+                flat.hsts = http.hsts;
+                flat.policy = http.policy;
+            }
+            RouteKind::Tcp(stream) => {
+                flat.kind = KindName::Tcp;
+                flat.listen_port = Some(stream.listen_port);
+                flat.proxy_protocol = stream.proxy_protocol;
+            }
+            RouteKind::TlsPassthrough(stream) => {
+                flat.kind = KindName::TlsPassthrough;
+                flat.listen_port = Some(stream.listen_port);
+                flat.proxy_protocol = stream.proxy_protocol;
+            }
+            RouteKind::Udp(udp) => {
+                flat.kind = KindName::Udp;
+                flat.listen_port = Some(udp.listen_port);
+            }
         }
+        flat
     }
 }
 
@@ -106,13 +152,30 @@ impl TryFrom<FlatRoute> for Route {
     type Error = String;
 
     fn try_from(flat: FlatRoute) -> Result<Route, String> {
+        let id = flat.id.clone();
+        let listen_port = || {
+            flat.listen_port
+                .ok_or_else(|| format!("route `{id}`: a route of its own port has a listen_port"))
+        };
+        let stream = || -> Result<StreamRoute, String> {
+            Ok(StreamRoute {
+                listen_port: listen_port()?,
+                proxy_protocol: flat.proxy_protocol,
+            })
+        };
         let kind = match flat.kind {
             KindName::Http => RouteKind::Http(HttpRoute {
-                path_prefix: flat.path_prefix.ok_or_else(|| {
-                    format!("route `{}`: an http route has a path_prefix", flat.id)
-                })?,
+                path_prefix: flat
+                    .path_prefix
+                    .clone()
+                    .ok_or_else(|| format!("route `{id}`: an http route has a path_prefix"))?,
                 hsts: flat.hsts,
-                policy: flat.policy,
+                policy: flat.policy.clone(),
+            }),
+            KindName::Tcp => RouteKind::Tcp(stream()?),
+            KindName::TlsPassthrough => RouteKind::TlsPassthrough(stream()?),
+            KindName::Udp => RouteKind::Udp(UdpRoute {
+                listen_port: listen_port()?,
             }),
         };
         Ok(Route {
@@ -168,10 +231,42 @@ impl Route {
         }
     }
 
-    /// What sozu matches besides the host: an HTTP route's path prefix.
+    /// What sozu matches besides the host: an HTTP route's path prefix; empty for a route of
+    /// its own port.
     pub fn path_prefix(&self) -> &str {
         match &self.kind {
             RouteKind::Http(http) => &http.path_prefix,
+            RouteKind::Tcp(_) | RouteKind::TlsPassthrough(_) | RouteKind::Udp(_) => "",
+        }
+    }
+
+    /// The port of the ingress a route of its own port listens on.
+    pub fn listen_port(&self) -> Option<u16> {
+        match &self.kind {
+            RouteKind::Http(_) => None,
+            RouteKind::Tcp(stream) | RouteKind::TlsPassthrough(stream) => Some(stream.listen_port),
+            RouteKind::Udp(udp) => Some(udp.listen_port),
+        }
+    }
+
+    /// The kind's name, as the contract's `protocol` and the status write it.
+    pub fn protocol(&self) -> &'static str {
+        match &self.kind {
+            RouteKind::Http(_) => "https",
+            RouteKind::Tcp(_) => "tcp",
+            RouteKind::TlsPassthrough(_) => "tls_passthrough",
+            RouteKind::Udp(_) => "udp",
+        }
+    }
+
+    /// What tells the route apart from its host's others, for ordering them and keying the
+    /// status: an HTTP route's path prefix (`/…`), else its protocol and port (`tcp:2222`),
+    /// which sort after every path.
+    pub fn place(&self) -> String {
+        match (&self.kind, self.listen_port()) {
+            (RouteKind::Http(http), _) => http.path_prefix.clone(),
+            (_, Some(port)) => format!("{}:{port}", self.protocol()),
+            (_, None) => String::new(),
         }
     }
 
@@ -180,6 +275,7 @@ impl Route {
     pub fn hsts(&self) -> Option<Hsts> {
         match &self.kind {
             RouteKind::Http(http) => http.hsts,
+            RouteKind::Tcp(_) | RouteKind::TlsPassthrough(_) | RouteKind::Udp(_) => None,
         }
     }
 
@@ -188,6 +284,7 @@ impl Route {
     pub fn policy(&self) -> &RoutePolicy {
         match &self.kind {
             RouteKind::Http(http) => http.policy(),
+            RouteKind::Tcp(_) | RouteKind::TlsPassthrough(_) | RouteKind::Udp(_) => no_policy(),
         }
     }
 
@@ -196,6 +293,7 @@ impl Route {
     pub fn terminates_tls(&self) -> bool {
         match &self.kind {
             RouteKind::Http(_) => true,
+            RouteKind::Tcp(_) | RouteKind::TlsPassthrough(_) | RouteKind::Udp(_) => false,
         }
     }
 
@@ -232,8 +330,10 @@ impl Route {
 impl Route {
     /// The HTTP parts of a route a test built as one.
     pub(crate) fn http_mut(&mut self) -> &mut HttpRoute {
-        let RouteKind::Http(http) = &mut self.kind;
-        http
+        match &mut self.kind {
+            RouteKind::Http(http) => http,
+            _ => panic!("a test built {} as an HTTP route", self.id),
+        }
     }
 }
 
@@ -325,6 +425,11 @@ pub enum Probe {
 
 /// Prefix of every cluster id the agent creates: the mark of what it owns in sozu.
 pub const ID_PREFIX: &str = "pi-";
+
+/// `pi-<host>-<protocol>-<port>` for a route of its own port (`pi-git.in.example.org-tcp-2222`).
+pub fn port_route_id(host: &str, protocol: &str, port: u16) -> String {
+    format!("{ID_PREFIX}{host}-{protocol}-{port}")
+}
 
 /// `pi-<host>` for the root path, `pi-<host>-<8 hex digits of SHA-256(path)>` otherwise: readable
 /// in `sozu` listings, and free of the characters a path may hold.
