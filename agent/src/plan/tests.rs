@@ -526,3 +526,111 @@ fn a_changed_frontend_swaps_its_hosts_spelling_in_a_safe_order() {
     assert_eq!(additions, ["/api/v2", "/api", "/"]);
     assert!(plan(&actual, &desired(&ws, &[c])).is_empty(), "converged");
 }
+
+/// A workspace of one TCP route on `port` to 10.0.0.9:22, passed through by SNI when `sni`.
+fn port_routes(routes: &[(&str, u16, bool)]) -> Workspace {
+    use crate::workspace::{port_route_id, RouteKind, RouteUpstream, StreamRoute};
+    let routes = routes
+        .iter()
+        .map(|&(host, port, sni)| Route {
+            id: port_route_id(host, if sni { "tls" } else { "tcp" }, port),
+            host: host.to_owned(),
+            upstreams: vec![RouteUpstream {
+                upstream: Upstream::Ip {
+                    address: "10.0.0.9:22".parse().unwrap(),
+                },
+                weight: 1,
+                drain: false,
+            }],
+            health: None,
+            kind: {
+                let stream = StreamRoute {
+                    listen_port: port,
+                    proxy_protocol: false,
+                };
+                if sni {
+                    RouteKind::TlsPassthrough(stream)
+                } else {
+                    RouteKind::Tcp(stream)
+                }
+            },
+        })
+        .collect();
+    crate::workspace::test_workspace(std::path::Path::new("/tls"), routes)
+}
+
+/// A route of its own port gets a listener of its own and a frontend after its cluster and
+/// backends; sozu's listener is removed with the route's last frontend, and left alone when an
+/// operator's frontend shares it.
+#[test]
+fn a_port_of_its_own_has_a_listener_made_and_removed_with_its_routes() {
+    let mut actual = Actual::default();
+    let ws = port_routes(&[
+        ("a.in.example.org", 2222, true),
+        ("b.in.example.org", 2222, true),
+    ]);
+    let ops = converge(&mut actual, &desired(&ws, &[]));
+    let listener = "127.0.0.1:2222".parse::<SocketAddr>().unwrap();
+    let added = position(
+        &ops,
+        |op| matches!(op, Op::AddListener { address, protocol: Protocol::Tcp, .. } if *address == listener),
+    );
+    let frontends: Vec<usize> = ops
+        .iter()
+        .enumerate()
+        .filter(|(_, op)| matches!(op, Op::AddStreamFrontend(f) if f.sni.is_some()))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(frontends.len(), 2, "{ops:?}");
+    let backend = position(&ops, |op| matches!(op, Op::AddBackend { .. }));
+    assert!(
+        added < backend && frontends.iter().all(|&f| f > backend),
+        "{ops:?}"
+    );
+    assert!(plan(&actual, &desired(&ws, &[])).is_empty(), "converged");
+
+    // One host goes: its frontend only; the other keeps the listener.
+    let one = port_routes(&[("a.in.example.org", 2222, true)]);
+    let ops = converge(&mut actual, &desired(&one, &[]));
+    assert!(
+        ops.iter().any(|op| matches!(op, Op::RemoveStreamFrontend(f) if f.sni.as_deref() == Some("b.in.example.org"))),
+        "{ops:?}"
+    );
+    assert!(
+        !ops.iter().any(|op| matches!(op, Op::RemoveListener { .. })),
+        "{ops:?}"
+    );
+
+    // The last goes: frontend, then the listener, deactivated first.
+    let none = port_routes(&[]);
+    let ops = converge(&mut actual, &desired(&none, &[]));
+    let frontend = position(&ops, |op| matches!(op, Op::RemoveStreamFrontend(_)));
+    let deactivated = position(
+        &ops,
+        |op| matches!(op, Op::DeactivateListener { address, .. } if *address == listener),
+    );
+    let removed = position(
+        &ops,
+        |op| matches!(op, Op::RemoveListener { address, .. } if *address == listener),
+    );
+    assert!(frontend < deactivated && deactivated < removed, "{ops:?}");
+    assert!(!actual.listeners.contains_key(&listener));
+
+    // A listener holding an operator's frontend stays.
+    let mut actual = Actual::default();
+    converge(&mut actual, &desired(&one, &[]));
+    let theirs = crate::plan::state::StreamFrontend {
+        protocol: Protocol::Tcp,
+        address: listener,
+        sni: Some("theirs.example.org".into()),
+        cluster_id: "theirs".into(),
+        tags: Default::default(),
+    };
+    actual.stream_frontends.insert(theirs.clone());
+    let ops = converge(&mut actual, &desired(&none, &[]));
+    assert!(
+        !ops.iter().any(|op| matches!(op, Op::RemoveListener { .. })),
+        "{ops:?}"
+    );
+    assert!(!ops.contains(&Op::RemoveStreamFrontend(theirs)), "{ops:?}");
+}

@@ -240,6 +240,8 @@ fn expected_change(op: &Op) -> Option<(ChangeKind, Option<String>)> {
         Op::RemoveCluster { id } => (ChangeKind::ClusterRemoved, Some(id.clone())),
         Op::AddFrontend(f) => (ChangeKind::FrontendAdded, cluster(&f.cluster_id)),
         Op::RemoveFrontend(f) => (ChangeKind::FrontendRemoved, cluster(&f.cluster_id)),
+        Op::AddStreamFrontend(f) => (ChangeKind::FrontendAdded, Some(f.cluster_id.clone())),
+        Op::RemoveStreamFrontend(f) => (ChangeKind::FrontendRemoved, Some(f.cluster_id.clone())),
         Op::AddCertificate { .. } => (ChangeKind::CertificateAdded, None),
         Op::ReplaceCertificate { .. } => (ChangeKind::CertificateReplaced, None),
         Op::RemoveCertificate { .. } => (ChangeKind::CertificateRemoved, None),

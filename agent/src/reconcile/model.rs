@@ -229,7 +229,8 @@ impl Model {
 
 /// What differs between two workspaces, as a plan's scope: every route added, removed or
 /// changed, by its cluster and its host; everything when the listeners (their addresses or
-/// their policy), the zone or the listener's HSTS policy changed.
+/// their policy), the zone or the listener's HSTS policy changed, or a route of its own port
+/// did (its listener and frontend are planned with every listener's).
 pub fn changes(old: &Workspace, new: &Workspace) -> Scope {
     if old.listeners != new.listeners
         || old.listener_policy != new.listener_policy
@@ -244,6 +245,9 @@ pub fn changes(old: &Workspace, new: &Workspace) -> Scope {
     let mut scope = Scope::default();
     for (id, route) in before.iter().chain(after.iter()) {
         if before.get(id) != after.get(id) {
+            if !route.terminates_tls() {
+                return Scope::everything();
+            }
             scope.clusters.insert((*id).to_owned());
             scope.hosts.insert(route.host.clone());
         }

@@ -213,6 +213,7 @@ fn cluster_of(op: &Op) -> Option<&str> {
         | Op::RemoveHealthCheck { cluster_id } => Some(cluster_id),
         Op::SwapFrontend { frontend, .. } => frontend.cluster_id.as_deref(),
         Op::AddFrontend(f) | Op::RemoveFrontend(f) => f.cluster_id.as_deref(),
+        Op::AddStreamFrontend(f) | Op::RemoveStreamFrontend(f) => Some(&f.cluster_id),
         _ => None,
     }
 }

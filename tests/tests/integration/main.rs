@@ -53,3 +53,6 @@ mod listener;
 
 /// Route policies: redirects, rewrites, headers, basic auth, limits, error pages.
 mod policy;
+
+/// Routes of their own port: SSH and Redis over TCP, TLS passed through by SNI, UDP.
+mod ports;
