@@ -277,7 +277,7 @@ fn tcp_routes_carry_ssh_and_redis_and_tell_a_backend_the_client_by_proxy_protoco
         ", proxy_protocol = true",
     ));
     stack.write_workspace(&stack.workspace_text_of(&with_proxied, ""));
-    let mut conn = eventually(PATIENCE, "the new port taking connections", || {
+    let conn = eventually(PATIENCE, "the new port taking connections", || {
         let mut conn = TcpStream::connect(("127.0.0.1", proxied_listen)).ok()?;
         conn.set_read_timeout(Some(PATIENCE)).ok()?;
         conn.write_all(b"ping\n").ok()?;
