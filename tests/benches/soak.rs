@@ -49,6 +49,10 @@ fn main() {
         );
         println!("  actions: {:?}", report.actions);
         println!(
+            "  tcp stream: {} bytes echoed whole, opened {} time(s) (once, and after each sozu kill)",
+            report.stream_bytes, report.stream_opened
+        );
+        println!(
             "  the slowest after: {}",
             report.slowest_after.join("\n                     ")
         );

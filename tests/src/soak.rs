@@ -4,16 +4,21 @@
 //! seed; every other host has a spare upstream, and a drain moves its traffic between the two.
 //! Every few actions a checkpoint waits for the agent to converge and checks what clients see:
 //! each routed host presents its latest good certificate and reaches the backend in rotation; a
-//! host removed from the workspace no longer presents its certificate.
+//! host removed from the workspace no longer presents its certificate. A TCP stream is held open
+//! through a `'tcp` route all along: each checkpoint sends it bytes and reads them back, so a
+//! byte lost, or a connection the agent's work broke (a rotation, an edit, the agent's own
+//! restart), shows; only sozu's death ends it, and it is opened again then.
 //!
 //! Periodic resyncs are off, so a lost event shows as a failure instead of being repaired a
 //! minute later. The same seed replays the same actions (their timing still varies).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use crate::live::{
-    atomic_write, fingerprint_of_pem, https_get, https_get_with_headers, Backend, Stack,
+    atomic_write, fingerprint_of_pem, free_port, https_get, https_get_with_headers, Backend, Stack,
 };
 
 #[derive(Debug, Clone)]
@@ -36,6 +41,37 @@ pub struct SoakReport {
     pub slowest_after: Vec<String>,
     /// Every checkpoint's wait for convergence, in order.
     pub convergences: Vec<Duration>,
+    /// Bytes echoed back whole over the TCP stream held open through the `'tcp` route.
+    pub stream_bytes: u64,
+    /// Times the stream was opened: once, then again after each time sozu was killed.
+    pub stream_opened: u32,
+}
+
+/// A TCP echo server on loopback: the backend of the soak's `'tcp` route.
+fn echo_backend() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind the echo backend");
+    let address = listener.local_addr().expect("the echo backend's address");
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 || stream.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    address
+}
+
+/// The stream held open through the `'tcp` route, and where it goes.
+struct TcpProbe {
+    listen_port: u16,
+    backend: SocketAddr,
+    conn: Option<TcpStream>,
 }
 
 /// xorshift64*: small, seeded, the same sequence everywhere.
@@ -81,6 +117,7 @@ struct Soak {
     /// The agent's record count at the last checkpoint of this agent's run: it must never go
     /// down while the agent runs, whatever sozu does (`None` after the agent restarts).
     records_floor: Option<f64>,
+    stream: TcpProbe,
 }
 
 const AGENT_ARGS: [&str; 2] = ["--resync-interval", "0"];
@@ -115,6 +152,11 @@ pub fn run(config: &SoakConfig) -> SoakReport {
         report: SoakReport::default(),
         traffic,
         records_floor: None,
+        stream: TcpProbe {
+            listen_port: free_port(),
+            backend: echo_backend(),
+            conn: None,
+        },
     };
     for host in 0..config.hosts {
         let fingerprint = soak.write_good(host);
@@ -201,6 +243,8 @@ impl Soak {
             72..=79 => {
                 self.stack.kill_sozu();
                 self.stack.start_sozu();
+                // sozu's workers died with it, and the connections they held.
+                self.stream.conn = None;
                 self.note("kill sozu", String::new());
             }
             80..=89 => {
@@ -325,6 +369,13 @@ impl Soak {
                 ),
             })
             .collect();
+        let mut routes = routes;
+        routes.push(format!(
+            "{{ host = \"stream.in.example.org\", protocol = 'tcp, listen_port = {}, upstream = \"{}\", port = {} }}",
+            self.stream.listen_port,
+            self.stream.backend.ip(),
+            self.stream.backend.port()
+        ));
         let text = self.stack.workspace_text_of(&routes, &self.traffic);
         self.stack.write_workspace(&text);
     }
@@ -355,6 +406,7 @@ impl Soak {
                     self.report.slowest_after = self.log.iter().skip(recent).cloned().collect();
                 }
                 self.check_traffic();
+                self.check_stream();
                 return;
             }
             if started.elapsed() > bound {
@@ -365,6 +417,54 @@ impl Soak {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The stream through the `'tcp` route echoes what is sent, whole: opened if sozu was killed
+    /// (or at the first checkpoint), else the same connection as before.
+    fn check_stream(&mut self) {
+        if self.stream.conn.is_none() {
+            let port = self.stream.listen_port;
+            let started = Instant::now();
+            let conn = loop {
+                match TcpStream::connect(("127.0.0.1", port)) {
+                    Ok(conn) => break Some(conn),
+                    Err(_) if started.elapsed() < Duration::from_secs(15) => {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    Err(e) => {
+                        self.fail(format!(
+                            "the 'tcp route's port {port} takes no connection: {e}"
+                        ));
+                        break None;
+                    }
+                }
+            };
+            let Some(conn) = conn else { return };
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(15)));
+            self.stream.conn = Some(conn);
+            self.report.stream_opened += 1;
+        }
+        let message: Vec<u8> = (0..256).map(|_| self.rng.next() as u8).collect();
+        let Some(conn) = self.stream.conn.as_mut() else {
+            return;
+        };
+        let mut back = vec![0u8; message.len()];
+        let echoed = conn
+            .write_all(&message)
+            .and_then(|()| conn.read_exact(&mut back));
+        match echoed {
+            Ok(()) if back == message => self.report.stream_bytes += message.len() as u64,
+            Ok(()) => {
+                self.stream.conn = None;
+                self.fail("the TCP stream through the 'tcp route echoed other bytes".into());
+            }
+            Err(e) => {
+                self.stream.conn = None;
+                self.fail(format!(
+                    "the TCP stream through the 'tcp route broke without sozu's death: {e}"
+                ));
+            }
         }
     }
 

@@ -22,10 +22,19 @@ fn a_seeded_soak_of_rotations_edits_and_kills_converges_at_every_checkpoint() {
         hosts: 12,
     });
     eprintln!(
-        "soak seed {seed}, {seconds} s: {} checkpoints, slowest convergence {:?}, actions {:?}",
-        report.checkpoints, report.slowest_convergence, report.actions
+        "soak seed {seed}, {seconds} s: {} checkpoints, slowest convergence {:?}, actions {:?}, \
+         {} bytes echoed whole over a TCP stream opened {} time(s)",
+        report.checkpoints,
+        report.slowest_convergence,
+        report.actions,
+        report.stream_bytes,
+        report.stream_opened
     );
     assert!(report.checkpoints >= 3, "{report:?}");
+    assert!(
+        report.stream_bytes > 0,
+        "no byte went through the 'tcp route: {report:?}"
+    );
     assert!(
         report.failures.is_empty(),
         "seed {seed}: {} failures:\n{}",
