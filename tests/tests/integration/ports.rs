@@ -495,3 +495,63 @@ fn an_edit_taking_a_port_twice_is_refused_and_the_route_serves_on() {
     );
     echoed(&stack).expect("the last good workspace serves on");
 }
+
+/// A TCP echo server that first says its name: which upstream a connection reached.
+fn named_echo(name: &'static str) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let _ = stream.write_all(format!("{name}\n").as_bytes());
+        }
+    });
+    address
+}
+
+/// Which upstream a new connection to `port` reaches, by the name it says first.
+fn reached(port: u16) -> Option<String> {
+    let mut conn = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    conn.set_read_timeout(Some(PATIENCE)).ok()?;
+    let mut name = String::new();
+    conn.read_to_string(&mut name).ok()?;
+    Some(name.trim().to_owned())
+}
+
+/// A `'tcp` route spreads and drains its connections as an HTTPS route does its requests: a
+/// drained upstream gets no new connection, and undrained it gets them again.
+#[test]
+fn a_tcp_route_drains_an_upstream_like_an_https_route() {
+    let (blue, green) = (named_echo("blue"), named_echo("green"));
+    let mut stack = Stack::new();
+    let listen = free_port();
+    let route = |blue_drained: bool| {
+        format!(
+            "{{ host = \"app.in.example.org\", protocol = 'tcp, listen_port = {listen}, upstreams = [\
+             {{ upstream = \"{}\", port = {}, drain = {blue_drained} }}, \
+             {{ upstream = \"{}\", port = {}, drain = {} }}] }}",
+            blue.ip(),
+            blue.port(),
+            green.ip(),
+            green.port(),
+            !blue_drained
+        )
+    };
+    stack.write_workspace(&stack.workspace_text_of(&[route(true)], ""));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(PATIENCE);
+    eventually(PATIENCE, "green taking the connections", || {
+        (reached(listen)? == "green").then_some(())
+    });
+    for _ in 0..10 {
+        assert_eq!(reached(listen).as_deref(), Some("green"));
+    }
+    stack.write_workspace(&stack.workspace_text_of(&[route(false)], ""));
+    eventually(PATIENCE, "blue taking them once green drains", || {
+        (reached(listen)? == "blue").then_some(())
+    });
+    for _ in 0..10 {
+        assert_eq!(reached(listen).as_deref(), Some("blue"));
+    }
+}
