@@ -432,6 +432,19 @@ fn changing_a_routes_headers_under_load_fails_no_request() {
     assert_eq!(failed, 0, "{:?}", failures.lock().unwrap());
 }
 
+/// Two requests on one kept-alive connection to `host` each get the page of `status` holding
+/// `text`: the first page ended where its `Content-Length` said, so the second request was read.
+fn two_pages_on_one_connection(address: std::net::SocketAddr, host: &str, status: u16, text: &str) {
+    let mut conn = KeepAlive::connect(address, host).unwrap();
+    for request in 1..=2 {
+        let (seen, body) = conn
+            .get("/")
+            .unwrap_or_else(|e| panic!("{host}, request {request} on one connection: {e}"));
+        assert_eq!(seen, status, "{host}: {body}");
+        assert!(body.contains(text), "{host}: {body}");
+    }
+}
+
 /// The sozu configuration rendered from a workspace with every policy the file can hold, loaded
 /// by sozu alone: the same redirect, stripped prefix, headers, 429, branded 503 and 404 as the
 /// agent gives; basic auth, whose users stay in their file, refuses every request (401). The
@@ -541,14 +554,7 @@ fn the_rendered_file_alone_behaves_as_the_agent_does() {
         ("shop.in.example.org", 503, "Shop closed"),
         ("nobody.in.example.org", 404, "Nothing here"),
     ] {
-        let mut conn = KeepAlive::connect(stack.https, host).unwrap();
-        for request in 1..=2 {
-            let (seen, body) = conn
-                .get("/")
-                .unwrap_or_else(|e| panic!("{host}, request {request} on one connection: {e}"));
-            assert_eq!(seen, status, "{host}: {body}");
-            assert!(body.contains(text), "{host}: {body}");
-        }
+        two_pages_on_one_connection(stack.https, host, status, text);
     }
     let (admin, headers) = https_get_sending(
         stack.https,
@@ -749,13 +755,6 @@ fn error_pages_keep_a_kept_alive_connection_usable() {
                 .ok()
                 .filter(|s| s.status == status && s.body.contains(text))
         });
-        let mut conn = KeepAlive::connect(stack.https, host).unwrap();
-        for request in 1..=2 {
-            let (seen, body) = conn
-                .get("/")
-                .unwrap_or_else(|e| panic!("{host}, request {request} on one connection: {e}"));
-            assert_eq!(seen, status, "{host}: {body}");
-            assert!(body.contains(text), "{host}: {body}");
-        }
+        two_pages_on_one_connection(stack.https, host, status, text);
     }
 }
