@@ -23,7 +23,8 @@ use crate::plan::state::{
 };
 use crate::plan::state::{ClientAuthState, ListenerSettings};
 use crate::workspace::{
-    ClientAuthMode, HeaderPolicy, ListenerPolicy, Route, RouteKind, TlsVersion, Upstream, Workspace,
+    ClientAuthMode, HeaderPolicy, ListenerPolicy, Route, RouteKind, TlsVersion, Upstream,
+    UpstreamProtocol, Workspace,
 };
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -53,6 +54,7 @@ fn listener_settings(policy: &ListenerPolicy) -> ListenerSettings {
             required: policy.client_auth.mode == ClientAuthMode::Required,
             ..ClientAuthState::default()
         }),
+        http2: policy.http2,
     }
 }
 
@@ -91,6 +93,7 @@ pub fn routes(workspace: &Workspace, names: Names<'_>) -> Desired {
         desired
             .clusters
             .insert(route.id.clone(), backends(route, names));
+        mark_drained(&mut desired, route, names);
         if let Some(check) = &route.health {
             desired
                 .health_checks
@@ -135,6 +138,7 @@ pub fn cluster_policy(route: &Route, files: &PolicyFiles) -> ClusterPolicy {
         cluster.retry_after = Some(limits.retry_after);
     }
     cluster.answers = answers(&policy.error_pages, files);
+    cluster.http2 = route.upstream_protocol() == UpstreamProtocol::H2c;
     cluster
 }
 
@@ -320,6 +324,7 @@ pub fn cluster(
         }
     }
     desired.clusters.insert(route.id.clone(), wanted);
+    mark_drained(desired, route, Names::Resolved(resolved));
     match &route.health {
         Some(check) => {
             desired
@@ -331,6 +336,22 @@ pub fn cluster(
         }
     }
     mark_hsts(desired, route);
+}
+
+/// Notes the backends of the route's drained upstreams (see [`Desired::drained_backends`]).
+fn mark_drained(desired: &mut Desired, route: &Route, names: Names<'_>) {
+    let drained: BTreeSet<String> = route
+        .upstreams
+        .iter()
+        .filter(|u| u.drain)
+        .flat_map(|u| addresses(&u.upstream, names))
+        .map(|address| backend_id(&route.id, &address))
+        .collect();
+    if drained.is_empty() {
+        desired.drained_backends.remove(&route.id);
+    } else {
+        desired.drained_backends.insert(route.id.clone(), drained);
+    }
 }
 
 /// Notes whether sozu adds an HSTS header to the route's responses: its own policy, else the

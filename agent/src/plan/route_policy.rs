@@ -53,6 +53,9 @@ pub struct ClusterPolicy {
     pub retry_after: Option<u32>,
     /// Status → the whole HTTP response template.
     pub answers: BTreeMap<String, Arc<str>>,
+    /// The backends speak HTTP/2 in clear text (sozu's `Cluster.http2`): sozu opens h2c
+    /// connections to them, and its health probe speaks h2c too.
+    pub http2: bool,
 }
 
 impl ClusterPolicy {
@@ -74,6 +77,7 @@ impl fmt::Debug for ClusterPolicy {
             )
             .field("retry_after", &self.retry_after)
             .field("answers", &self.answers.keys().collect::<Vec<_>>())
+            .field("http2", &self.http2)
             .finish()
     }
 }

@@ -13,7 +13,8 @@ use sozu_command_lib::proto::command::HealthCheckMode;
 use crate::plan::desired::{self, Names, PolicyFiles};
 use crate::plan::state::{Address, HealthCheck, Hsts, Protocol, UNIX_BACKEND_IDENTITY};
 use crate::workspace::{
-    ClientAuthMode, ListenerPolicy, ListenerTimeouts, RedirectScheme, TlsVersion, Workspace,
+    ClientAuthMode, Http2Offer, ListenerPolicy, ListenerTimeouts, RedirectScheme, TlsVersion,
+    Workspace,
 };
 
 use super::RenderError;
@@ -127,7 +128,8 @@ struct SozuListener {
     interface: Option<String>,
     #[serde(skip_serializing_if = "is_false")]
     expect_proxy: bool,
-    // The timeouts are written when they differ from sozu's defaults, which are the workspace's.
+    // The timeouts are written when they differ from sozu's defaults: `front` and `back` do by
+    // default (the contract's are longer than sozu's).
     #[serde(skip_serializing_if = "Option::is_none")]
     front_timeout: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -147,6 +149,12 @@ struct SozuListener {
     client_ca_certificates: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     client_ca_crls: Option<Vec<String>>,
+    /// HTTPS: the protocols offered in ALPN, when not sozu's default (`h2`, then `http/1.1`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    alpn_protocols: Option<Vec<&'static str>>,
+    /// HTTPS: `true` with `listeners.http2 = 'only`.
+    #[serde(skip_serializing_if = "is_false")]
+    disable_http11: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     hsts: Option<SozuHsts>,
     /// The workspace's error pages, whole.
@@ -160,7 +168,7 @@ fn is_false(b: &bool) -> bool {
 
 impl SozuListener {
     fn new(protocol: Protocol, address: SocketAddr, policy: &ListenerPolicy) -> SozuListener {
-        let defaults = ListenerTimeouts::default();
+        let defaults = ListenerTimeouts::SOZU;
         let differs = |value: u32, default: u32| (value != default).then_some(value);
         let https = protocol == Protocol::Https;
         let auth = &policy.client_auth;
@@ -187,6 +195,9 @@ impl SozuListener {
                 .then(|| auth.ca_file.iter().map(|p| path_string(p)).collect()),
             client_ca_crls: (client_auth && !auth.crl_files.is_empty())
                 .then(|| auth.crl_files.iter().map(|p| path_string(p)).collect()),
+            alpn_protocols: (https && policy.http2 != Http2Offer::Offered)
+                .then(|| policy.http2.alpn().to_vec()),
+            disable_http11: https && policy.http2 == Http2Offer::Only,
             hsts: None,
             answers: BTreeMap::new(),
         }
@@ -241,6 +252,9 @@ struct SozuCluster {
     /// sozu sends a page as the file has it, unframed if the file gives no `Content-Length`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     answers: BTreeMap<String, String>,
+    /// The backends speak h2c (`upstream_protocol = 'h2c`).
+    #[serde(skip_serializing_if = "is_false")]
+    http2: bool,
     frontends: Vec<SozuFrontend>,
     backends: Vec<SozuBackend>,
 }
@@ -371,6 +385,7 @@ impl SozuConfig {
                                 .collect()
                         })
                         .unwrap_or_default(),
+                    http2: policy.is_some_and(|p| p.http2),
                     frontends: Vec::new(),
                     backends,
                 };

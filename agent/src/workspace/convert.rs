@@ -117,6 +117,7 @@ fn listener_policy(raw: &RawListeners) -> Result<ListenerPolicy, ModelError> {
             ca_file,
             crl_files,
         },
+        http2: raw.http2,
     })
 }
 
@@ -486,6 +487,11 @@ impl Route {
             None,
         )
         .map_err(fail)?;
+        if policy.redirect.is_some() && raw.upstream_protocol.is_some() {
+            return Err(fail(
+                "a route with `redirect` forwards nothing: it takes no `upstream_protocol`".into(),
+            ));
+        }
         if policy.redirect.is_some() && !upstreams.is_empty() {
             return Err(fail(
                 "a route with `redirect` forwards nothing: it takes no upstream".into(),
@@ -500,6 +506,7 @@ impl Route {
                 path_prefix: raw.path_prefix,
                 hsts,
                 policy: (!policy.is_empty()).then(|| Box::new(policy)),
+                upstream_protocol: raw.upstream_protocol.unwrap_or_default(),
             }),
         })
     }

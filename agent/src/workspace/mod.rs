@@ -464,6 +464,7 @@ mod tests {
             basic_auth: None,
             limits: None,
             error_pages: None,
+            upstream_protocol: None,
         }
     }
 
