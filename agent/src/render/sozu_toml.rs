@@ -810,6 +810,114 @@ mod tests {
         assert_eq!(checked, 3);
     }
 
+    /// The protocols and timeouts in the file are the ones the agent sends: sozu's own loader
+    /// reads the HTTPS listener's ALPN, `disable_http11` and timeouts, and an h2c route's
+    /// `http2`, as the agent's requests set them.
+    #[test]
+    fn the_protocols_in_the_file_are_the_ones_the_agent_sends() {
+        use sozu_command_lib::config::{ClusterConfig, FileClusterConfig, ListenerBuilder};
+        use sozu_command_lib::proto::command::request::RequestType;
+
+        let dir = tempfile::tempdir().unwrap();
+        let ws_path = dir.path().join("workspace.ncl");
+        for (http2, timeouts) in [
+            ("'only", "front = 900"),
+            ("'off", "back = 45"),
+            ("'offered", ""),
+        ] {
+            std::fs::write(
+                &ws_path,
+                format!(
+                    r#"{{
+  zone = "in.example.org",
+  cluster_issuer = "ca",
+  tls_dir = "{tls}",
+  listeners = {{ http2 = {http2}, timeouts = {{ {timeouts} }} }},
+  routes = [
+    {{ host = "grpc.in.example.org", upstream = "10.0.0.1", port = 50051, upstream_protocol = 'h2c }},
+    {{ host = "web.in.example.org", upstream = "10.0.0.2", port = 80 }},
+  ],
+}}"#,
+                    tls = dir.path().join("tls").display(),
+                ),
+            )
+            .unwrap();
+            let ws = crate::evaluate::contract::evaluate(&ws_path).unwrap();
+            for route in &ws.routes {
+                let (crt, key) = ws.certificate_paths(&route.host);
+                std::fs::create_dir_all(crt.parent().unwrap()).unwrap();
+                std::fs::write(&crt, "certificate").unwrap();
+                std::fs::write(&key, "key").unwrap();
+            }
+            let doc: toml::Table = sozu_toml(
+                &ws,
+                &desired::PolicyFiles::default(),
+                &SozuSettings::default(),
+            )
+            .unwrap()
+            .parse()
+            .unwrap();
+            let live = desired::routes(&ws, Names::AsWritten);
+            let mut https_listeners = 0;
+            for listener in doc["listeners"].as_array().unwrap() {
+                let mut file: ListenerBuilder = listener.clone().try_into().unwrap();
+                if file.protocol != Some(sozu_command_lib::config::ListenerProtocol::Https) {
+                    continue;
+                }
+                let from_file = file.to_tls(None).unwrap();
+                let op = crate::plan::Op::AddListener {
+                    protocol: Protocol::Https,
+                    address: ws.listeners.https,
+                    settings: Box::new(live.listener_settings.clone()),
+                };
+                let Ok(RequestType::AddHttpsListener(sent)) = crate::sozu::request::to_request(&op)
+                else {
+                    panic!("not an HTTPS listener request");
+                };
+                assert_eq!(from_file.alpn_protocols, sent.alpn_protocols, "{http2}");
+                assert_eq!(
+                    from_file.disable_http11.unwrap_or(false),
+                    sent.disable_http11.unwrap_or(false),
+                    "{http2}"
+                );
+                assert_eq!(from_file.front_timeout, sent.front_timeout, "{timeouts}");
+                assert_eq!(from_file.back_timeout, sent.back_timeout, "{timeouts}");
+                https_listeners += 1;
+            }
+            assert_eq!(https_listeners, 1);
+            let mut policies = live.clone();
+            desired::policies(&mut policies, &ws, &desired::PolicyFiles::default());
+            for (id, cluster) in doc["clusters"].as_table().unwrap() {
+                let file: FileClusterConfig = cluster.clone().try_into().unwrap();
+                let ClusterConfig::Http(config) = file
+                    .to_cluster_config_with(id, &Default::default(), None)
+                    .unwrap()
+                else {
+                    panic!("{id}: not an HTTP cluster");
+                };
+                let from_file = config
+                    .generate_requests()
+                    .unwrap()
+                    .into_iter()
+                    .find_map(|r| match r.request_type {
+                        Some(RequestType::AddCluster(c)) => Some(c),
+                        _ => None,
+                    })
+                    .unwrap();
+                let sent = crate::sozu::request::cluster(
+                    id,
+                    policies.cluster_policies.get(id).map(|p| p.as_ref()),
+                );
+                assert_eq!(
+                    from_file.http2.unwrap_or(false),
+                    sent.http2.unwrap_or(false),
+                    "{id}"
+                );
+                assert_eq!(sent.http2 == Some(true), id.starts_with("pi-grpc"), "{id}");
+            }
+        }
+    }
+
     /// sozu's file knows one redirect status: a workspace with another is refused, not
     /// rendered as a 301.
     #[test]

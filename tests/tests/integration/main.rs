@@ -53,3 +53,7 @@ mod listener;
 
 /// Route policies: redirects, rewrites, headers, basic auth, limits, error pages.
 mod policy;
+
+/// The protocols behind the routes: WebSockets across what the agent does, idle streams, HTTP/2
+/// per listener, gRPC to h2c servers.
+mod protocols;
