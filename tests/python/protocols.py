@@ -31,7 +31,9 @@ def ready():
 # --- WebSocket ---------------------------------------------------------------------------------
 
 
-async def ws_server(port, addresses, name):
+async def ws_server(port, addresses, name, tls=None):
+    """Echoes every message (`who` is answered with the server's name); with `tls`, a
+    (certificate, key) pair, it speaks TLS itself: the bench's direct wss baseline."""
     import websockets
 
     async def echo(ws):
@@ -41,7 +43,12 @@ async def ws_server(port, addresses, name):
             else:
                 await ws.send(message)
 
-    servers = [await websockets.serve(echo, a, port, ping_interval=None) for a in addresses]
+    ctx = None
+    if tls:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(*tls)
+    servers = [await websockets.serve(echo, a, port, ping_interval=None, ssl=ctx, max_size=None)
+               for a in addresses]
     ready()
     await asyncio.gather(*(s.serve_forever() for s in servers))
 
@@ -172,7 +179,8 @@ async def ws_bench(port, host, tls, messages, size, connections):
     pct = lambda q: rtts[min(len(rtts) - 1, int(q * len(rtts)))] * 1e6  # noqa: E731
     print(json.dumps({"messages": len(rtts), "seconds": elapsed,
                       "messages_per_second": len(rtts) / elapsed,
-                      "p50_us": pct(0.5), "p99_us": pct(0.99)}), flush=True)
+                      "p50_us": pct(0.5), "p90_us": pct(0.9), "p95_us": pct(0.95),
+                      "p99_us": pct(0.99), "max_us": rtts[-1] * 1e6}), flush=True)
     for ws in conns:
         await ws.close()
 
@@ -310,7 +318,11 @@ def main():
         import websockets  # noqa: F401
         print("ok")
     elif cmd == "ws-server":
-        asyncio.run(ws_server(int(args[0]), args[2:] or ["127.0.0.1"], args[1]))
+        tls = None
+        if "--tls" in args:
+            i = args.index("--tls")
+            tls, args = (args[i + 1], args[i + 2]), args[:i] + args[i + 3:]
+        asyncio.run(ws_server(int(args[0]), args[2:] or ["127.0.0.1"], args[1], tls))
     elif cmd == "ws-client":
         asyncio.run(ws_client(int(args[0]), args[1], int(args[2]), int(args[3])))
     elif cmd == "ws-idle":
