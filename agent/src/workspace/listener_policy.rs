@@ -1,6 +1,7 @@
 //! What the workspace asks of sozu's listeners (`listeners.*`): their addresses, and the policy
 //! every route on them shares: the lowest TLS version, the PROXY protocol, the interface, the
-//! timeouts, and client certificates from a device CA. Pure data, checked by the contract.
+//! timeouts (every WebSocket's and event stream's idle limit), whether HTTP/2 is offered, and
+//! client certificates from a device CA. Pure data, checked by the contract.
 
 use std::fmt;
 use std::net::SocketAddr;

@@ -4,10 +4,10 @@
 //! **Kinds of routes.** What every kind shares lives on [`Route`] (the host, whose DNS record
 //! points at the load balancer; the upstreams with their weights and drains, re-resolved by the
 //! DNS source; the health check). What only one kind has lives in its variant of [`RouteKind`]
-//! (an HTTP route's path prefix, HSTS and route policies). Code that does something different
-//! for each kind matches on [`RouteKind`] without a wildcard arm, so a new kind is a new variant
-//! that the compiler makes every layer handle: the desired state, the rendered file, the pod,
-//! the status (docs/agent.md, "Kinds of routes").
+//! (an HTTP route's path prefix, HSTS, route policies and what its backends speak). Code that
+//! does something different for each kind matches on [`RouteKind`] without a wildcard arm, so a
+//! new kind is a new variant that the compiler makes every layer handle: the desired state, the
+//! rendered file, the pod, the status (docs/agent.md, "Kinds of routes").
 
 use std::fmt;
 use std::net::SocketAddr;
