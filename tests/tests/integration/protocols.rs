@@ -191,8 +191,21 @@ fn a_websocket_stays_open_across_everything_the_agent_does() {
         let start = Instant::now();
         apply();
         timings.push((name.to_owned(), start.elapsed()));
-        // A few more round trips on every connection after the change is in.
-        std::thread::sleep(Duration::from_millis(200));
+        // Five more round trips on every connection once the change is in, so that each has
+        // carried messages after it, not only during it.
+        let echoed = |client: &mut Py| {
+            client.send("report");
+            let report = json(&client.line(Duration::from_secs(30)));
+            report["segments"]
+                .as_array()
+                .and_then(|s| s.last())
+                .and_then(|s| s["echoed"].as_u64())
+                .unwrap_or(0)
+        };
+        let target = echoed(client) + 4 * 5;
+        eventually(APPLIED, "round trips after the change", || {
+            (echoed(client) >= target).then_some(())
+        });
     };
 
     let state_fingerprint = |stack: &Stack| {
