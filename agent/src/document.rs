@@ -128,6 +128,10 @@ pub struct SozuStatus {
     /// (`<address>: <setting>`): sozu must be restarted to apply them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub listeners_need_restart: Vec<String>,
+    /// The HTTPS listener as sozu holds it: what it offers in ALPN and its timeouts, which are
+    /// every WebSocket's and event stream's idle limit. `None` before sozu has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub https_listener: Option<HttpsListenerStatus>,
     /// The HTTPS listener's client certificates, with `listeners.client_auth` on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_auth: Option<ClientAuthStatus>,
@@ -135,6 +139,16 @@ pub struct SozuStatus {
     /// reason (its last good version stays in sozu).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub policy_files_refused: Vec<String>,
+}
+
+/// The HTTPS listener's settings that decide what protocols it carries and for how long.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HttpsListenerStatus {
+    /// `offered` (h2, then http/1.1), `off` (http/1.1 only) or `only` (h2 only).
+    pub http2: String,
+    /// Seconds: a client connection, a backend connection idle this long is closed.
+    pub front_timeout: u32,
+    pub back_timeout: u32,
 }
 
 /// `listeners.client_auth` as the agent holds it: each file's version in force and why the

@@ -223,6 +223,8 @@ fn one_csi_volume_and_one_mount_per_route_host() {
     let hosts = [
         "grafana.in.librecloud.online",
         "longhorn.in.librecloud.online",
+        "ntfy.in.librecloud.online",
+        "otlp.in.librecloud.online",
         "prometheus.in.librecloud.online",
     ];
     assert_eq!(csi.len(), hosts.len());
@@ -569,7 +571,7 @@ fn sozu_managed_mode_has_a_memory_tls_dir_a_state_claim_and_the_credentials_as_f
 fn the_mounted_configmap_is_the_same_workspace() {
     let deeper = tempfile::tempdir().unwrap();
     for (workspace, summary) in [
-        (reference(), "3 routes in zone in.librecloud.online"),
+        (reference(), "5 routes in zone in.librecloud.online"),
         (
             repo().join("schema/examples/modular/workspace.ncl"),
             "4 routes in zone in.example.org, tls_rotation reloader",
@@ -1061,16 +1063,17 @@ fn parse_zone(text: &str, origin: &str) -> Result<Vec<(String, String, String)>,
 #[test]
 fn the_dns_fragment_parses_with_dnspython() {
     let records = parse_zone(&render(&reference(), "dns"), "in.librecloud.online.").unwrap();
-    let expected: Vec<(String, String, String)> = ["grafana", "longhorn", "prometheus"]
-        .iter()
-        .map(|h| {
-            (
-                format!("{h}.in.librecloud.online."),
-                "A".to_owned(),
-                "10.200.3.6".to_owned(),
-            )
-        })
-        .collect();
+    let expected: Vec<(String, String, String)> =
+        ["grafana", "longhorn", "ntfy", "otlp", "prometheus"]
+            .iter()
+            .map(|h| {
+                (
+                    format!("{h}.in.librecloud.online."),
+                    "A".to_owned(),
+                    "10.200.3.6".to_owned(),
+                )
+            })
+            .collect();
     assert_eq!(records, expected);
 
     let dir = tempfile::tempdir().unwrap();
@@ -1383,7 +1386,7 @@ fn the_justfile_recipes_run() {
     let (code, stdout, err) = just(out, &["check"]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        stdout.contains("ok: ") && stdout.contains("3 routes"),
+        stdout.contains("ok: ") && stdout.contains("5 routes"),
         "{stdout}"
     );
 

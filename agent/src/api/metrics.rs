@@ -559,7 +559,7 @@ pub fn write_traffic(
     }
     let active: Vec<&(Arc<RouteCounts>, Counts)> = routes
         .iter()
-        .filter(|(_, c)| !c.requests.is_empty())
+        .filter(|(_, c)| !c.requests.is_empty() || !c.websockets_closed.is_empty())
         .collect();
     if active.is_empty() {
         return;
@@ -569,18 +569,57 @@ pub fn write_traffic(
         out,
         name,
         "counter",
-        "HTTP requests per route, by method and by the status sent to the client (sozu's own answers included; 0: none was sent)",
+        "HTTP requests per route, by method, by the status sent to the client (sozu's own answers included; 0: none was sent) and by protocol (http/1.1, h2)",
     );
     for (route, counts) in &active {
-        for ((method, code), n) in &counts.requests {
+        for ((method, code, protocol), n) in &counts.requests {
             let code = code.to_string();
             let labels = [
                 ("code", code.as_str()),
                 ("host", route.host.as_str()),
                 ("method", method),
+                ("protocol", protocol),
                 ("route", route.id.as_str()),
             ];
             sample(out, name, &labels, count(*n));
+        }
+    }
+    // WebSockets: opened (each 101 sozu sent) and ended, so that the open ones are the
+    // difference. Present for a route once it has had one.
+    let websockets = || {
+        active
+            .iter()
+            .filter(|(_, c)| c.websocket_upgrades > 0 || !c.websockets_closed.is_empty())
+    };
+    if websockets().next().is_some() {
+        let name = "private_ingress_websocket_upgrades_total";
+        header(
+            out,
+            name,
+            "counter",
+            "WebSockets opened per route: the 101 responses sozu sent",
+        );
+        for (route, counts) in websockets() {
+            let labels = [("host", route.host.as_str()), ("route", route.id.as_str())];
+            sample(out, name, &labels, count(counts.websocket_upgrades));
+        }
+        let name = "private_ingress_websocket_closed_total";
+        header(
+            out,
+            name,
+            "counter",
+            "WebSockets ended per route, by how: closed (by either side), idle_timeout (a listener timeout), error",
+        );
+        for (route, counts) in websockets() {
+            for end in ["closed", "error", "idle_timeout"] {
+                let n = counts.websockets_closed.get(end).copied().unwrap_or(0);
+                let labels = [
+                    ("end", end),
+                    ("host", route.host.as_str()),
+                    ("route", route.id.as_str()),
+                ];
+                sample(out, name, &labels, count(n));
+            }
         }
     }
     type Of = fn(&Counts) -> &Histogram;
@@ -836,9 +875,9 @@ mod tests {
         let mut out = String::new();
         write_traffic(&mut out, &table.snapshot(), &StreamFigures::default());
         for line in [
-            "private_ingress_http_requests_total{code=\"200\",host=\"a.in.example.org\",method=\"GET\",route=\"pi-a.in.example.org\"} 2\n",
-            "private_ingress_http_requests_total{code=\"503\",host=\"a.in.example.org\",method=\"GET\",route=\"pi-a.in.example.org\"} 1\n",
-            "private_ingress_http_requests_total{code=\"404\",host=\"unmatched\",method=\"GET\",route=\"unmatched\"} 2\n",
+            "private_ingress_http_requests_total{code=\"200\",host=\"a.in.example.org\",method=\"GET\",protocol=\"http/1.1\",route=\"pi-a.in.example.org\"} 2\n",
+            "private_ingress_http_requests_total{code=\"503\",host=\"a.in.example.org\",method=\"GET\",protocol=\"http/1.1\",route=\"pi-a.in.example.org\"} 1\n",
+            "private_ingress_http_requests_total{code=\"404\",host=\"unmatched\",method=\"GET\",protocol=\"http/1.1\",route=\"unmatched\"} 2\n",
             "private_ingress_http_request_duration_seconds_bucket{host=\"a.in.example.org\",route=\"pi-a.in.example.org\",le=\"0.005\"} 2\n",
             "private_ingress_http_request_duration_seconds_bucket{host=\"a.in.example.org\",route=\"pi-a.in.example.org\",le=\"0.05\"} 2\n",
             "private_ingress_http_request_duration_seconds_bucket{host=\"a.in.example.org\",route=\"pi-a.in.example.org\",le=\"0.1\"} 3\n",
@@ -847,5 +886,53 @@ mod tests {
         ] {
             assert!(out.contains(line), "{line} missing from\n{out}");
         }
+        assert!(!out.contains("private_ingress_websocket"), "{out}");
+    }
+
+    /// An h2 request is labelled so; a WebSocket's upgrade is a request (101, http/1.1) and its
+    /// end is counted as an end, its hour-long duration kept out of the request histogram.
+    #[test]
+    fn protocols_and_websockets_are_counted_apart() {
+        use crate::traffic::record::{decode, tests::record};
+        let ws = crate::workspace::test_workspace(
+            std::path::Path::new("/tls"),
+            vec![crate::workspace::test_route(
+                "a.in.example.org",
+                crate::workspace::Upstream::Ip {
+                    address: "127.0.0.1:80".parse().unwrap(),
+                },
+            )],
+        );
+        let table = crate::traffic::stats::Table::default().follow(&ws);
+        let none = |_: &str| Vec::new();
+        let a = Some("pi-a.in.example.org");
+        let mut h2 = decode(&record(a, "POST", 200, 1_000)).unwrap();
+        h2.0.tls_alpn = Some("h2".into());
+        let mut upgrade = decode(&record(a, "GET", 101, 2_000)).unwrap();
+        upgrade.0.tls_alpn = Some("http/1.1".into());
+        let mut end = decode(&record(a, "GET", 101, 3_600_000_000)).unwrap();
+        end.0.protocol = "WSS-TLS1.3".into();
+        let mut idle = end.clone();
+        idle.0.message = Some("backend socket timeout".into());
+        for r in [&h2, &upgrade, &end, &upgrade, &idle, &upgrade] {
+            table.of(r).observe(r, &none);
+        }
+        let mut out = String::new();
+        write_traffic(&mut out, &table.snapshot(), &StreamFigures::default());
+        let host = "host=\"a.in.example.org\"";
+        let route = "route=\"pi-a.in.example.org\"";
+        for line in [
+            format!("private_ingress_http_requests_total{{code=\"200\",{host},method=\"POST\",protocol=\"h2\",{route}}} 1\n"),
+            format!("private_ingress_http_requests_total{{code=\"101\",{host},method=\"GET\",protocol=\"http/1.1\",{route}}} 3\n"),
+            format!("private_ingress_websocket_upgrades_total{{{host},{route}}} 3\n"),
+            format!("private_ingress_websocket_closed_total{{end=\"closed\",{host},{route}}} 1\n"),
+            format!("private_ingress_websocket_closed_total{{end=\"idle_timeout\",{host},{route}}} 1\n"),
+            format!("private_ingress_websocket_closed_total{{end=\"error\",{host},{route}}} 0\n"),
+            format!("private_ingress_http_request_duration_seconds_count{{{host},{route}}} 4\n"),
+            format!("private_ingress_http_request_duration_seconds_bucket{{{host},{route},le=\"+Inf\"}} 4\n"),
+        ] {
+            assert!(out.contains(&line), "{line} missing from\n{out}");
+        }
+        assert!(!out.contains("protocol=\"websocket\""), "{out}");
     }
 }

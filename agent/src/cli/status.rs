@@ -257,6 +257,20 @@ pub fn table(status: &Document) -> String {
         let now = time::OffsetDateTime::now_utc().unix_timestamp();
         client_auth_table(&mut out, auth, now);
     }
+    // HTTP/2 offered is the default and says nothing; the others change what clients get.
+    if let Some(l) = status
+        .sozu
+        .https_listener
+        .as_ref()
+        .filter(|l| l.http2 != "offered")
+    {
+        let what = if l.http2 == "only" {
+            "HTTP/2 only (HTTP/1.1 clients and WebSockets refused)"
+        } else {
+            "HTTP/1.1 only (HTTP/2 not offered)"
+        };
+        let _ = writeln!(out, "\nhttps listener: {what}");
+    }
     if !status.sozu.listeners_need_restart.is_empty() {
         let _ = writeln!(
             out,

@@ -24,7 +24,7 @@ use crate::plan::state::{
 use crate::plan::state::{ClientAuthState, ListenerSettings};
 use crate::workspace::{
     ClientAuthMode, HeaderPolicy, HttpRoute, ListenerPolicy, Route, RouteKind, TlsVersion,
-    Upstream, Workspace,
+    Upstream, UpstreamProtocol, Workspace,
 };
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -54,6 +54,7 @@ fn listener_settings(policy: &ListenerPolicy) -> ListenerSettings {
             required: policy.client_auth.mode == ClientAuthMode::Required,
             ..ClientAuthState::default()
         }),
+        http2: policy.http2,
     }
 }
 
@@ -92,6 +93,7 @@ pub fn routes(workspace: &Workspace, names: Names<'_>) -> Desired {
         desired
             .clusters
             .insert(route.id.clone(), backends(route, names));
+        mark_drained(&mut desired, route, names);
         if let Some(check) = &route.health {
             desired
                 .health_checks
@@ -188,6 +190,7 @@ pub fn cluster_policy(route: &Route, files: &PolicyFiles) -> ClusterPolicy {
         RouteKind::Tcp(stream) | RouteKind::TlsPassthrough(stream) => stream.proxy_protocol,
         RouteKind::Http(_) | RouteKind::Udp(_) => false,
     };
+    cluster.http2 = route.upstream_protocol() == UpstreamProtocol::H2c;
     cluster
 }
 
@@ -378,6 +381,7 @@ pub fn cluster(
         }
     }
     desired.clusters.insert(route.id.clone(), wanted);
+    mark_drained(desired, route, Names::Resolved(resolved));
     match &route.health {
         Some(check) => {
             desired
@@ -389,6 +393,22 @@ pub fn cluster(
         }
     }
     mark_hsts(desired, route);
+}
+
+/// Notes the backends of the route's drained upstreams (see [`Desired::drained_backends`]).
+fn mark_drained(desired: &mut Desired, route: &Route, names: Names<'_>) {
+    let drained: BTreeSet<String> = route
+        .upstreams
+        .iter()
+        .filter(|u| u.drain)
+        .flat_map(|u| addresses(&u.upstream, names))
+        .map(|address| backend_id(&route.id, &address))
+        .collect();
+    if drained.is_empty() {
+        desired.drained_backends.remove(&route.id);
+    } else {
+        desired.drained_backends.insert(route.id.clone(), drained);
+    }
 }
 
 /// Notes whether sozu adds an HSTS header to the route's responses: its own policy, else the

@@ -113,7 +113,7 @@ pub fn plan_scope(actual: &Actual, desired: &Desired, scope: &Scope) -> Vec<Op> 
                 Some(&(_, true)) => {}
             }
             let current = actual.listener_settings.get(&address);
-            if current.is_some_and(|c| c.patchable_differs(&wanted_settings)) {
+            if current.is_some_and(|c| c.patchable_differs(&wanted_settings, protocol)) {
                 ops.push(Op::PatchListener {
                     protocol,
                     address,
@@ -262,11 +262,16 @@ fn plan_cluster(actual: &Actual, desired: &Desired, id: &str, ops: &mut Vec<Op>)
                     });
                 }
             }
-            // A removed backend's sessions are closed, so keep-alive clients move on now; not
-            // where sozu adds HSTS to the responses (see `Desired::hsts_clusters`).
+            // A drained backend's sessions are closed, so its idle keep-alive connections go now
+            // and the drain ends; not where sozu adds HSTS to the responses (see
+            // `Desired::hsts_clusters`). A backend removed for another reason keeps its sessions
+            // (see `Desired::drained_backends`): its WebSockets go on.
+            let drained = desired.drained_backends.get(id);
             let close_sessions = !desired.hsts_clusters.contains(id);
             for backend in present.into_iter().flat_map(BTreeMap::values) {
                 if !wanted.contains_key(&backend.id) {
+                    let close_sessions =
+                        close_sessions && drained.is_some_and(|d| d.contains(&backend.id));
                     ops.push(Op::RemoveBackend {
                         cluster_id: id.to_owned(),
                         backend: backend.clone(),

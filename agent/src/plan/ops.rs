@@ -19,7 +19,8 @@ pub enum Op {
         address: SocketAddr,
         settings: Box<ListenerSettings>,
     },
-    /// The settings sozu changes on a running listener: `expect_proxy` and the timeouts.
+    /// The settings sozu changes on a running listener: `expect_proxy`, the timeouts and (HTTPS)
+    /// the ALPN protocols offered.
     PatchListener {
         protocol: Protocol,
         address: SocketAddr,
@@ -136,7 +137,20 @@ impl Op {
             },
             Op::PatchListener {
                 protocol, address, ..
-            } => format!("update the timeouts and PROXY protocol of {protocol} listener {address}"),
+            } => {
+                match protocol {
+                    Protocol::Https => format!(
+                    "update the timeouts, PROXY protocol and HTTP/2 offer of {protocol} listener \
+                     {address}"
+                ),
+                    Protocol::Http | Protocol::Tcp => {
+                        format!("update the timeouts and PROXY protocol of {protocol} listener {address}")
+                    }
+                    Protocol::Udp => {
+                        format!("update the flow timeouts of {protocol} listener {address}")
+                    }
+                }
+            }
             Op::SetClientAuth {
                 address,
                 client_auth,

@@ -55,6 +55,9 @@ pub struct ClusterPolicy {
     pub answers: BTreeMap<String, Arc<str>>,
     /// A TCP cluster's backends get a PROXY protocol v2 header first, naming the client.
     pub proxy_protocol: bool,
+    /// The backends speak HTTP/2 in clear text (sozu's `Cluster.http2`): sozu opens h2c
+    /// connections to them, and its health probe speaks h2c too.
+    pub http2: bool,
 }
 
 impl ClusterPolicy {
@@ -77,6 +80,7 @@ impl fmt::Debug for ClusterPolicy {
             .field("retry_after", &self.retry_after)
             .field("answers", &self.answers.keys().collect::<Vec<_>>())
             .field("proxy_protocol", &self.proxy_protocol)
+            .field("http2", &self.http2)
             .finish()
     }
 }

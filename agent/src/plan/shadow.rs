@@ -33,11 +33,16 @@ pub fn apply(actual: &mut Actual, op: &Op) {
             }
         }
         Op::PatchListener {
-            address, settings, ..
+            protocol,
+            address,
+            settings,
         } => {
             if let Some(current) = actual.listener_settings.get_mut(address) {
                 current.expect_proxy = settings.expect_proxy;
                 current.timeouts = settings.timeouts;
+                if *protocol == crate::plan::state::Protocol::Https {
+                    current.http2 = settings.http2;
+                }
             }
         }
         Op::ActivateListener { address, .. } => {

@@ -14,7 +14,7 @@ pub use crate::plan::route_policy::{ClusterPolicy, FrontendPolicy, HeaderEdit};
 // What the workspace asks sozu to check (health) and send (HSTS), and a validated pair, are part
 // of the vocabulary too; they are defined where they come from.
 pub use crate::certs::{Certificate, KeyPem};
-pub use crate::workspace::{HealthCheck, Hsts, Probe};
+pub use crate::workspace::{HealthCheck, Hsts, Http2Offer, Probe};
 
 /// Tag on every frontend the agent creates, so it can tell its own from an operator's.
 pub const OWNER_TAG: (&str, &str) = ("managed-by", "private-ingress");
@@ -242,6 +242,10 @@ pub struct ListenerSettings {
     pub timeouts: [u32; 4],
     /// HTTPS: client certificates, when asked for.
     pub client_auth: Option<ClientAuthState>,
+    /// HTTPS: whether HTTP/2 is offered in ALPN (sozu's `alpn_protocols` and `disable_http11`,
+    /// both changed on a running listener). The HTTP listener speaks HTTP/1.1 alone: sozu 2.3.3
+    /// takes no h2c from clients.
+    pub http2: Http2Offer,
 }
 
 /// Client certificates on an HTTPS listener: the mode and the PEMs sozu checks them against.
@@ -296,9 +300,11 @@ impl ListenerSettings {
         }
     }
 
-    /// What sozu can change on a running listener differs.
-    pub fn patchable_differs(&self, other: &ListenerSettings) -> bool {
-        self.expect_proxy != other.expect_proxy || self.timeouts != other.timeouts
+    /// What sozu can change on a running listener of `protocol` differs.
+    pub fn patchable_differs(&self, other: &ListenerSettings, protocol: Protocol) -> bool {
+        self.expect_proxy != other.expect_proxy
+            || self.timeouts != other.timeouts
+            || (protocol == Protocol::Https && self.http2 != other.http2)
     }
 
     /// What only a new listener can change differs: the names of those settings.
@@ -342,6 +348,14 @@ pub struct Desired {
     /// line of a response in flight on a session it was told to close, and the client gets a
     /// broken response. Keep-alive clients still move: sozu picks a backend for each request.
     pub hsts_clusters: BTreeSet<String>,
+    /// Cluster id → the ids of the backends its drained upstreams stand for, for the clusters
+    /// that have some. Only these backends' sessions are closed when they leave the cluster: a
+    /// drain is the operator taking the upstream out. A backend that leaves because its name no
+    /// longer resolves to it, or an edit replaced its upstream, keeps its sessions until they
+    /// end: an open WebSocket or event stream goes on, and sozu never reuses a connection to a
+    /// retired backend for a new request (`Router::with_backend_retired`,
+    /// `lib/src/protocol/mux/router.rs`).
+    pub drained_backends: BTreeMap<String, BTreeSet<String>>,
     /// The HTTPS listener's HSTS policy, which frontends without their own inherit.
     pub hsts: Option<Hsts>,
     pub frontends: BTreeSet<Frontend>,

@@ -122,6 +122,17 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         head.sozu.last_error = self.sozu_error.clone();
         head.sozu.last_converged = self.last_converged;
         head.sozu.listeners_need_restart = self.listeners_need_restart.clone();
+        head.sozu.https_listener = workspace.and_then(|w| {
+            let held = self
+                .sozu
+                .shadow()
+                .and_then(|s| s.listener_settings.get(&w.listeners.https))?;
+            Some(crate::document::HttpsListenerStatus {
+                http2: held.http2.to_string(),
+                front_timeout: held.timeouts[0],
+                back_timeout: held.timeouts[1],
+            })
+        });
         head.sozu.client_auth = workspace.and_then(|w| {
             let listener = self
                 .sozu

@@ -13,7 +13,8 @@ use sozu_command_lib::proto::command::HealthCheckMode;
 use crate::plan::desired::{self, Names, PolicyFiles};
 use crate::plan::state::{Address, HealthCheck, Hsts, Protocol, UNIX_BACKEND_IDENTITY};
 use crate::workspace::{
-    ClientAuthMode, ListenerPolicy, ListenerTimeouts, RedirectScheme, TlsVersion, Workspace,
+    ClientAuthMode, Http2Offer, ListenerPolicy, ListenerTimeouts, RedirectScheme, TlsVersion,
+    Workspace,
 };
 
 use super::RenderError;
@@ -127,7 +128,8 @@ struct SozuListener {
     interface: Option<String>,
     #[serde(skip_serializing_if = "is_false")]
     expect_proxy: bool,
-    // The timeouts are written when they differ from sozu's defaults, which are the workspace's.
+    // The timeouts are written when they differ from sozu's defaults: `front` and `back` do by
+    // default (the contract's are longer than sozu's).
     #[serde(skip_serializing_if = "Option::is_none")]
     front_timeout: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -147,6 +149,12 @@ struct SozuListener {
     client_ca_certificates: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     client_ca_crls: Option<Vec<String>>,
+    /// HTTPS: the protocols offered in ALPN, when not sozu's default (`h2`, then `http/1.1`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    alpn_protocols: Option<Vec<&'static str>>,
+    /// HTTPS: `true` with `listeners.http2 = 'only`.
+    #[serde(skip_serializing_if = "is_false")]
+    disable_http11: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     hsts: Option<SozuHsts>,
     /// The workspace's error pages, whole.
@@ -160,7 +168,7 @@ fn is_false(b: &bool) -> bool {
 
 impl SozuListener {
     fn new(protocol: Protocol, address: SocketAddr, policy: &ListenerPolicy) -> SozuListener {
-        let defaults = ListenerTimeouts::default();
+        let defaults = ListenerTimeouts::SOZU;
         let differs = |value: u32, default: u32| (value != default).then_some(value);
         let https = protocol == Protocol::Https;
         let auth = &policy.client_auth;
@@ -198,6 +206,9 @@ impl SozuListener {
                 .then(|| auth.ca_file.iter().map(|p| path_string(p)).collect()),
             client_ca_crls: (client_auth && !auth.crl_files.is_empty())
                 .then(|| auth.crl_files.iter().map(|p| path_string(p)).collect()),
+            alpn_protocols: (https && policy.http2 != Http2Offer::Offered)
+                .then(|| policy.http2.alpn().to_vec()),
+            disable_http11: https && policy.http2 == Http2Offer::Only,
             hsts: None,
             answers: BTreeMap::new(),
         }
@@ -256,6 +267,9 @@ struct SozuCluster {
     /// sozu sends a page as the file has it, unframed if the file gives no `Content-Length`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     answers: BTreeMap<String, String>,
+    /// The backends speak h2c (`upstream_protocol = 'h2c`).
+    #[serde(skip_serializing_if = "is_false")]
+    http2: bool,
     frontends: Vec<SozuAnyFrontend>,
     backends: Vec<SozuBackend>,
 }
@@ -408,6 +422,7 @@ impl SozuConfig {
                                 .collect()
                         })
                         .unwrap_or_default(),
+                    http2: policy.is_some_and(|p| p.http2),
                     frontends: Vec::new(),
                     backends,
                 };
@@ -856,6 +871,114 @@ mod tests {
             checked += 1;
         }
         assert_eq!(checked, 3);
+    }
+
+    /// The protocols and timeouts in the file are the ones the agent sends: sozu's own loader
+    /// reads the HTTPS listener's ALPN, `disable_http11` and timeouts, and an h2c route's
+    /// `http2`, as the agent's requests set them.
+    #[test]
+    fn the_protocols_in_the_file_are_the_ones_the_agent_sends() {
+        use sozu_command_lib::config::{ClusterConfig, FileClusterConfig, ListenerBuilder};
+        use sozu_command_lib::proto::command::request::RequestType;
+
+        let dir = tempfile::tempdir().unwrap();
+        let ws_path = dir.path().join("workspace.ncl");
+        for (http2, timeouts) in [
+            ("'only", "front = 900"),
+            ("'off", "back = 45"),
+            ("'offered", ""),
+        ] {
+            std::fs::write(
+                &ws_path,
+                format!(
+                    r#"{{
+  zone = "in.example.org",
+  cluster_issuer = "ca",
+  tls_dir = "{tls}",
+  listeners = {{ http2 = {http2}, timeouts = {{ {timeouts} }} }},
+  routes = [
+    {{ host = "grpc.in.example.org", upstream = "10.0.0.1", port = 50051, upstream_protocol = 'h2c }},
+    {{ host = "web.in.example.org", upstream = "10.0.0.2", port = 80 }},
+  ],
+}}"#,
+                    tls = dir.path().join("tls").display(),
+                ),
+            )
+            .unwrap();
+            let ws = crate::evaluate::contract::evaluate(&ws_path).unwrap();
+            for route in &ws.routes {
+                let (crt, key) = ws.certificate_paths(&route.host);
+                std::fs::create_dir_all(crt.parent().unwrap()).unwrap();
+                std::fs::write(&crt, "certificate").unwrap();
+                std::fs::write(&key, "key").unwrap();
+            }
+            let doc: toml::Table = sozu_toml(
+                &ws,
+                &desired::PolicyFiles::default(),
+                &SozuSettings::default(),
+            )
+            .unwrap()
+            .parse()
+            .unwrap();
+            let live = desired::routes(&ws, Names::AsWritten);
+            let mut https_listeners = 0;
+            for listener in doc["listeners"].as_array().unwrap() {
+                let mut file: ListenerBuilder = listener.clone().try_into().unwrap();
+                if file.protocol != Some(sozu_command_lib::config::ListenerProtocol::Https) {
+                    continue;
+                }
+                let from_file = file.to_tls(None).unwrap();
+                let op = crate::plan::Op::AddListener {
+                    protocol: Protocol::Https,
+                    address: ws.listeners.https,
+                    settings: Box::new(live.listener_settings.clone()),
+                };
+                let Ok(RequestType::AddHttpsListener(sent)) = crate::sozu::request::to_request(&op)
+                else {
+                    panic!("not an HTTPS listener request");
+                };
+                assert_eq!(from_file.alpn_protocols, sent.alpn_protocols, "{http2}");
+                assert_eq!(
+                    from_file.disable_http11.unwrap_or(false),
+                    sent.disable_http11.unwrap_or(false),
+                    "{http2}"
+                );
+                assert_eq!(from_file.front_timeout, sent.front_timeout, "{timeouts}");
+                assert_eq!(from_file.back_timeout, sent.back_timeout, "{timeouts}");
+                https_listeners += 1;
+            }
+            assert_eq!(https_listeners, 1);
+            let mut policies = live.clone();
+            desired::policies(&mut policies, &ws, &desired::PolicyFiles::default());
+            for (id, cluster) in doc["clusters"].as_table().unwrap() {
+                let file: FileClusterConfig = cluster.clone().try_into().unwrap();
+                let ClusterConfig::Http(config) = file
+                    .to_cluster_config_with(id, &Default::default(), None)
+                    .unwrap()
+                else {
+                    panic!("{id}: not an HTTP cluster");
+                };
+                let from_file = config
+                    .generate_requests()
+                    .unwrap()
+                    .into_iter()
+                    .find_map(|r| match r.request_type {
+                        Some(RequestType::AddCluster(c)) => Some(c),
+                        _ => None,
+                    })
+                    .unwrap();
+                let sent = crate::sozu::request::cluster(
+                    id,
+                    policies.cluster_policies.get(id).map(|p| p.as_ref()),
+                );
+                assert_eq!(
+                    from_file.http2.unwrap_or(false),
+                    sent.http2.unwrap_or(false),
+                    "{id}"
+                );
+                assert_eq!(sent.http2 == Some(true), id.starts_with("pi-grpc"), "{id}");
+            }
+        }
     }
 
     /// sozu's file knows one redirect status: a workspace with another is refused, not

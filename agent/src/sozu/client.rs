@@ -19,7 +19,7 @@ use crate::plan::state::{
     ListenerSettings, Protocol, StreamFrontend,
 };
 use crate::plan::Op;
-use crate::workspace::ID_PREFIX;
+use crate::workspace::{Http2Offer, ID_PREFIX};
 
 /// Buffer sizes for each connection. The buffers start at a page and grow on demand up to the
 /// maximum (a state query for tens of thousands of routes fits). The agent keeps
@@ -368,6 +368,10 @@ impl SozuClient {
                         ListenerSettings {
                             tls13_only: l.versions == [TlsVersion::TlsV13 as i32],
                             client_auth,
+                            http2: Http2Offer::of(
+                                &l.alpn_protocols,
+                                l.disable_http11.unwrap_or(false),
+                            ),
                             ..common(&l.interface, l.expect_proxy, timeouts)
                         },
                     );

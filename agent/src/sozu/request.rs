@@ -2,9 +2,9 @@
 
 use sozu_command_lib::config::ListenerBuilder;
 use sozu_command_lib::proto::command::{
-    request::RequestType, ActivateListener, AddBackend, AddCertificate, CertificateAndKey,
-    ClientAuthMode, ClientAuthPolicy, CloseSessions, Cluster, Header, HeaderPosition,
-    HealthCheckConfig, HealthCheckMode, HstsConfig, HttpStatusRange, ListenerType,
+    request::RequestType, ActivateListener, AddBackend, AddCertificate, AlpnProtocols,
+    CertificateAndKey, ClientAuthMode, ClientAuthPolicy, CloseSessions, Cluster, Header,
+    HeaderPosition, HealthCheckConfig, HealthCheckMode, HstsConfig, HttpStatusRange, ListenerType,
     LoadBalancingParams, PathRule, RedirectPolicy, RedirectScheme as SozuRedirectScheme,
     RemoveBackend, RemoveCertificate, ReplaceCertificate, RequestHttpFrontend, RulePosition,
     SetHealthCheck, TlsVersion, UpdateHttpListenerConfig, UpdateHttpsListenerConfig,
@@ -23,7 +23,7 @@ use crate::plan::state::{
     UNIX_BACKEND_IDENTITY,
 };
 use crate::plan::Op;
-use crate::workspace::RedirectScheme;
+use crate::workspace::{Http2Offer, RedirectScheme};
 
 /// A policy as sozu takes it. Off is `enabled = false`, which on a frontend suppresses the
 /// listener's policy.
@@ -245,6 +245,8 @@ pub fn cluster(id: &str, policy: Option<&ClusterPolicy>) -> Cluster {
             .iter()
             .map(|(status, page)| (status.clone(), page.to_string()))
             .collect(),
+        // Absent rather than `false` for an HTTP/1.1 route, as sozu's own file loader sends it.
+        http2: policy.http2.then_some(true),
         ..Default::default()
     }
 }
@@ -263,6 +265,7 @@ pub fn cluster_policy_of(c: &Cluster) -> Option<Arc<ClusterPolicy>> {
             .map(|(s, page)| (s.clone(), Arc::from(page.as_str())))
             .collect(),
         proxy_protocol: c.proxy_protocol == Some(ProxyProtocolConfig::SendHeader as i32),
+        http2: c.http2 == Some(true),
     };
     (!policy.is_empty()).then(|| Arc::new(policy))
 }
@@ -352,6 +355,11 @@ fn client_auth_mode(auth: &ClientAuthState) -> ClientAuthMode {
     }
 }
 
+/// The ALPN protocols the HTTPS listener offers, as sozu takes them.
+fn alpn(http2: Http2Offer) -> Vec<String> {
+    http2.alpn().iter().map(|p| (*p).to_owned()).collect()
+}
+
 /// The settings sozu changes on a running listener.
 fn patch_listener(
     protocol: Protocol,
@@ -390,6 +398,12 @@ fn patch_listener(
             back_timeout: Some(back),
             connect_timeout: Some(connect),
             request_timeout: Some(request),
+            // Both in one patch: sozu validates the result, and h2 alone with HTTP/1.1 still
+            // allowed (or the reverse) is a state it would hold for no reason.
+            alpn_protocols: Some(AlpnProtocols {
+                values: alpn(settings.http2),
+            }),
+            disable_http11: Some(settings.http2 == Http2Offer::Only),
             ..Default::default()
         }),
     }
@@ -455,7 +469,9 @@ pub fn to_request(op: &Op) -> Result<RequestType, SozuError> {
                     RequestType::AddHttpListener(builder.to_http(None).map_err(refused)?)
                 }
                 Protocol::Https => {
+                    builder.with_alpn_protocols(Some(alpn(settings.http2)));
                     let mut config = builder.to_tls(None).map_err(refused)?;
+                    config.disable_http11 = Some(settings.http2 == Http2Offer::Only);
                     match client_auth {
                         Some(auth) => {
                             config.client_auth = Some(client_auth_mode(auth) as i32);

@@ -43,6 +43,9 @@ struct Line<'a> {
     request_id: String,
     x_request_id: Option<&'a str>,
     protocol: &'a str,
+    /// `http/1.1`, `h2`, or `websocket` for the line sozu writes when a WebSocket ends: the
+    /// metrics' `protocol` label.
+    http_protocol: &'static str,
     tls_version: Option<&'a str>,
     tls_cipher: Option<&'a str>,
     sni: Option<&'a str>,
@@ -91,6 +94,7 @@ pub fn append(out: &mut Vec<u8>, record: &Record, route: Option<(&str, &str)>, q
         request_id: rusty_ulid::Ulid::from(r.request_id).to_string(),
         x_request_id: r.x_request_id.as_deref(),
         protocol: &r.protocol,
+        http_protocol: record.app_protocol().label(),
         tls_version: r.tls_version.as_deref(),
         tls_cipher: r.tls_cipher.as_deref(),
         sni: r.tls_sni.as_deref(),
@@ -295,5 +299,19 @@ mod tests {
         assert!(!text.contains("secret"));
         let with = line(&r, None, true);
         assert!(with.contains("/x?token=secret"), "{with}");
+        assert_eq!(v["http_protocol"], "http/1.1");
+    }
+
+    #[test]
+    fn a_line_names_the_http_protocol() {
+        let mut r = decode(&record(Some("pi-a"), "POST", 200, 1)).unwrap();
+        r.0.tls_alpn = Some("h2".into());
+        let v: serde_json::Value = serde_json::from_str(&line(&r, None, false)).unwrap();
+        assert_eq!(v["http_protocol"], "h2");
+        r.0.protocol = "WSS-TLS1.3".into();
+        r.0.tls_alpn = Some("http/1.1".into());
+        let v: serde_json::Value = serde_json::from_str(&line(&r, None, false)).unwrap();
+        assert_eq!(v["http_protocol"], "websocket");
+        assert_eq!(v["protocol"], "WSS-TLS1.3");
     }
 }

@@ -323,8 +323,11 @@ impl Receiver {
         let route = self.table.of(&record).clone();
         let dns = &self.dns;
         route.observe(&record, &|name| resolved(dns, name));
-        self.windows
-            .observe(&route.id, record.status(), record.duration_us());
+        // A WebSocket's end is no request of the last minute: its duration is the connection's.
+        if record.app_protocol() != record::AppProtocol::WebSocket {
+            self.windows
+                .observe(&route.id, record.status(), record.duration_us());
+        }
         match &self.settings {
             Some(settings) if settings.access_log.enabled => {
                 let labels =

@@ -48,7 +48,60 @@ pub fn method_label(method: Option<&str>) -> &'static str {
     }
 }
 
+/// The protocol a record's request used, from what sozu negotiated and which of its state
+/// machines wrote the record, never from what the client wrote: the metrics' `protocol` label
+/// and the access log's `http_protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AppProtocol {
+    /// HTTP/1.1: the HTTPS listener's `http/1.1` ALPN or none, and the HTTP listener (sozu 2.3.3
+    /// takes no h2c from clients: its `lib/src/http.rs`).
+    Http1,
+    /// HTTP/2, negotiated in ALPN.
+    H2,
+    /// The end of a WebSocket: sozu's pipe writes one record when the connection closes, with the
+    /// upgrade's method, path and 101 and the whole connection's duration and bytes. Its upgrade
+    /// was a request of its own (HTTP/1.1, status 101), recorded when the 101 was sent.
+    WebSocket,
+}
+
+impl AppProtocol {
+    pub fn label(self) -> &'static str {
+        match self {
+            AppProtocol::Http1 => "http/1.1",
+            AppProtocol::H2 => "h2",
+            AppProtocol::WebSocket => "websocket",
+        }
+    }
+}
+
+/// How a WebSocket ended, from the message sozu's pipe gives its last record
+/// (`lib/src/protocol/pipe.rs`): a fixed set, for a label.
+pub fn websocket_end_label(message: Option<&str>) -> &'static str {
+    match message {
+        None => "closed",
+        Some(m) if m.contains("timeout") => "idle_timeout",
+        Some(_) => "error",
+    }
+}
+
 impl Record {
+    /// See [`AppProtocol`]. sozu's pipe names its protocol `WS` (HTTP listener) or
+    /// `WSS-<TLS version>`; the mux names the listener's, `http` or `https`.
+    pub fn app_protocol(&self) -> AppProtocol {
+        if self.0.protocol.starts_with("WS") {
+            AppProtocol::WebSocket
+        } else if self.0.tls_alpn.as_deref() == Some("h2") {
+            AppProtocol::H2
+        } else {
+            AppProtocol::Http1
+        }
+    }
+
+    /// Why sozu ended the request early, when it says.
+    pub fn message(&self) -> Option<&str> {
+        self.0.message.as_deref()
+    }
+
     fn http(&self) -> Option<&sozu_command_lib::proto::command::HttpEndpoint> {
         match &self.0.endpoint.inner {
             Some(protobuf_endpoint::Inner::Http(http)) => Some(http),
@@ -174,6 +227,34 @@ pub(crate) mod tests {
         more.push(7);
         assert!(matches!(decode(&more), Err(Malformed::Trailing(_))));
         assert!(decode(&[0xff; 12]).is_err());
+    }
+
+    /// What sozu 2.3.3 writes: the mux's `https` with the negotiated ALPN, its pipe's `WSS-…` at
+    /// a WebSocket's end; a client's bytes never choose the label.
+    #[test]
+    fn the_protocol_comes_from_what_sozu_negotiated() {
+        let with = |protocol: &str, alpn: Option<&str>| {
+            let mut r = decode(&record(Some("pi-a"), "GET", 200, 1)).unwrap();
+            r.0.protocol = protocol.into();
+            r.0.tls_alpn = alpn.map(Into::into);
+            r.app_protocol().label()
+        };
+        assert_eq!(with("https", Some("h2")), "h2");
+        assert_eq!(with("https", Some("http/1.1")), "http/1.1");
+        assert_eq!(with("https", None), "http/1.1");
+        assert_eq!(with("http", None), "http/1.1");
+        assert_eq!(with("WSS-TLS1.3", Some("http/1.1")), "websocket");
+        assert_eq!(with("WS", None), "websocket");
+        assert_eq!(with("https", Some("h2c; DROP")), "http/1.1");
+        assert_eq!(websocket_end_label(None), "closed");
+        assert_eq!(
+            websocket_end_label(Some("backend socket timeout")),
+            "idle_timeout"
+        );
+        assert_eq!(
+            websocket_end_label(Some("front socket read error")),
+            "error"
+        );
     }
 
     #[test]

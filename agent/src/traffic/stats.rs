@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use super::record::{method_label, Record};
+use super::record::{method_label, websocket_end_label, AppProtocol, Record};
 use crate::workspace::{Route, Upstream, Workspace};
 
 /// The `route` and `host` label of requests that matched no route. Route ids start with `pi-`,
@@ -55,8 +55,16 @@ impl Histogram {
 /// One route's counts since the agent started.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Counts {
-    /// By (method, status); status 0 where no response was sent.
-    pub requests: BTreeMap<(&'static str, u16), u64>,
+    /// By (method, status, protocol); status 0 where no response was sent. A WebSocket's
+    /// upgrade is one (`101`, `http/1.1`); its end is not a request (see `websockets_closed`).
+    pub requests: BTreeMap<(&'static str, u16, &'static str), u64>,
+    /// Upgrades to a WebSocket: the 101s sozu sent, each when it sent it.
+    pub websocket_upgrades: u64,
+    /// WebSockets ended, by how ([`super::record::websocket_end_label`]). sozu writes a
+    /// WebSocket's record when it ends: its bytes are counted then, and its duration (minutes,
+    /// hours) is kept out of the request histograms, whose 10 s top bucket and latency alert are
+    /// about requests.
+    pub websockets_closed: BTreeMap<&'static str, u64>,
     pub duration: Histogram,
     pub backend: Histogram,
     pub bytes_in: u64,
@@ -96,10 +104,25 @@ impl RouteCounts {
 
     /// Counts `record`; `resolve` gives the addresses an upstream name resolves to now.
     pub fn observe(&self, record: &Record, resolve: &dyn Fn(&str) -> Vec<std::net::IpAddr>) {
+        let protocol = record.app_protocol();
+        if protocol == AppProtocol::WebSocket {
+            let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+            *counts
+                .websockets_closed
+                .entry(websocket_end_label(record.message()))
+                .or_default() += 1;
+            counts.bytes_in = counts.bytes_in.saturating_add(record.bytes_in());
+            counts.bytes_out = counts.bytes_out.saturating_add(record.bytes_out());
+            return;
+        }
         let upstream = (!self.upstreams.is_empty()).then(|| self.upstream_of(record, resolve));
-        let key = (method_label(record.method()), record.status().unwrap_or(0));
+        let status = record.status().unwrap_or(0);
+        let key = (method_label(record.method()), status, protocol.label());
         let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
         *counts.requests.entry(key).or_default() += 1;
+        if status == 101 {
+            counts.websocket_upgrades += 1;
+        }
         counts.duration.observe(record.duration_us());
         if let Some(us) = record.backend_us() {
             counts.backend.observe(us);

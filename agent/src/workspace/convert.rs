@@ -117,6 +117,7 @@ fn listener_policy(raw: &RawListeners) -> Result<ListenerPolicy, ModelError> {
             ca_file,
             crl_files,
         },
+        http2: raw.http2,
     })
 }
 
@@ -487,6 +488,11 @@ impl Route {
             None,
         )
         .map_err(fail)?;
+        if policy.redirect.is_some() && raw.upstream_protocol.is_some() {
+            return Err(fail(
+                "a route with `redirect` forwards nothing: it takes no `upstream_protocol`".into(),
+            ));
+        }
         if policy.redirect.is_some() && !upstreams.is_empty() {
             return Err(fail(
                 "a route with `redirect` forwards nothing: it takes no upstream".into(),
@@ -508,6 +514,7 @@ impl Route {
                         path_prefix: raw.path_prefix,
                         hsts,
                         policy: (!policy.is_empty()).then(|| Box::new(policy)),
+                        upstream_protocol: raw.upstream_protocol.unwrap_or_default(),
                     }),
                 });
             }
@@ -516,7 +523,11 @@ impl Route {
             RawProtocol::Udp => "udp",
         };
         // A route of its own port: forwarded as it is, so none of what sozu reads in HTTP.
-        if !policy.is_empty() || hsts.is_some() || raw.path_prefix != "/" {
+        if !policy.is_empty()
+            || hsts.is_some()
+            || raw.path_prefix != "/"
+            || raw.upstream_protocol.is_some()
+        {
             return Err(fail(
                 "a route of its own port takes no path_prefix, hsts or route policy".into(),
             ));

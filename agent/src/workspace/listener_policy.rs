@@ -1,6 +1,7 @@
 //! What the workspace asks of sozu's listeners (`listeners.*`): their addresses, and the policy
 //! every route on them shares: the lowest TLS version, the PROXY protocol, the interface, the
-//! timeouts, and client certificates from a device CA. Pure data, checked by the contract.
+//! timeouts (every WebSocket's and event stream's idle limit), whether HTTP/2 is offered, and
+//! client certificates from a device CA. Pure data, checked by the contract.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -25,6 +26,8 @@ pub struct ListenerPolicy {
     pub expect_proxy: bool,
     pub timeouts: ListenerTimeouts,
     pub client_auth: ClientAuth,
+    /// Whether the HTTPS listener offers HTTP/2 to clients.
+    pub http2: Http2Offer,
 }
 
 impl Default for ListenerPolicy {
@@ -36,7 +39,55 @@ impl Default for ListenerPolicy {
             expect_proxy: false,
             timeouts: ListenerTimeouts::default(),
             client_auth: ClientAuth::default(),
+            http2: Http2Offer::default(),
         }
+    }
+}
+
+/// What the HTTPS listener offers in TLS ALPN. sozu changes it on a running listener: new
+/// handshakes follow it, connections already made keep what they negotiated.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Http2Offer {
+    /// `h2`, then `http/1.1`: sozu's default, what browsers and gRPC clients pick from.
+    #[default]
+    Offered,
+    /// `http/1.1` only: for clients that misbehave over h2.
+    Off,
+    /// `h2` only; a client that negotiates anything else, or nothing, is refused at the
+    /// handshake. WebSockets, which sozu 2.3.3 carries over HTTP/1.1 only, are refused with it.
+    Only,
+}
+
+impl Http2Offer {
+    /// The ALPN protocols sozu advertises, in order of preference.
+    pub fn alpn(self) -> &'static [&'static str] {
+        match self {
+            Http2Offer::Offered => &["h2", "http/1.1"],
+            Http2Offer::Off => &["http/1.1"],
+            Http2Offer::Only => &["h2"],
+        }
+    }
+
+    /// What sozu's listener settings (`alpn_protocols`, `disable_http11`) read as.
+    pub fn of(alpn: &[String], disable_http11: bool) -> Http2Offer {
+        let h2 = alpn.is_empty() || alpn.iter().any(|p| p == "h2");
+        let h1 = alpn.is_empty() || alpn.iter().any(|p| p == "http/1.1");
+        match (h2, h1 && !disable_http11) {
+            (true, true) => Http2Offer::Offered,
+            (true, false) => Http2Offer::Only,
+            (false, _) => Http2Offer::Off,
+        }
+    }
+}
+
+impl fmt::Display for Http2Offer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Http2Offer::Offered => "offered",
+            Http2Offer::Off => "off",
+            Http2Offer::Only => "only",
+        })
     }
 }
 
@@ -66,12 +117,24 @@ pub struct ListenerTimeouts {
     pub request: u32,
 }
 
+impl ListenerTimeouts {
+    /// sozu 2.3.3's own, which a configuration file that names none gets.
+    pub const SOZU: ListenerTimeouts = ListenerTimeouts {
+        front: 60,
+        back: 30,
+        connect: 3,
+        request: 10,
+    };
+}
+
 impl Default for ListenerTimeouts {
-    /// sozu 2.3.3's defaults.
+    /// The contract's defaults: sozu 2.3.3's, except `front` and `back` (60 and 30 there), long
+    /// enough for a WebSocket or an event stream idle for five minutes (sozu has no timeout per
+    /// cluster, so the listener's are the streams').
     fn default() -> Self {
         ListenerTimeouts {
-            front: 60,
-            back: 30,
+            front: 360,
+            back: 360,
             connect: 3,
             request: 10,
         }

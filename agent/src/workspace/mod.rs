@@ -471,6 +471,7 @@ mod tests {
             protocol: None,
             listen_port: None,
             proxy_protocol: None,
+            upstream_protocol: None,
         }
     }
 

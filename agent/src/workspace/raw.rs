@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{ClientAuthMode, Eab, LbProvider, Monitoring, PodResources, TlsRotation};
+use super::{
+    ClientAuthMode, Eab, Http2Offer, LbProvider, Monitoring, PodResources, TlsRotation,
+    UpstreamProtocol,
+};
 use crate::document::ReadinessMode;
 
 /// A workspace as Nickel evaluates it, before normalisation.
@@ -219,6 +222,9 @@ pub struct RawListeners {
     pub expect_proxy: bool,
     pub timeouts: RawListenerTimeouts,
     pub client_auth: RawClientAuth,
+    /// Absent from a workspace evaluated by an older contract, which then gets the default.
+    #[serde(default)]
+    pub http2: Http2Offer,
 }
 
 /// Floats for the same reason as `replicas`.
@@ -282,6 +288,9 @@ pub struct RawRoute {
     pub listen_port: Option<f64>,
     #[serde(default)]
     pub proxy_protocol: Option<bool>,
+    /// Absent: HTTP/1.1.
+    #[serde(default)]
+    pub upstream_protocol: Option<UpstreamProtocol>,
 }
 
 /// A route's `protocol`.

@@ -4,10 +4,10 @@
 //! **Kinds of routes.** What every kind shares lives on [`Route`] (the host, whose DNS record
 //! points at the load balancer; the upstreams with their weights and drains, re-resolved by the
 //! DNS source; the health check). What only one kind has lives in its variant of [`RouteKind`]
-//! (an HTTP route's path prefix, HSTS and route policies). Code that does something different
-//! for each kind matches on [`RouteKind`] without a wildcard arm, so a new kind is a new variant
-//! that the compiler makes every layer handle: the desired state, the rendered file, the pod,
-//! the status (docs/agent.md, "Kinds of routes").
+//! (an HTTP route's path prefix, HSTS, route policies and what its backends speak). Code that
+//! does something different for each kind matches on [`RouteKind`] without a wildcard arm, so a
+//! new kind is a new variant that the compiler makes every layer handle: the desired state, the
+//! rendered file, the pod, the status (docs/agent.md, "Kinds of routes").
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -74,6 +74,38 @@ pub struct HttpRoute {
     /// Redirect, rewrites, headers, basic auth, limits, error pages; `None` for a route with
     /// none (boxed: most routes have none, and a workspace may hold ten thousand).
     pub policy: Option<Box<RoutePolicy>>,
+    /// What the route's backends speak (sozu's `Cluster.http2`, which its health probe follows
+    /// too).
+    pub upstream_protocol: UpstreamProtocol,
+}
+
+/// What an HTTP route's backends speak. Whatever the client speaks to sozu (HTTP/1.1 or h2,
+/// `listeners.http2`), sozu speaks this to the backend.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum UpstreamProtocol {
+    #[default]
+    Http1,
+    /// HTTP/2 in clear text with prior knowledge (RFC 9113 §3.3): gRPC servers, h2c-only
+    /// services.
+    H2c,
+}
+
+impl UpstreamProtocol {
+    fn is_default(&self) -> bool {
+        *self == UpstreamProtocol::Http1
+    }
+}
+
+impl fmt::Display for UpstreamProtocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            UpstreamProtocol::Http1 => "http1",
+            UpstreamProtocol::H2c => "h2c",
+        })
+    }
 }
 
 /// A route as the normalised JSON writes it (and the sandbox's report carries it): one flat
@@ -98,6 +130,9 @@ struct FlatRoute {
     hsts: Option<Hsts>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     policy: Option<Box<RoutePolicy>>,
+    /// Written when not HTTP/1.1, so the JSON of every other route stays as it was.
+    #[serde(default, skip_serializing_if = "UpstreamProtocol::is_default")]
+    upstream_protocol: UpstreamProtocol,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -122,12 +157,14 @@ impl From<Route> for FlatRoute {
             health: route.health,
             hsts: None,
             policy: None,
+            upstream_protocol: UpstreamProtocol::Http1,
         };
         match route.kind {
             RouteKind::Http(http) => {
                 flat.path_prefix = Some(http.path_prefix);
                 flat.hsts = http.hsts;
                 flat.policy = http.policy;
+                flat.upstream_protocol = http.upstream_protocol;
             }
             RouteKind::Tcp(stream) => {
                 flat.kind = KindName::Tcp;
@@ -171,6 +208,7 @@ impl TryFrom<FlatRoute> for Route {
                     .ok_or_else(|| format!("route `{id}`: an http route has a path_prefix"))?,
                 hsts: flat.hsts,
                 policy: flat.policy.clone(),
+                upstream_protocol: flat.upstream_protocol,
             }),
             KindName::Tcp => RouteKind::Tcp(stream()?),
             KindName::TlsPassthrough => RouteKind::TlsPassthrough(stream()?),
@@ -227,7 +265,19 @@ impl Route {
                 path_prefix: path_prefix.to_owned(),
                 hsts: None,
                 policy: None,
+                upstream_protocol: UpstreamProtocol::Http1,
             }),
+        }
+    }
+
+    /// What the route's backends speak; HTTP/1.1 for a kind whose backends sozu does not speak
+    /// HTTP to.
+    pub fn upstream_protocol(&self) -> UpstreamProtocol {
+        match &self.kind {
+            RouteKind::Http(http) => http.upstream_protocol,
+            RouteKind::Tcp(_) | RouteKind::TlsPassthrough(_) | RouteKind::Udp(_) => {
+                UpstreamProtocol::Http1
+            }
         }
     }
 
@@ -310,19 +360,26 @@ impl Route {
         if let Some(redirect) = self.policy().redirect.as_ref() {
             return format!("redirect {} {}", redirect.status, redirect.location_label());
         }
+        // What the backends speak, when it is not HTTP/1.1.
+        let speaks = match self.upstream_protocol() {
+            UpstreamProtocol::Http1 => "",
+            UpstreamProtocol::H2c => " (h2c)",
+        };
         if let [only] = &self.upstreams[..] {
             if only.weight == 1 && !only.drain {
-                return only.upstream.to_string();
+                return format!("{}{speaks}", only.upstream);
             }
         }
-        self.upstreams
+        let list = self
+            .upstreams
             .iter()
             .map(|u| {
                 let drain = if u.drain { ", drained" } else { "" };
                 format!("{} (×{}{drain})", u.upstream, u.weight)
             })
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(", ");
+        format!("{list}{speaks}")
     }
 }
 

@@ -56,3 +56,6 @@ mod policy;
 
 /// Routes of their own port: SSH and Redis over TCP, TLS passed through by SNI, UDP.
 mod ports;
+/// The protocols behind the routes: WebSockets across what the agent does, idle streams, HTTP/2
+/// per listener, gRPC to h2c servers.
+mod protocols;

@@ -104,6 +104,8 @@ fn sozu_accepts_the_reference_example() {
         "grafana.in.librecloud.online",
         "prometheus.in.librecloud.online",
         "longhorn.in.librecloud.online",
+        "ntfy.in.librecloud.online",
+        "otlp.in.librecloud.online",
     ] {
         write_certificate(&tls_dir, host);
     }
@@ -128,8 +130,8 @@ std.record.update "routes"
     let text = std::fs::read_to_string(&config).unwrap();
     assert_eq!(
         text.matches("[[clusters.").count() / 3,
-        3,
-        "3 routes:\n{text}"
+        5,
+        "5 routes:\n{text}"
     );
 
     let (code, output) = config_check(&config);

@@ -20,7 +20,7 @@ const D: &str = "drained.in.example.org";
 
 fn requests(route: &str, host: &str, method: &str, code: u16) -> String {
     format!(
-        "private_ingress_http_requests_total{{code=\"{code}\",host=\"{host}\",method=\"{method}\",route=\"{route}\"}}"
+        "private_ingress_http_requests_total{{code=\"{code}\",host=\"{host}\",method=\"{method}\",protocol=\"http/1.1\",route=\"{route}\"}}"
     )
 }
 

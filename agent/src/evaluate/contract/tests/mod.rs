@@ -359,9 +359,23 @@ fn reference_example_passes_with_defaults_applied() {
             [
                 "grafana.in.librecloud.online/ -> grafana.observability.svc.libre-wuji.local:3000",
                 "longhorn.in.librecloud.online/ -> longhorn-frontend.longhorn-system.svc.libre-wuji.local:80",
+                "ntfy.in.librecloud.online/ -> ntfy.ntfy.svc.libre-wuji.local:80",
+                "otlp.in.librecloud.online/ -> otel-collector.observability.svc.libre-wuji.local:4317 (h2c)",
                 "prometheus.in.librecloud.online/ -> prometheus.observability.svc.libre-wuji.local:9090",
             ]
         );
+    // The listeners' defaults: HTTP/2 offered, idle streams held 6 minutes.
+    assert_eq!(
+        ws.listener_policy.http2,
+        crate::workspace::Http2Offer::Offered
+    );
+    assert_eq!(
+        (
+            ws.listener_policy.timeouts.front,
+            ws.listener_policy.timeouts.back
+        ),
+        (360, 360)
+    );
 }
 
 #[test]

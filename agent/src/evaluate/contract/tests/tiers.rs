@@ -192,7 +192,11 @@ fn routes_checked_at_once_or_one_by_one_agree() {
             r#"{ host = "a.in.example.org", upstream = "x", port = 80, health = { mode = "tcp", timeout = 10, interval = 10 }, hsts = true }"#.into(),
             r#"{ host = "a.in.example.org", upstream = "x", port = 80, health = { accepted_statuses = [301, "200-299"] }, hsts = { max_age = 60 } }"#.into(),
             r#"{ host = "a.in.example.org", path_prefix = "/api", upstream = "svc.1abc", port = 80, drain = false }"#.into(),
+            r#"{ host = "a.in.example.org", upstream = "x", port = 50051, upstream_protocol = 'h2c, health = { mode = 'tcp } }"#.into(),
             // Refused.
+            r#"{ host = "a.in.example.org", upstream = "x", port = 50051, upstream_protocol = 'grpc }"#.into(),
+            r#"{ host = "a.in.example.org", redirect = { host = "b.in.example.org" }, upstream_protocol = "h2c" }"#.into(),
+            r#"{ host = "a.example.org", upstream = "x", port = 80, upstream_protocol = 'h2c }"#.into(),
             format!(r#"{{ host = "{too_long_host}", upstream = "x", port = 80 }}"#),
             format!(r#"{{ host = "a.in.example.org", upstream = "{too_long_upstream}", port = 80 }}"#),
             r#"{ host = "a.example.org", upstream = "x", port = 80 }"#.into(),
@@ -255,7 +259,7 @@ fn routes_checked_at_once_or_one_by_one_agree() {
             "[]".into(),
         ];
     // The cases above `// Refused.`
-    let accepted = 16;
+    let accepted = 17;
     let good = r#"{ host = "ok.in.example.org", upstream = "10.0.0.9", port = 443 }"#;
     for (i, case) in cases.iter().enumerate() {
         for routes in [case.clone(), format!("{good}, {case}")] {
