@@ -557,6 +557,7 @@ pub fn write_traffic(
             t,
         );
     }
+    write_tcp(out, routes);
     let active: Vec<&(Arc<RouteCounts>, Counts)> = routes
         .iter()
         .filter(|(_, c)| !c.requests.is_empty() || !c.websockets_closed.is_empty())
@@ -753,6 +754,58 @@ fn escape(out: &mut String, value: &str) {
     }
 }
 
+/// The TCP and TLS-passthrough routes' families: their connections, counted as each ends, and
+/// their bytes. Apart from the HTTP families, which count requests: a connection has none, and
+/// its duration (hours, for a database's) would say nothing of latency.
+fn write_tcp(out: &mut String, routes: &[(Arc<RouteCounts>, Counts)]) {
+    let active: Vec<&(Arc<RouteCounts>, Counts)> = routes
+        .iter()
+        .filter(|(_, c)| !c.tcp.closed.is_empty())
+        .collect();
+    if active.is_empty() {
+        return;
+    }
+    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let name = "private_ingress_tcp_connections_closed_total";
+    header(
+        out,
+        name,
+        "counter",
+        "Connections of TCP and TLS-passthrough routes ended, by how: closed (by either side), idle_timeout (a listener timeout), error",
+    );
+    for (route, counts) in &active {
+        for end in ["closed", "error", "idle_timeout"] {
+            let n = counts.tcp.closed.get(end).copied().unwrap_or(0);
+            let labels = [
+                ("end", end),
+                ("host", route.host.as_str()),
+                ("route", route.id.as_str()),
+            ];
+            sample(out, name, &labels, count(n));
+        }
+    }
+    type Bytes = fn(&Counts) -> u64;
+    let bytes: [(&str, &str, Bytes); 2] = [
+        (
+            "private_ingress_tcp_received_bytes_total",
+            "Bytes received from clients on TCP and TLS-passthrough routes, counted as each connection ends",
+            |c| c.tcp.bytes_in,
+        ),
+        (
+            "private_ingress_tcp_sent_bytes_total",
+            "Bytes sent to clients on TCP and TLS-passthrough routes, counted as each connection ends",
+            |c| c.tcp.bytes_out,
+        ),
+    ];
+    for (name, help, value) in bytes {
+        header(out, name, "counter", help);
+        for (route, counts) in &active {
+            let labels = [("host", route.host.as_str()), ("route", route.id.as_str())];
+            sample(out, name, &labels, count(value(counts)));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -934,5 +987,41 @@ mod tests {
             assert!(out.contains(&line), "{line} missing from\n{out}");
         }
         assert!(!out.contains("protocol=\"websocket\""), "{out}");
+    }
+
+    /// A TCP route's connections are counted in families of their own, as they end: none of
+    /// the HTTP families (no request, no latency) shows the route.
+    #[test]
+    fn tcp_connections_are_no_requests() {
+        use crate::traffic::record::{decode, tests::tcp_record};
+        let ws = crate::workspace::test_workspace(
+            std::path::Path::new("/tls"),
+            vec![crate::workspace::test_route(
+                "a.in.example.org",
+                crate::workspace::Upstream::Ip {
+                    address: "127.0.0.1:80".parse().unwrap(),
+                },
+            )],
+        );
+        let table = crate::traffic::stats::Table::default().follow(&ws);
+        for message in [None, Some("back socket read error")] {
+            let r = decode(&tcp_record("pi-a.in.example.org", message)).unwrap();
+            table.of(&r).observe(&r, &|_| Vec::new());
+        }
+        let mut out = String::new();
+        write_traffic(&mut out, &table.snapshot(), &StreamFigures::default());
+        let labels = "host=\"a.in.example.org\",route=\"pi-a.in.example.org\"";
+        for line in [
+            format!("private_ingress_tcp_connections_closed_total{{end=\"closed\",{labels}}} 1\n"),
+            format!("private_ingress_tcp_connections_closed_total{{end=\"error\",{labels}}} 1\n"),
+            format!(
+                "private_ingress_tcp_connections_closed_total{{end=\"idle_timeout\",{labels}}} 0\n"
+            ),
+            format!("private_ingress_tcp_received_bytes_total{{{labels}}} 600\n"),
+            format!("private_ingress_tcp_sent_bytes_total{{{labels}}} 8000\n"),
+        ] {
+            assert!(out.contains(&line), "{line} missing from\n{out}");
+        }
+        assert!(!out.contains("private_ingress_http_"), "{out}");
     }
 }

@@ -43,8 +43,9 @@ struct Line<'a> {
     request_id: String,
     x_request_id: Option<&'a str>,
     protocol: &'a str,
-    /// `http/1.1`, `h2`, or `websocket` for the line sozu writes when a WebSocket ends: the
-    /// metrics' `protocol` label.
+    /// `http/1.1`, `h2`, `websocket` for the line sozu writes when a WebSocket ends, or `tcp`
+    /// for the one it writes when a TCP or TLS-passthrough route's connection ends: the
+    /// metrics' `protocol` label for requests.
     http_protocol: &'static str,
     tls_version: Option<&'a str>,
     tls_cipher: Option<&'a str>,

@@ -323,8 +323,9 @@ impl Receiver {
         let route = self.table.of(&record).clone();
         let dns = &self.dns;
         route.observe(&record, &|name| resolved(dns, name));
-        // A WebSocket's end is no request of the last minute: its duration is the connection's.
-        if record.app_protocol() != record::AppProtocol::WebSocket {
+        // A connection's end (a WebSocket's, a TCP route's) is no request of the last minute:
+        // its duration is the connection's.
+        if record.app_protocol().is_request() {
             self.windows
                 .observe(&route.id, record.status(), record.duration_us());
         }

@@ -62,6 +62,11 @@ pub enum AppProtocol {
     /// upgrade's method, path and 101 and the whole connection's duration and bytes. Its upgrade
     /// was a request of its own (HTTP/1.1, status 101), recorded when the 101 was sent.
     WebSocket,
+    /// A connection of a TCP or TLS-passthrough route: sozu's TCP proxy writes one record when
+    /// it ends, with its duration and bytes and no request (`lib/src/tcp.rs` and
+    /// `lib/src/protocol/pipe.rs`, endpoint `Tcp`). A UDP flow writes none: sozu 2.3.3 logs its
+    /// end as a plain line (`lib/src/udp.rs`, `on_close_flow`).
+    Tcp,
 }
 
 impl AppProtocol {
@@ -70,13 +75,20 @@ impl AppProtocol {
             AppProtocol::Http1 => "http/1.1",
             AppProtocol::H2 => "h2",
             AppProtocol::WebSocket => "websocket",
+            AppProtocol::Tcp => "tcp",
         }
+    }
+
+    /// Whether the record is a request's, which the request figures count; the end of a
+    /// connection (a WebSocket's, a TCP route's) is not: its duration is the connection's.
+    pub fn is_request(self) -> bool {
+        matches!(self, AppProtocol::Http1 | AppProtocol::H2)
     }
 }
 
-/// How a WebSocket ended, from the message sozu's pipe gives its last record
-/// (`lib/src/protocol/pipe.rs`): a fixed set, for a label.
-pub fn websocket_end_label(message: Option<&str>) -> &'static str {
+/// How a connection sozu piped (a WebSocket, a TCP route's) ended, from the message its pipe
+/// gives the last record (`lib/src/protocol/pipe.rs`): a fixed set, for a label.
+pub fn end_label(message: Option<&str>) -> &'static str {
     match message {
         None => "closed",
         Some(m) if m.contains("timeout") => "idle_timeout",
@@ -86,9 +98,15 @@ pub fn websocket_end_label(message: Option<&str>) -> &'static str {
 
 impl Record {
     /// See [`AppProtocol`]. sozu's pipe names its protocol `WS` (HTTP listener) or
-    /// `WSS-<TLS version>`; the mux names the listener's, `http` or `https`.
+    /// `WSS-<TLS version>`, and `TCP` behind a TCP listener, whose records have no HTTP
+    /// endpoint; the mux names the listener's, `http` or `https`.
     pub fn app_protocol(&self) -> AppProtocol {
-        if self.0.protocol.starts_with("WS") {
+        if matches!(
+            self.0.endpoint.inner,
+            Some(protobuf_endpoint::Inner::Tcp(_))
+        ) {
+            AppProtocol::Tcp
+        } else if self.0.protocol.starts_with("WS") {
             AppProtocol::WebSocket
         } else if self.0.tls_alpn.as_deref() == Some("h2") {
             AppProtocol::H2
@@ -178,7 +196,7 @@ impl Record {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use sozu_command_lib::proto::command::{HttpEndpoint, ProtobufEndpoint, Uint128};
+    use sozu_command_lib::proto::command::{HttpEndpoint, ProtobufEndpoint, TcpEndpoint, Uint128};
 
     /// A record as sozu writes it for a request routed to `cluster`.
     pub(crate) fn record(cluster: Option<&str>, method: &str, status: u32, us: u64) -> Vec<u8> {
@@ -246,15 +264,45 @@ pub(crate) mod tests {
         assert_eq!(with("WSS-TLS1.3", Some("http/1.1")), "websocket");
         assert_eq!(with("WS", None), "websocket");
         assert_eq!(with("https", Some("h2c; DROP")), "http/1.1");
-        assert_eq!(websocket_end_label(None), "closed");
         assert_eq!(
-            websocket_end_label(Some("backend socket timeout")),
-            "idle_timeout"
+            with("TCP", None),
+            "http/1.1",
+            "an HTTP endpoint is a request's"
         );
-        assert_eq!(
-            websocket_end_label(Some("front socket read error")),
-            "error"
-        );
+        assert_eq!(end_label(None), "closed");
+        assert_eq!(end_label(Some("backend socket timeout")), "idle_timeout");
+        assert_eq!(end_label(Some("front socket read error")), "error");
+    }
+
+    /// A record as sozu's TCP proxy writes it when a connection of `cluster` ends.
+    pub(crate) fn tcp_record(cluster: &str, message: Option<&str>) -> Vec<u8> {
+        let log = ProtobufAccessLog {
+            request_id: Uint128 { low: 3, high: 4 },
+            cluster_id: Some(cluster.into()),
+            protocol: "TCP".into(),
+            endpoint: ProtobufEndpoint {
+                inner: Some(protobuf_endpoint::Inner::Tcp(TcpEndpoint {})),
+            },
+            message: message.map(Into::into),
+            service_time: 10,
+            request_time: Some(90_000_000),
+            bytes_in: 300,
+            bytes_out: 4_000,
+            tag: "WRK-00".into(),
+            time: Uint128::from(1_800_000_000_000_000_000u128),
+            ..Default::default()
+        };
+        let mut datagram = log.encode_length_delimited_to_vec();
+        datagram.extend_from_slice(&[0, 0]);
+        datagram
+    }
+
+    #[test]
+    fn a_tcp_connection_is_no_request() {
+        let r = decode(&tcp_record("pi-db-tcp-5432", None)).unwrap();
+        assert_eq!(r.app_protocol(), AppProtocol::Tcp);
+        assert!(!r.app_protocol().is_request());
+        assert_eq!((r.method(), r.status(), r.path()), (None, None, None));
     }
 
     #[test]

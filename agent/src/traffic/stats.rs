@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use super::record::{method_label, websocket_end_label, AppProtocol, Record};
+use super::record::{end_label, method_label, AppProtocol, Record};
 use crate::workspace::{Route, Upstream, Workspace};
 
 /// The `route` and `host` label of requests that matched no route. Route ids start with `pi-`,
@@ -60,7 +60,7 @@ pub struct Counts {
     pub requests: BTreeMap<(&'static str, u16, &'static str), u64>,
     /// Upgrades to a WebSocket: the 101s sozu sent, each when it sent it.
     pub websocket_upgrades: u64,
-    /// WebSockets ended, by how ([`super::record::websocket_end_label`]). sozu writes a
+    /// WebSockets ended, by how ([`super::record::end_label`]). sozu writes a
     /// WebSocket's record when it ends: its bytes are counted then, and its duration (minutes,
     /// hours) is kept out of the request histograms, whose 10 s top bucket and latency alert are
     /// about requests.
@@ -72,6 +72,18 @@ pub struct Counts {
     /// By upstream as the workspace writes it, for routes with several; `other` for a backend
     /// the agent cannot tell (an address its names no longer resolve to).
     pub upstreams: BTreeMap<String, u64>,
+    /// A TCP or TLS-passthrough route's connections: no request, so none of the HTTP figures.
+    pub tcp: TcpCounts,
+}
+
+/// A TCP or TLS-passthrough route's connections, counted when each ends (sozu writes the record
+/// then): how many ended and how, and their bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TcpCounts {
+    /// By how each ended ([`super::record::end_label`]).
+    pub closed: BTreeMap<&'static str, u64>,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
 }
 
 /// A route's labels and counts.
@@ -105,15 +117,24 @@ impl RouteCounts {
     /// Counts `record`; `resolve` gives the addresses an upstream name resolves to now.
     pub fn observe(&self, record: &Record, resolve: &dyn Fn(&str) -> Vec<std::net::IpAddr>) {
         let protocol = record.app_protocol();
-        if protocol == AppProtocol::WebSocket {
-            let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-            *counts
-                .websockets_closed
-                .entry(websocket_end_label(record.message()))
-                .or_default() += 1;
-            counts.bytes_in = counts.bytes_in.saturating_add(record.bytes_in());
-            counts.bytes_out = counts.bytes_out.saturating_add(record.bytes_out());
-            return;
+        let end = || end_label(record.message());
+        match protocol {
+            AppProtocol::WebSocket => {
+                let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+                *counts.websockets_closed.entry(end()).or_default() += 1;
+                counts.bytes_in = counts.bytes_in.saturating_add(record.bytes_in());
+                counts.bytes_out = counts.bytes_out.saturating_add(record.bytes_out());
+                return;
+            }
+            AppProtocol::Tcp => {
+                let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+                let tcp = &mut counts.tcp;
+                *tcp.closed.entry(end()).or_default() += 1;
+                tcp.bytes_in = tcp.bytes_in.saturating_add(record.bytes_in());
+                tcp.bytes_out = tcp.bytes_out.saturating_add(record.bytes_out());
+                return;
+            }
+            AppProtocol::Http1 | AppProtocol::H2 => {}
         }
         let upstream = (!self.upstreams.is_empty()).then(|| self.upstream_of(record, resolve));
         let status = record.status().unwrap_or(0);
@@ -325,6 +346,26 @@ mod tests {
         let expected = [("10.0.0.1:80", 1), ("b.svc:80", 2), ("other", 1)]
             .map(|(upstream, n)| (upstream.to_owned(), n));
         assert_eq!(upstreams, BTreeMap::from(expected));
+    }
+
+    #[test]
+    fn a_tcp_connection_is_counted_as_one_not_as_a_request() {
+        use crate::traffic::record::tests::tcp_record;
+        let table = table();
+        let id = "pi-a.in.example.org";
+        for message in [None, None, Some("frontend socket timeout")] {
+            let r = decode(&tcp_record(id, message)).unwrap();
+            table.of(&r).observe(&r, &|_| Vec::new());
+        }
+        let counts = table.of(&decode(&tcp_record(id, None)).unwrap()).counts();
+        assert!(counts.requests.is_empty(), "{counts:?}");
+        assert_eq!(counts.duration, Histogram::default());
+        assert_eq!((counts.bytes_in, counts.bytes_out), (0, 0));
+        assert_eq!(
+            counts.tcp.closed,
+            BTreeMap::from([("closed", 2), ("idle_timeout", 1)])
+        );
+        assert_eq!((counts.tcp.bytes_in, counts.tcp.bytes_out), (900, 12_000));
     }
 
     #[test]

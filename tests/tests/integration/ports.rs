@@ -225,7 +225,8 @@ fn tcp_routes_carry_ssh_and_redis_and_tell_a_backend_the_client_by_proxy_protoco
         port_route("git.in.example.org", "tcp", ssh_port, sshd.address, ""),
         port_route("cache.in.example.org", "tcp", redis_listen, redis, ""),
     ];
-    stack.write_workspace(&stack.workspace_text_of(&routes, ""));
+    let traffic = stack.send_traffic();
+    stack.write_workspace(&stack.workspace_text_of(&routes, &traffic));
     stack.start_sozu();
     stack.start_agent();
     stack.wait_ready(PATIENCE);
@@ -247,6 +248,26 @@ fn tcp_routes_carry_ssh_and_redis_and_tell_a_backend_the_client_by_proxy_protoco
     let (_, out, _) =
         run(Command::new("redis-cli").args(["-p", &redis_listen.to_string(), "GET", "ingress"]));
     assert_eq!(out.trim(), "tcp");
+    // Each redis-cli connection is counted once it ends, as a connection and not a request.
+    let cache = format!(
+        "host=\"cache.in.example.org\",route=\"pi-cache.in.example.org-tcp-{redis_listen}\""
+    );
+    let closed =
+        format!("private_ingress_tcp_connections_closed_total{{end=\"closed\",{cache}}} 2\n");
+    let metrics = eventually(PATIENCE, "both connections counted", || {
+        let metrics = stack.metrics();
+        metrics.contains(&closed).then_some(metrics)
+    });
+    assert!(
+        metrics.contains(&format!("private_ingress_tcp_sent_bytes_total{{{cache}}} ")),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains(&format!(
+            "route=\"pi-cache.in.example.org-tcp-{redis_listen}\",le="
+        )),
+        "a connection is no request: {metrics}"
+    );
     // The HTTPS route of the same host is untouched beside its TCP route.
     assert_eq!(
         https_get(stack.https, "git.in.example.org", "/")
