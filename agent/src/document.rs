@@ -114,6 +114,25 @@ pub struct WorkspaceStatus {
     pub zone: Option<String>,
     /// Why the latest edit was not applied (the last good workspace keeps serving).
     pub last_error: Option<String>,
+    /// The listeners the workspace in force asks for: `top` shows them beside the client
+    /// certificates sozu holds. Absent from an older agent, and before a workspace is loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listeners: Option<ListenersStatus>,
+}
+
+/// The workspace's listeners and their policy, as the workspace in force declares them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ListenersStatus {
+    pub https: String,
+    pub http: String,
+    /// The lowest TLS version the HTTPS listener accepts: `1.2` or `1.3`.
+    pub min_tls_version: String,
+    /// Both listeners expect the PROXY protocol.
+    pub expect_proxy: bool,
+    /// The interface they are bound to (`SO_BINDTODEVICE`), if any.
+    pub interface: Option<String>,
+    /// Seconds: `front`, `back`, `connect`, `request`.
+    pub timeouts: BTreeMap<String, u32>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -332,6 +351,9 @@ pub struct CertificateStatus {
     /// agent started and the agent has not replaced it).
     pub served_not_before: Option<i64>,
     pub served_not_after: Option<i64>,
+    /// The issuer (distinguished name) of the pair on disk's leaf.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_issuer: Option<String>,
     pub error: Option<String>,
     /// Why the pair on disk was refused, as a stable name (see `CertError::reason`).
     pub error_reason: Option<String>,
@@ -460,5 +482,89 @@ impl std::fmt::Display for RenewalBasis {
             RenewalBasis::Ari => "ari",
             RenewalBasis::Lifetime => "lifetime",
         })
+    }
+}
+
+/// One thing the agent did or saw, as `/v1/events` streams it (Server-Sent Events: `id:` is
+/// [`Event::id`], `event:` is [`Event::kind`], `data:` this record as one line of JSON). Like
+/// `/v1/state`, the field names are public interface. Never a key, a credential or a users
+/// file's line: only names, fingerprints, counts and the agent's own messages.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Event {
+    /// Increasing by one from 1 since the agent started: a client that reconnects sends the
+    /// last it saw (`Last-Event-ID`) and gets only what came after.
+    pub id: u64,
+    /// When, RFC 3339 in UTC to the millisecond.
+    pub time: String,
+    pub kind: EventKind,
+    /// The route host it concerns, where there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// It reports something wrong (a refusal, a backend down, a route in error, sozu
+    /// unreachable): `top` shows it in red and among a route's last errors.
+    #[serde(default)]
+    pub problem: bool,
+    /// What happened and why, in a sentence.
+    pub message: String,
+}
+
+/// What an [`Event`] is about: its SSE `event:` type.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// A new certificate is served for a host (sozu's certificate was replaced, or a first one
+    /// added).
+    CertificateRotated,
+    /// A host's pair on disk was refused (the last good one keeps serving), with its reason.
+    PairRefused,
+    /// A host's pair on disk is valid again after a refusal.
+    PairAccepted,
+    /// A workspace edit was evaluated and applied.
+    WorkspaceAccepted,
+    /// A workspace edit was rejected: the last good workspace stays live.
+    WorkspaceRejected,
+    /// Something changed behind the agent's back in sozu, and the agent put it back.
+    DriftRepaired,
+    /// An upstream name's addresses changed.
+    DnsChanged,
+    /// sozu reported a backend up, or down.
+    BackendUp,
+    BackendDown,
+    /// A route's state changed (`ok`, `pending`, `error`), with its last error.
+    RouteState,
+    /// The agent became ready, or stopped being ready.
+    Readiness,
+    /// sozu could not be reached, or was reached again.
+    Sozu,
+    /// With `'sozu_managed`: a host's ACME order moved (ordering, issued, backing off).
+    AcmeOrder,
+    /// A client-certificate CA or CRL file was refused, or sozu refused the set.
+    ClientAuth,
+}
+
+impl EventKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::CertificateRotated => "certificate_rotated",
+            EventKind::PairRefused => "pair_refused",
+            EventKind::PairAccepted => "pair_accepted",
+            EventKind::WorkspaceAccepted => "workspace_accepted",
+            EventKind::WorkspaceRejected => "workspace_rejected",
+            EventKind::DriftRepaired => "drift_repaired",
+            EventKind::DnsChanged => "dns_changed",
+            EventKind::BackendUp => "backend_up",
+            EventKind::BackendDown => "backend_down",
+            EventKind::RouteState => "route_state",
+            EventKind::Readiness => "readiness",
+            EventKind::Sozu => "sozu",
+            EventKind::AcmeOrder => "acme_order",
+            EventKind::ClientAuth => "client_auth",
+        }
+    }
+}
+
+impl std::fmt::Display for EventKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! | module | owns | I/O |
 //! |---|---|---|
-//! | [`cli`] | the command line; [`cli::status`] prints a running agent's `/v1/state` | `status` reads HTTP |
+//! | [`cli`] | the command line; [`cli::status`] prints a running agent's `/v1/state`; [`cli::top`] shows it live, with its events | `status` and `top` read HTTP |
 //! | [`run`], [`supervisor`] | wiring the live agent; ending it when one of its tasks dies | signals |
 //! | [`evaluate`] | reading a workspace (a file, or text read once) and evaluating it with the bundled contract in a confined child process, its imports kept in its tree; Nickel's diagnostics reworded | reads the workspace |
 //! | [`workspace`] | the validated model an operator declared: routes and their kinds ([`workspace::RouteKind`]), route policies, listener policy | none |
@@ -15,7 +15,7 @@
 //! | [`sozu`] | talking to sozu: requests, state reads, bulk loads, who sozu is | sozu's socket |
 //! | [`traffic`] | sozu's access-log records: per-route counts, the last minute, the JSON access log | UDP, writes the log |
 //! | [`document`] | the `/v1/state` document: every type of it (a leaf) | none |
-//! | [`api`] | serving it: the admin HTTP server, the snapshots, `/metrics` | HTTP |
+//! | [`api`] | serving it: the admin HTTP server, the snapshots, `/metrics`, `/v1/events` ([`api::events`]) | HTTP |
 //! | [`acme`] | `tls_rotation = 'sozu_managed`: ordering certificates into the tls dir, by its renewal policy | ACME, DNS, files |
 //! | [`clock`], [`text`], [`memory`] | time, printable text, the allocator | none |
 //!

@@ -187,6 +187,51 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ExitCode::from(EXIT_NOT_READY)
             })
         }
+        Command::Top {
+            admin_address,
+            refresh,
+            once,
+            pane,
+            ascii,
+            timeout,
+            size,
+        } => {
+            use private_ingress::cli::top::{self, TopError};
+            let options = top::Options {
+                admin_address,
+                refresh: std::time::Duration::from_secs_f64(refresh),
+                timeout: std::time::Duration::from_secs_f64(timeout),
+                pane: pane.into(),
+                theme: top::model::Theme {
+                    // NO_COLOR, CLICOLOR and a terminal, as for help and logs.
+                    color: anstream::AutoStream::choice(&std::io::stdout())
+                        != anstream::ColorChoice::Never,
+                    ascii,
+                },
+            };
+            let outcome = if once {
+                let (width, height) = size.unwrap_or_else(frame_size);
+                top::once(&options, width, height).map(|(text, ready)| (Some(text), ready))
+            } else {
+                top::run(&options).map(|_| (None, true))
+            };
+            match outcome {
+                Ok((Some(text), ready)) => {
+                    print(text)?;
+                    Ok(if ready {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(EXIT_NOT_READY)
+                    })
+                }
+                Ok((None, _)) => Ok(ExitCode::SUCCESS),
+                Err(TopError::Agent(err @ StatusError::NoAnswer { .. })) => {
+                    eprintln!("error: {err}");
+                    Ok(ExitCode::from(EXIT_NO_ANSWER))
+                }
+                Err(err) => Err(err.into()),
+            }
+        }
         Command::Schema => {
             print(SCHEMA)?;
             Ok(ExitCode::SUCCESS)
@@ -225,6 +270,22 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(u8::try_from(code).unwrap_or(3)))
         }
     }
+}
+
+/// `top --once`'s frame: the terminal's size when standard output is one, else `COLUMNS` and
+/// `LINES` when set, else 120 × 40.
+fn frame_size() -> (u16, u16) {
+    use std::io::IsTerminal;
+    if std::io::stdout().is_terminal() {
+        if let Ok(size) = crossterm::terminal::size() {
+            return size;
+        }
+    }
+    let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u16>().ok());
+    (
+        var("COLUMNS").unwrap_or(120).clamp(20, 1000),
+        var("LINES").unwrap_or(40).clamp(10, 1000),
+    )
 }
 
 /// Writes `bytes` to standard output. A reader that stopped reading (`… | head`) is no error:

@@ -197,8 +197,19 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         readiness: args.readiness.into(),
         ..Settings::default()
     };
+    let events = views.events.clone();
+    views.issuer.watch(Box::new(move |old, new| {
+        let mut said = Vec::new();
+        crate::reconcile::announce::issuer(old, new, &mut said);
+        for a in said {
+            events.emit(a.kind, a.host.as_deref(), a.problem, a.message);
+        }
+    }));
+    #[cfg(feature = "test-hooks")]
+    flood_events(&views.events);
     let agent = Agent::new(proxy, certs.clone(), settings, views.status.clone(), clock)
         .with_heartbeat(views.heartbeat.clone())
+        .with_events(views.events.clone())
         .with_issuer(Arc::new(views.issuer.clone()));
     // With tls_rotation = 'sozu_managed, the issuer writes pairs where the tls dir source reads
     // them, and tells it which host it wrote. It fails only when it cannot run at all (its state
@@ -252,6 +263,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     // The loop stops after the pass in flight, if any, and the admin server after its open
     // exchanges, within the grace; sozu keeps serving what it holds.
     let _ = stop_loop.send(true);
+    // Event streams say so and end, so that the admin server's open responses finish.
+    views.events.close();
     let _ = stop_admin.send(true);
     let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
     while !waiting.is_empty() {
@@ -289,6 +302,40 @@ pub fn stale_after(sozu_timeout: Duration) -> Duration {
         return Duration::from_secs(seconds);
     }
     crate::api::DEFAULT_STALE_AFTER.max(sozu_timeout.saturating_mul(6))
+}
+
+/// A test build emits `PRIVATE_INGRESS_TEST_EVENT_FLOOD` events of about 300 bytes once
+/// `PRIVATE_INGRESS_TEST_EVENT_FLOOD_FILE` names a file that exists (so that the test's slow
+/// client connects first), a thousand at a time: what a slow `/v1/events` client costs the
+/// agent is measured against a flood no real agent makes.
+#[cfg(feature = "test-hooks")]
+fn flood_events(events: &crate::api::events::Events) {
+    let count = std::env::var("PRIVATE_INGRESS_TEST_EVENT_FLOOD")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok());
+    let start = std::env::var_os("PRIVATE_INGRESS_TEST_EVENT_FLOOD_FILE");
+    let (Some(count), Some(start)) = (count, start) else {
+        return;
+    };
+    let events = events.clone();
+    tokio::spawn(async move {
+        while !std::path::Path::new(&start).exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let padding = "x".repeat(200);
+        for i in 0..count {
+            events.emit(
+                crate::document::EventKind::DnsChanged,
+                Some("flood.in.example.org"),
+                false,
+                format!("test flood {i} {padding}"),
+            );
+            if i % 1_000 == 999 {
+                tokio::task::yield_now().await;
+            }
+        }
+        tracing::info!(count, "test flood of events emitted");
+    });
 }
 
 /// Readiness waits for a host's first pair while the issuer is getting it, and no longer once

@@ -52,6 +52,22 @@ fn clean_keeping(text: &str, max: usize, keep: impl Fn(char) -> bool) -> String 
     out
 }
 
+/// Unix seconds as `YYYY-MM-DD HH:MMZ` (UTC), or the number when out of range: how `status`,
+/// `top` and the events write a moment.
+pub fn date_time(unix: i64) -> String {
+    match time::OffsetDateTime::from_unix_timestamp(unix) {
+        Ok(t) => format!(
+            "{:04}-{:02}-{:02} {:02}:{:02}Z",
+            t.year(),
+            u8::from(t.month()),
+            t.day(),
+            t.hour(),
+            t.minute()
+        ),
+        Err(_) => unix.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,5 +22,8 @@ mod alerts;
 /// The justfile's `image` and `push-images` recipes.
 mod images;
 
+/// `top`'s screens from fixed states: every pane at 80×24 and 120×40, colours, ASCII.
+mod top;
+
 /// The module maps (`lib.rs`, docs/agent.md) name every module of the crate.
 mod map;

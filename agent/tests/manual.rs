@@ -4,11 +4,12 @@
 use crate::common::{bin, run};
 use std::path::Path;
 
-const SUBCOMMANDS: [&str; 7] = [
+const SUBCOMMANDS: [&str; 8] = [
     "check",
     "render",
     "run",
     "status",
+    "top",
     "schema",
     "completions",
     "man",
@@ -23,7 +24,14 @@ fn every_shell_completes_the_subcommands_and_not_the_hidden_one() {
             assert!(script.contains(sub), "{shell}: no `{sub}` in\n{script}");
         }
         // fish writes `-l admin-address`, the others `--admin-address`.
-        for flag in ["admin-address", "timeout", "format", "eval-timeout"] {
+        for flag in [
+            "admin-address",
+            "timeout",
+            "format",
+            "eval-timeout",
+            "refresh",
+            "once",
+        ] {
             assert!(script.contains(flag), "{shell}: no `{flag}` in\n{script}");
         }
         assert!(!script.contains("__evaluate-workspace"), "{shell}");
@@ -61,10 +69,17 @@ fn the_manual_names_every_subcommand_and_flag() {
         .map(|w| w.trim_end_matches([',', '.', ')']))
         .collect();
     assert!(flags.len() > 10, "{help}");
-    for flag in flags
-        .into_iter()
-        .chain(["--timeout", "--output", "--json", "--alert-for-scale"])
-    {
+    for flag in flags.into_iter().chain([
+        "--timeout",
+        "--output",
+        "--json",
+        "--alert-for-scale",
+        "--refresh",
+        "--once",
+        "--pane",
+        "--ascii",
+        "--size",
+    ]) {
         let roff = flag.replace('-', "\\-");
         assert!(page.contains(&roff), "no {flag} in the manual");
     }

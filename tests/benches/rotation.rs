@@ -16,12 +16,17 @@
 //! own certificate; single rotations of random hosts, idle and with `/metrics` scraped back to
 //! back beside them; one route appended. One table, with the ratios of each size to the first.
 //!
+//! With `--top`: the idle rotations of ours, half of them with `private-ingress top` attached to
+//! the agent (on a pseudo-terminal, refreshing every second), in `--rounds` rounds taking turns
+//! with and without it; the p50 and p99 of each, and their ratio.
+//!
 //! With `--hops`: where each rotation's time goes, hop by hop (see `bench::hops`), at one route
 //! or at each size given (`--hops 10 10000`); with `PRIVATE_INGRESS_BASELINE_BIN`, that build is
 //! timed too, before this one at each size.
 //!
 //!     cargo bench -p private-ingress-tests --bench rotation [-- --rotations 100 --hosts 1000]
 //!     cargo bench -p private-ingress-tests --bench rotation -- 10 1000 10000 [--rotations 30]
+//!     cargo bench -p private-ingress-tests --bench rotation -- --top [--rotations 100] [--rounds 5]
 //!     bench/run-peers [--rotations 100] [--rounds 5] [--out DIR]
 //!     PRIVATE_INGRESS_BASELINE_BIN=old/private-ingress cargo bench -p private-ingress-tests \
 //!         --bench rotation -- --baseline [--rotations 100] [--rounds 5]
@@ -40,6 +45,7 @@ use private_ingress_tests::live::Backend;
 
 struct Args {
     peers: bool,
+    top: bool,
     baseline: bool,
     hops: bool,
     sizes: Vec<usize>,
@@ -53,6 +59,7 @@ struct Args {
 fn args() -> Args {
     let mut args = Args {
         peers: false,
+        top: false,
         baseline: false,
         hops: false,
         sizes: Vec::new(),
@@ -67,6 +74,7 @@ fn args() -> Args {
         let mut value = |name: &str| it.next().unwrap_or_else(|| panic!("{name} needs a value"));
         match arg.as_str() {
             "--peers" => args.peers = true,
+            "--top" => args.top = true,
             "--baseline" => args.baseline = true,
             "--hops" => args.hops = true,
             "--rotations" => args.rotations = value("--rotations").parse().expect("--rotations N"),
@@ -83,7 +91,7 @@ fn args() -> Args {
                 args.sizes.push(size.parse().unwrap_or_default());
             }
             other => panic!(
-                "unknown argument {other}; use sizes, --peers, --baseline, --hops, --rotations N, --rounds N, --hosts N, --after-switch-ms N, --out DIR"
+                "unknown argument {other}; use sizes, --peers, --baseline, --top, --hops, --rotations N, --rounds N, --hosts N, --after-switch-ms N, --out DIR"
             ),
         }
     }
@@ -106,13 +114,22 @@ fn main() {
     // Build (or find) the agent before any clock starts.
     let _ = private_ingress_tests::agent_bin();
     let started = Instant::now();
-    let pairs = workload::pairs(HOST, args.rotations + 1);
+    let pairs = workload::pairs(
+        HOST,
+        if args.top {
+            2 * args.rotations + 1
+        } else {
+            args.rotations + 1
+        },
+    );
     println!(
         "{} certificates (ECDSA P-256) generated in {:.0?}",
         pairs.len(),
         started.elapsed()
     );
-    if args.hops {
+    if args.top {
+        with_top(&args, &pairs);
+    } else if args.hops {
         hops(&args, &pairs);
     } else if !args.sizes.is_empty() {
         sizes(&args);
@@ -236,6 +253,54 @@ fn ours(args: &Args, pairs: &[workload::Pair]) {
         m.rss_started,
         m.rss_renewed,
         (m.rss_renewed / m.rss_started - 1.0) * 100.0
+    );
+}
+
+/// Idle rotations with and without `top` attached, taking turns (see the module).
+fn with_top(args: &Args, pairs: &[workload::Pair]) {
+    let backend = Backend::start("app");
+    let system = ours::serve(&[(HOST.to_owned(), &pairs[0])], backend.address, "warn")
+        .unwrap_or_else(|e| panic!("private-ingress did not start: {e}"));
+    wait_serving(system.https(), &pairs[0].fingerprint, START_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{e}: {}", system.logs()));
+    let rounds = args.rounds.clamp(1, args.rotations.max(1));
+    let per_round = (args.rotations / rounds).max(1);
+    let (mut without, mut with) = (Outcome::default(), Outcome::default());
+    let mut generation = 1;
+    for round in 0..rounds {
+        for attached in [false, true] {
+            let top = attached.then(|| {
+                private_ingress_tests::bench::top::attach(
+                    system.stack.admin,
+                    Duration::from_secs(1),
+                )
+            });
+            let generations = generation..=generation + per_round - 1;
+            generation += per_round;
+            let outcome = workload::run(&system, pairs, generations, &workload(args, false));
+            if attached {
+                with.merge(outcome);
+            } else {
+                without.merge(outcome);
+            }
+            drop(top);
+        }
+        println!("round {} of {rounds} done", round + 1);
+    }
+    let ms =
+        |o: &Outcome, p| percentile(&o.latencies, p).map_or(f64::NAN, |d| d.as_secs_f64() * 1e3);
+    println!(
+        "\nrotation, idle, {} rotations each way: without top p50 {:.2} ms, p99 {:.2} ms; with top \
+         attached p50 {:.2} ms, p99 {:.2} ms; p50 ratio {:.2}x, p99 ratio {:.2}x; {} and {} timed out",
+        without.latencies.len(),
+        ms(&without, 50.0),
+        ms(&without, 99.0),
+        ms(&with, 50.0),
+        ms(&with, 99.0),
+        ms(&with, 50.0) / ms(&without, 50.0),
+        ms(&with, 99.0) / ms(&without, 99.0),
+        without.timed_out,
+        with.timed_out
     );
 }
 

@@ -173,3 +173,4 @@ pub mod kubelet;
 pub mod live;
 pub mod load;
 pub mod soak;
+pub mod tui;

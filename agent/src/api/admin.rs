@@ -1,6 +1,7 @@
 //! The admin HTTP endpoints: `/healthz` (the reconcile loop turns: see [`super::Heartbeat`]),
 //! `/readyz` (sozu holds the whole desired state, certificates included), `/metrics`
-//! (Prometheus text) and `/v1/state` (the agent's view per route, as JSON). All of them read what
+//! (Prometheus text), `/v1/state` (the agent's view per route, as JSON, with an entity tag) and
+//! `/v1/events` (what the agent did, as Server-Sent Events: [`super::events`]). All of them read what
 //! the loop and the sources publish; none of them talks to sozu, so a scrape never competes with
 //! a reconcile.
 //!
@@ -8,7 +9,8 @@
 //! - **at most [`MAX_CONNECTIONS`] connections**; one more is closed at once;
 //! - **deadlines**: a request's head must arrive within [`HEADER_TIMEOUT`], and a connection
 //!   lives at most [`CONNECTION_DEADLINE`], whatever it is doing (a client that never reads its
-//!   answer holds it no longer);
+//!   answer holds it no longer), but for an event stream, which ends when its client goes or the
+//!   agent stops, and of which at most [`super::events::MAX_STREAMS`] are open;
 //! - **bodies rendered once** per state of what they show, on the blocking pool, and shared by
 //!   every request until it changes: a hundred clients of a 9 MB `/v1/state` hold one copy;
 //! - **the probes first**: `/healthz` and `/readyz` read two atomics' worth of state and answer
@@ -38,7 +40,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
-use super::Views;
+use super::{StateBody, Views};
 
 /// Connections open at once. Prometheus and the kubelet keep a few; the rest are people. A
 /// connection that sends no request is closed after [`HEADER_TIMEOUT`].
@@ -97,6 +99,7 @@ pub fn router(views: Views, allowed: AllowedHosts) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/v1/events", get(events))
         .merge(data)
         .with_state(views)
         .layer(axum::middleware::from_fn(move |request, next| {
@@ -191,7 +194,14 @@ pub async fn serve(listener: TcpListener, router: Router, mut stop: watch::Recei
             tracing::debug!("admin connection refused: {MAX_CONNECTIONS} already open");
             continue;
         };
-        let service = TowerToHyperService::new(router.clone());
+        let streaming = Streaming::default();
+        let service = {
+            let (inner, streaming) = (TowerToHyperService::new(router.clone()), streaming.clone());
+            hyper::service::service_fn(move |mut request: Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(streaming.clone());
+                hyper::service::Service::call(&inner, request)
+            })
+        };
         let mut closed = closed.clone();
         connections.spawn(async move {
             let _permit = permit;
@@ -213,7 +223,15 @@ pub async fn serve(listener: TcpListener, router: Router, mut stop: watch::Recei
                     }
                 }
             };
-            let _ = tokio::time::timeout(CONNECTION_DEADLINE, served).await;
+            let mut served = std::pin::pin!(served);
+            // An event stream ends when its client goes or the agent stops (`Events::close`).
+            if tokio::time::timeout(CONNECTION_DEADLINE, served.as_mut())
+                .await
+                .is_err()
+                && streaming.0.load(std::sync::atomic::Ordering::Relaxed)
+            {
+                served.await;
+            }
         });
     }
     let _ = closing.send(true);
@@ -257,17 +275,67 @@ async fn readyz(State(views): State<Views>) -> impl IntoResponse {
     }
 }
 
-async fn state(State(views): State<Views>) -> Response {
-    match views.state_body().await {
-        Ok(body) => (
+/// `/v1/state`, with an entity tag: `304 Not Modified` to a client that sends the current one
+/// back (`If-None-Match`), which costs the agent no rendering and no bytes.
+async fn state(State(views): State<Views>, headers: axum::http::HeaderMap) -> Response {
+    let asked = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok());
+    match views.state_body_unless(asked).await {
+        Ok(StateBody::Full { etag, body }) => (
             StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
+            [
+                (header::CONTENT_TYPE, "application/json".to_owned()),
+                (header::ETAG, etag),
+            ],
             body,
         )
             .into_response(),
+        Ok(StateBody::NotModified { etag }) => {
+            (StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response()
+        }
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
 }
+
+/// `/v1/events`: Server-Sent Events ([`super::events`]), the backlog first (after
+/// `Last-Event-ID`, when the client sends one), then each event as it comes, until the client
+/// goes or the agent stops. The connection it comes on is exempt from
+/// [`CONNECTION_DEADLINE`]: a stream is meant to last.
+async fn events(
+    State(views): State<Views>,
+    streaming: Option<axum::Extension<Streaming>>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    let last = headers.get("last-event-id").and_then(|v| v.to_str().ok());
+    let Some(frames) = views.events.stream(last) else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "2")],
+            "too many event streams open, or the agent is stopping; try again\n",
+        )
+            .into_response();
+    };
+    if let Some(axum::Extension(streaming)) = streaming {
+        streaming
+            .0
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        axum::body::Body::new(super::events::StreamBody(frames)),
+    )
+        .into_response()
+}
+
+/// Set by [`events`] on the connection it streams on: that connection outlives
+/// [`CONNECTION_DEADLINE`].
+#[derive(Clone, Default)]
+struct Streaming(Arc<std::sync::atomic::AtomicBool>);
 
 /// `/metrics`, gzipped when the scraper accepts it (Prometheus does).
 async fn metrics(State(views): State<Views>, headers: axum::http::HeaderMap) -> Response {
@@ -369,6 +437,54 @@ mod tests {
             .insert(header::HOST, "evil.example:9180".parse().unwrap());
         let refused = router.clone().oneshot(rebound).await.unwrap();
         assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    }
+
+    /// `/v1/state` carries an entity tag; sent back while nothing changed, `304` and no body;
+    /// after a change, the new document with a new tag.
+    #[tokio::test]
+    async fn the_state_is_not_sent_again_while_it_has_not_changed() {
+        use http_body_util::BodyExt;
+        use tower::ServiceExt;
+        let views = Views::default();
+        let router = router(views.clone(), AllowedHosts::default());
+        let get = |tag: Option<&str>| {
+            let mut request = http::Request::get("/v1/state").header(header::HOST, "127.0.0.1");
+            if let Some(tag) = tag {
+                request = request.header(header::IF_NONE_MATCH, tag);
+            }
+            let router = router.clone();
+            async move {
+                let response = router
+                    .oneshot(request.body(axum::body::Body::empty()).unwrap())
+                    .await
+                    .unwrap();
+                let status = response.status();
+                let etag = response
+                    .headers()
+                    .get(header::ETAG)
+                    .map(|v| v.to_str().unwrap().to_owned());
+                let body = response.into_body().collect().await.unwrap().to_bytes();
+                (status, etag, body)
+            }
+        };
+        let (status, etag, body) = get(None).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(!body.is_empty());
+        let etag = etag.expect("an entity tag");
+        let (status, again, body) = get(Some(&etag)).await;
+        assert_eq!(
+            (status, again.as_deref(), body.len()),
+            (StatusCode::NOT_MODIFIED, Some(etag.as_str()), 0)
+        );
+        // Weak comparison and lists, as RFC 9110 has them.
+        assert_eq!(
+            get(Some(&format!("\"x\", W/{etag}"))).await.0,
+            StatusCode::NOT_MODIFIED
+        );
+        views.status.store(crate::api::Snapshot::default());
+        let (status, newer, _) = get(Some(&etag)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_ne!(newer.as_deref(), Some(etag.as_str()));
     }
 
     /// A scraper that accepts gzip gets one gzip member of exactly the text others get.

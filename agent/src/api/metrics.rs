@@ -510,6 +510,18 @@ pub fn write_issuer(out: &mut String, status: &IssuerStatus) {
     }
 }
 
+/// `/v1/events`' own family: the events slow clients skipped ([`crate::api::events`]).
+pub fn write_events(out: &mut String, dropped: u64) {
+    let name = "private_ingress_events_dropped_total";
+    header(
+        out,
+        name,
+        "counter",
+        "Events /v1/events clients skipped because they read too slowly, since the agent started",
+    );
+    sample(out, name, &[], dropped);
+}
+
 /// The traffic families ([`crate::traffic`]), appended to the `/metrics` text: one series per
 /// route (and per method and status) that has had a request, the unmatched ones, and the
 /// stream's own.

@@ -3,6 +3,7 @@
 //! `/v1/state` document's types are [`crate::document`]'s.
 
 pub mod admin;
+pub mod events;
 pub mod gzip;
 pub mod low_priority;
 pub mod metrics;
@@ -131,14 +132,18 @@ pub struct Views {
     pub dns: crate::sources::dns::DnsTable,
     pub issuer: crate::acme::handle::IssuerHandle,
     pub traffic: crate::traffic::TrafficHandle,
+    /// What the agent did and why, for `/v1/events`.
+    pub events: events::Events,
     pub bodies: Arc<Bodies>,
 }
 
-/// The traffic families of `/metrics` as they are now: they move with every request.
-fn traffic_metrics(traffic: &crate::traffic::TrafficHandle) -> String {
+/// The families of `/metrics` that move with every request (traffic) or every event (the
+/// events dropped for slow clients), as they are now.
+fn traffic_metrics(traffic: &crate::traffic::TrafficHandle, events: &events::Events) -> String {
     let mut text = String::new();
     metrics::write_traffic(&mut text, &traffic.table().snapshot(), &traffic.figures());
     metrics::write_handshake_failures(&mut text, &traffic.handshakes().snapshot());
+    metrics::write_events(&mut text, events.dropped());
     text
 }
 
@@ -146,7 +151,16 @@ fn traffic_metrics(traffic: &crate::traffic::TrafficHandle) -> String {
 /// while nothing changed gets the same bytes, shared, not a copy of its own.
 #[derive(Default)]
 pub struct Bodies {
-    state: tokio::sync::Mutex<Option<(Version, bytes::Bytes)>>,
+    /// `/v1/state`, with its entity tag: a client that sends it back (`If-None-Match`) while
+    /// nothing changed gets `304 Not Modified`, and nothing is rendered or sent (`top` polls so).
+    state: tokio::sync::Mutex<Option<(Version, u64, bytes::Bytes)>>,
+    /// How many times `/v1/state` was rendered: the entity tags.
+    state_renders: std::sync::atomic::AtomicU64,
+    /// `/v1/state` without its `traffic`, which moves every second while requests come: the
+    /// routes' part, megabytes at 10,000 routes, is rendered once per change of what it shows,
+    /// and each new body is that front with the traffic appended ([`compose`]). A `top` reading
+    /// every refresh costs the agent the traffic's part, not the whole document.
+    state_front: tokio::sync::Mutex<Option<(Version, bytes::Bytes)>>,
     metrics: tokio::sync::Mutex<Option<(Version, bytes::Bytes)>>,
     /// The agent's own families of `/metrics`, deflated ([`gzip`]), with
     /// what it was deflated from (compared by identity: the bytes of one rendering).
@@ -165,6 +179,42 @@ impl PartialEq for Version {
             && self.2 == other.2
             && self.3 == other.3
     }
+}
+
+/// `/v1/state` from its `front` (the document without `traffic`, which is its last field) and
+/// the traffic: the same bytes as the whole document serialized at once.
+fn compose(front: &[u8], traffic: Option<&TrafficStatus>) -> Result<Vec<u8>, serde_json::Error> {
+    let Some(traffic) = traffic else {
+        return Ok(front.to_vec());
+    };
+    let open = front.strip_suffix(b"}").unwrap_or(front);
+    let mut body = Vec::with_capacity(front.len() + 64 * traffic.routes.len() + 256);
+    body.extend_from_slice(open);
+    body.extend_from_slice(b",\"traffic\":");
+    serde_json::to_writer(&mut body, traffic)?;
+    body.push(b'}');
+    Ok(body)
+}
+
+/// `/v1/state` as the admin server sends it.
+pub enum StateBody {
+    Full { etag: String, body: bytes::Bytes },
+    NotModified { etag: String },
+}
+
+/// A strong entity tag for the `tag`th rendering of this agent's `/v1/state`: the agent's
+/// instance in it, so that a restarted agent's first body is not taken for the last one's.
+fn entity_tag(tag: u64) -> String {
+    format!("\"{}-{tag}\"", events::instance())
+}
+
+/// Whether an `If-None-Match` value names `etag` (`*`, or a list of tags, weak or strong:
+/// RFC 9110, 13.1.2 compares weakly).
+fn etag_matches(if_none_match: &str, etag: &str) -> bool {
+    if_none_match.split(',').any(|t| {
+        let t = t.trim();
+        t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag
+    })
 }
 
 /// When the reconcile loop last turned: `/healthz` answers from it. A loop that waits for
@@ -269,11 +319,46 @@ impl Views {
 
     /// `/v1/state` as bytes to send: rendered once per change, on [`low_priority`]'s thread.
     pub async fn state_body(&self) -> Result<bytes::Bytes, serde_json::Error> {
-        let views = self.clone();
-        self.cached(&self.bodies.state, move || {
-            views.state_json().map(Into::into)
+        match self.state_body_unless(None).await? {
+            StateBody::Full { body, .. } => Ok(body),
+            StateBody::NotModified { .. } => unreachable!("no tag was given"),
+        }
+    }
+
+    /// `/v1/state`, or [`StateBody::NotModified`] when `if_none_match` (a client's
+    /// `If-None-Match`) names the body that is current: nothing to render or send.
+    pub async fn state_body_unless(
+        &self,
+        if_none_match: Option<&str>,
+    ) -> Result<StateBody, serde_json::Error> {
+        let mut slot = self.bodies.state.lock().await;
+        let version = self.version();
+        if let Some((rendered, tag, body)) = slot.as_ref() {
+            if *rendered == version {
+                let etag = entity_tag(*tag);
+                return Ok(match if_none_match {
+                    Some(asked) if etag_matches(asked, &etag) => StateBody::NotModified { etag },
+                    _ => StateBody::Full {
+                        etag,
+                        body: body.clone(),
+                    },
+                });
+            }
+        }
+        let front = self.state_front(&version).await?;
+        let traffic = self.traffic.status();
+        let body: bytes::Bytes = low_priority::run(move || compose(&front, traffic.as_deref()))
+            .await?
+            .into();
+        let tag = 1 + self
+            .bodies
+            .state_renders
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        *slot = Some((version, tag, body.clone()));
+        Ok(StateBody::Full {
+            etag: entity_tag(tag),
+            body,
         })
-        .await
     }
 
     /// `/metrics` as bytes to send: the agent's own families rendered once per change, and the
@@ -281,9 +366,9 @@ impl Views {
     /// low-priority thread ([`low_priority`]).
     pub async fn metrics_body(&self) -> Result<bytes::Bytes, serde_json::Error> {
         let own = self.own_metrics().await?;
-        let traffic = self.traffic.clone();
+        let (traffic, events) = (self.traffic.clone(), self.events.clone());
         let body = low_priority::run(move || {
-            let text = traffic_metrics(&traffic);
+            let text = traffic_metrics(&traffic, &events);
             let mut body = bytes::BytesMut::with_capacity(own.len() + text.len());
             body.extend_from_slice(&own);
             body.extend_from_slice(text.as_bytes());
@@ -316,10 +401,13 @@ impl Views {
             }
         };
         drop(slot);
-        let traffic = self.traffic.clone();
-        let body =
-            low_priority::run(move || front.finish(traffic_metrics(&traffic).as_bytes()).ok())
-                .await;
+        let (traffic, events) = (self.traffic.clone(), self.events.clone());
+        let body = low_priority::run(move || {
+            front
+                .finish(traffic_metrics(&traffic, &events).as_bytes())
+                .ok()
+        })
+        .await;
         Ok(body)
     }
 
@@ -348,12 +436,35 @@ impl Views {
         Ok(body)
     }
 
+    /// `/v1/state` without `traffic`, rendered once per change of the rest (`version`, its
+    /// traffic's version aside).
+    async fn state_front(&self, version: &Version) -> Result<bytes::Bytes, serde_json::Error> {
+        let front_version = Version(version.0.clone(), version.1, version.2, 0);
+        let mut slot = self.bodies.state_front.lock().await;
+        if let Some((rendered, front)) = slot.as_ref() {
+            if *rendered == front_version {
+                return Ok(front.clone());
+            }
+        }
+        let views = self.clone();
+        let front: bytes::Bytes = low_priority::run(move || views.state_json_with(false))
+            .await?
+            .into();
+        *slot = Some((front_version, front.clone()));
+        Ok(front)
+    }
+
     /// `/v1/state`, serialized from the latest snapshot without copying it.
     pub fn state_json(&self) -> Result<Vec<u8>, serde_json::Error> {
+        self.state_json_with(true)
+    }
+
+    /// `/v1/state`, with its `traffic` or without.
+    fn state_json_with(&self, with_traffic: bool) -> Result<Vec<u8>, serde_json::Error> {
         let snapshot = self.status.load();
         let (dns, counters) = self.dns(&snapshot.head.counters);
         let issuer = self.issuer.snapshot();
-        let traffic = self.traffic.status();
+        let traffic = self.traffic.status().filter(|_| with_traffic);
         serde_json::to_vec(&StatusRef {
             ready: snapshot.head.readiness.ready,
             readiness: &snapshot.head.readiness,
@@ -386,6 +497,31 @@ impl Views {
 mod tests {
     use super::*;
     use crate::document::{RouteState, Waiting};
+
+    /// The document's front and its traffic, put together, are the document.
+    #[test]
+    fn the_front_and_the_traffic_make_the_whole_document() {
+        let mut doc = Document::default();
+        doc.routes.push(RouteStatus {
+            id: "pi-a".into(),
+            ..RouteStatus::default()
+        });
+        let mut traffic = TrafficStatus::default();
+        traffic.routes.insert(
+            "pi-a".into(),
+            crate::document::RouteTraffic {
+                requests: 3,
+                ..Default::default()
+            },
+        );
+        let front = serde_json::to_vec(&doc).unwrap();
+        assert_eq!(compose(&front, None).unwrap(), front);
+        doc.traffic = Some(traffic.clone());
+        assert_eq!(
+            compose(&front, Some(&traffic)).unwrap(),
+            serde_json::to_vec(&doc).unwrap()
+        );
+    }
 
     /// `/v1/state` from a snapshot is the document `status` reads back, field for field.
     #[test]

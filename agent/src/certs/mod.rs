@@ -59,6 +59,8 @@ pub struct Certificate {
     pub names: Arc<BTreeSet<String>>,
     /// What else its DNS SANs name, which sozu is not told (shown in the status).
     pub other_names: Arc<[String]>,
+    /// The leaf's issuer, as a distinguished name (shown in the status and by `top`).
+    pub issuer: Arc<str>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

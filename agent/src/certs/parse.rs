@@ -145,6 +145,7 @@ pub fn parse(
         not_after: validity.not_after.timestamp(),
         names: BTreeSet::from([host.to_owned()]).into(),
         other_names: names.into_iter().filter(|n| n != host).collect(),
+        issuer: leaf.issuer().to_string().into(),
     })
 }
 

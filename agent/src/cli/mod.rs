@@ -4,6 +4,7 @@
 pub mod exit;
 pub mod manual;
 pub mod status;
+pub mod top;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -77,6 +78,35 @@ pub enum Command {
         /// Seconds to wait for the agent's answer; none by then exits 3.
         #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
         timeout: f64,
+    },
+    /// A live, full-screen view of a running agent: its routes, certificates, listeners and
+    /// events as they happen (reads its admin API, as `status` does; read only). `?` lists the
+    /// keys, `q` quits.
+    Top {
+        /// The running agent's admin address.
+        #[arg(long, env = "PRIVATE_INGRESS_ADMIN_ADDRESS", default_value = DEFAULT_ADMIN_ADDRESS)]
+        admin_address: String,
+        /// Seconds between two reads of the agent's state (an unchanged state costs the agent
+        /// a 304).
+        #[arg(long, default_value_t = 2.0, value_parser = refresh_seconds)]
+        refresh: f64,
+        /// Print one frame as plain text and exit: 0 when the agent is ready, 1 when not, as
+        /// `status` (for scripts and bug reports).
+        #[arg(long)]
+        once: bool,
+        /// The pane to show first (and the one `--once` prints).
+        #[arg(long, value_enum, default_value_t = TopPane::Routes)]
+        pane: TopPane,
+        /// ASCII alone: no box-drawing or block characters (for terminals and fonts without
+        /// them).
+        #[arg(long, env = "PRIVATE_INGRESS_TOP_ASCII")]
+        ascii: bool,
+        /// Seconds to wait for the agent's first answer; none by then exits 3.
+        #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
+        timeout: f64,
+        /// `--once`: the frame's size, COLUMNSxROWS (default: the terminal's, else 120x40).
+        #[arg(long, value_parser = frame_size)]
+        size: Option<(u16, u16)>,
     },
     /// Print the bundled contract, to vendor next to a workspace for editor support.
     Schema,
@@ -196,6 +226,26 @@ impl From<Readiness> for crate::document::ReadinessMode {
     }
 }
 
+/// `top`'s panes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TopPane {
+    Routes,
+    Certificates,
+    Listeners,
+    Events,
+}
+
+impl From<TopPane> for top::model::Pane {
+    fn from(pane: TopPane) -> Self {
+        match pane {
+            TopPane::Routes => top::model::Pane::Routes,
+            TopPane::Certificates => top::model::Pane::Certificates,
+            TopPane::Listeners => top::model::Pane::Listeners,
+            TopPane::Events => top::model::Pane::Events,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Human,
@@ -258,6 +308,28 @@ fn for_scale(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 && v <= 100.0 => Ok(v),
         _ => Err(format!("`{s}` is not a factor above 0 and at most 100")),
+    }
+}
+
+/// `top --refresh`: from a tenth of a second (more often reads faster than the agent's
+/// figures move) to an hour.
+fn refresh_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.1..=3_600.0).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}` is not a number of seconds from 0.1 to 3600")),
+    }
+}
+
+/// `COLUMNSxROWS`, each from 20 to 1000.
+fn frame_size(s: &str) -> Result<(u16, u16), String> {
+    let parsed = s
+        .split_once(['x', 'X'])
+        .and_then(|(w, h)| Some((w.trim().parse::<u16>().ok()?, h.trim().parse::<u16>().ok()?)));
+    match parsed {
+        Some((w, h)) if (20..=1000).contains(&w) && (10..=1000).contains(&h) => Ok((w, h)),
+        _ => Err(format!(
+            "`{s}` is not a size COLUMNSxROWS (from 20x10 to 1000x1000)"
+        )),
     }
 }
 

@@ -33,17 +33,7 @@ pub fn fetch(
         address: admin_address.to_owned(),
         reason,
     };
-    let address = admin_address.trim_end_matches('/');
-    let address = match address.split_once("://") {
-        None => address,
-        Some(("http", rest)) => rest,
-        Some((scheme, _)) => {
-            return Err(unreachable(format!(
-                "the admin server speaks plain HTTP, not {scheme}: give its host:port"
-            )))
-        }
-    };
-    let url = format!("http://{address}/v1/state");
+    let url = format!("{}/v1/state", base_url(admin_address)?);
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(timeout))
         .build()
@@ -64,6 +54,20 @@ pub fn fetch(
         reason: e.to_string(),
     })?;
     Ok((body, status))
+}
+
+/// `http://host:port` of the admin server at `admin_address` (`host:port`, or an `http://`
+/// URL: the admin server speaks plain HTTP).
+pub(crate) fn base_url(admin_address: &str) -> Result<String, StatusError> {
+    let address = admin_address.trim_end_matches('/');
+    match address.split_once("://") {
+        None => Ok(format!("http://{address}")),
+        Some(("http", rest)) => Ok(format!("http://{rest}")),
+        Some((scheme, _)) => Err(StatusError::Unreachable {
+            address: admin_address.to_owned(),
+            reason: format!("the admin server speaks plain HTTP, not {scheme}: give its host:port"),
+        }),
+    }
 }
 
 fn short(fingerprint: &str) -> &str {
@@ -514,17 +518,7 @@ pub fn issuer_table(status: &IssuerStatus, now: i64) -> String {
 }
 
 fn datetime(unix: i64) -> String {
-    match time::OffsetDateTime::from_unix_timestamp(unix) {
-        Ok(t) => format!(
-            "{:04}-{:02}-{:02} {:02}:{:02}Z",
-            t.year(),
-            u8::from(t.month()),
-            t.day(),
-            t.hour(),
-            t.minute()
-        ),
-        Err(_) => unix.to_string(),
-    }
+    crate::text::date_time(unix)
 }
 
 fn in_words(seconds: i64) -> String {
@@ -711,6 +705,7 @@ mod tests {
                 loaded: true,
                 zone: Some("in.example.org".into()),
                 last_error: Some("bad \u{1b}]0;owned\u{7} title".into()),
+                listeners: None,
             },
             routes: vec![RouteStatus {
                 host: "a.in.example.org".into(),

@@ -27,6 +27,7 @@ pub(crate) fn workspace(routes: &[(&str, &str, &str)]) -> Workspace {
 pub(crate) fn cert(host: &str, serial: u8) -> Certificate {
     Certificate {
         other_names: std::sync::Arc::from([]),
+        issuer: "CN=test".into(),
         fingerprint: format!("{serial:02x}{}", "ab".repeat(31)),
         chain: vec![format!("PEM {host} {serial}")].into(),
         key: KeyPem::new("key".into()),

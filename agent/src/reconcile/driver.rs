@@ -104,6 +104,8 @@ pub struct Agent<P, C> {
     pub(super) status: SharedStatus,
     /// Beaten at every turn of the loop: `/healthz` reads it.
     heartbeat: Heartbeat,
+    /// What the agent did and why, for `/v1/events`: emitting never waits for a reader.
+    pub(super) events: crate::api::events::Events,
     /// With `tls_rotation = 'sozu_managed`: the issuer's progress, the version last read, and
     /// what it had given up on then.
     pub(super) issuer: Option<(super::readiness::SharedIssuerProgress, u64, Stalled)>,
@@ -243,8 +245,15 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             policy_files: Default::default(),
             status,
             heartbeat: Heartbeat::default(),
+            events: Default::default(),
             issuer: None,
         }
+    }
+
+    /// Emits what it does and sees on `events` (`/v1/events`).
+    pub fn with_events(mut self, events: crate::api::events::Events) -> Self {
+        self.events = events;
+        self
     }
 
     /// Readiness asks `issuer` whether a missing pair is still being issued (see
@@ -414,7 +423,15 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
     fn absorb(&mut self, fact: Fact, work: &mut Work) {
         match fact {
             Fact::Workspace(result) => {
+                let rejected = result.as_ref().err().cloned();
+                let before: BTreeSet<String> = self
+                    .workspace
+                    .current
+                    .iter()
+                    .flat_map(|w| w.routes.iter().map(|r| r.id.clone()))
+                    .collect();
                 if self.workspace.absorb(result, &mut self.counters) {
+                    self.announce_workspace(&before);
                     work.workspace = true;
                     self.dirty.all = true;
                     if let Some(workspace) = &self.workspace.current {
@@ -423,11 +440,24 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                         self.certs.retain(&workspace.tls_hosts());
                     }
                 }
+                if let Some(diagnostic) = rejected {
+                    let first = diagnostic
+                        .lines()
+                        .find(|l| !l.trim().is_empty())
+                        .unwrap_or("");
+                    self.events.emit(
+                        crate::document::EventKind::WorkspaceRejected,
+                        None,
+                        true,
+                        format!("workspace edit rejected, the last good one stays live: {first}"),
+                    );
+                }
                 work.publish = true;
             }
             Fact::Dns(fact) => {
                 let name = fact.name.clone();
                 if self.dns.absorb(fact) {
+                    self.announce_name(&name);
                     work.names.insert(name.clone());
                 }
                 self.dirty.names.insert(name);
@@ -514,12 +544,29 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 Drift::Cluster(id) => {
                     tracing::info!(cluster = %id, change = %change.kind,
                         "a cluster of the agent's changed in sozu behind its back; repairing it");
+                    let host = self
+                        .model
+                        .as_ref()
+                        .and_then(|m| m.route_by_id(&id))
+                        .map(|r| r.host.clone());
+                    self.events.emit(
+                        crate::document::EventKind::DriftRepaired,
+                        host.as_deref(),
+                        false,
+                        format!("{id} changed in sozu behind the agent's back ({}): read again and repaired", change.kind),
+                    );
                     self.counters.drift_repairs += 1;
                     work.drifted.insert(id);
                 }
                 Drift::Everything => {
                     tracing::info!(change = %change.kind,
                         "sozu's certificates or state changed behind the agent's back; reading it again");
+                    self.events.emit(
+                        crate::document::EventKind::DriftRepaired,
+                        None,
+                        false,
+                        format!("sozu's certificates or state changed behind the agent's back ({}): reading it all again", change.kind),
+                    );
                     self.counters.drift_repairs += 1;
                     work.resync = true;
                 }
@@ -530,6 +577,65 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             }
         }
         work.publish = true;
+    }
+
+    /// A new workspace is live: how many routes, and how many came and went.
+    fn announce_workspace(&self, before: &BTreeSet<String>) {
+        let Some(workspace) = &self.workspace.current else {
+            return;
+        };
+        let now: BTreeSet<&str> = workspace.routes.iter().map(|r| r.id.as_str()).collect();
+        let added = now.iter().filter(|id| !before.contains(**id)).count();
+        let removed = before
+            .iter()
+            .filter(|id| !now.contains(id.as_str()))
+            .count();
+        self.events.emit(
+            crate::document::EventKind::WorkspaceAccepted,
+            None,
+            false,
+            format!(
+                "workspace applied: {} route{} in zone {} ({added} added, {removed} removed)",
+                now.len(),
+                if now.len() == 1 { "" } else { "s" },
+                workspace.zone
+            ),
+        );
+    }
+
+    /// An upstream name's addresses changed; the host is named when one host's routes alone
+    /// use the name.
+    fn announce_name(&self, name: &str) {
+        let addresses = self
+            .dns
+            .resolved()
+            .get(name)
+            .map(|a| {
+                a.iter()
+                    .map(|ip| ip.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        let hosts: BTreeSet<&str> = self
+            .model
+            .iter()
+            .flat_map(|m| m.routes_of_name(name).map(|r| r.host.as_str()))
+            .collect();
+        let host = match hosts.len() {
+            1 => hosts.first().copied(),
+            _ => None,
+        };
+        self.events.emit(
+            crate::document::EventKind::DnsChanged,
+            host,
+            false,
+            if addresses.is_empty() {
+                format!("{name} no longer resolves to any address in use")
+            } else {
+                format!("{name} now resolves to {addresses}")
+            },
+        );
     }
 
     /// When the next served certificate enters its expiry warning, as a timer deadline.

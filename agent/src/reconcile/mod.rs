@@ -9,7 +9,7 @@
 //! - [`pass`] is one pass: facts → desired state → plan → sozu, never waiting on DNS or a file.
 //! - [`sync`] keeps what the agent knows of sozu: which sozu, and a shadow of its state.
 //! - `publish` turns it all into the status the admin endpoints serve; [`readiness`] decides
-//!   `/readyz` from the same facts.
+//!   `/readyz` from the same facts; [`announce`] says what changed, for `/v1/events`.
 //!
 //! The loop is generic over [`Proxy`] and [`CertSource`], so its timing and recovery are tested
 //! against in-memory fakes with paused time, facts fed straight in; `run` wires the real ones.
@@ -19,6 +19,7 @@
 //! [`Fact`]: crate::sources::Fact
 //! [`CertSource`]: crate::sources::CertSource
 
+pub mod announce;
 pub mod backends;
 pub mod client_auth;
 pub mod driver;

@@ -5,14 +5,15 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use super::announce;
 use super::backends::Drain;
 use super::driver::Agent;
 use super::readiness;
 use crate::api::metrics::RouteMetrics;
 use crate::api::{Head, RouteKey, RouteView, Snapshot};
 use crate::document::{
-    BackendHealth, BackendStatus, CertificateStatus, RouteState, RouteStatus, UpstreamStatus,
-    Waiting,
+    BackendHealth, BackendStatus, CertificateStatus, ListenersStatus, RouteState, RouteStatus,
+    UpstreamStatus, Waiting,
 };
 use crate::plan::desired::{self, Names};
 use crate::plan::Scope;
@@ -45,6 +46,10 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             self.dirty.hosts.insert(host);
         }
         let dirty = std::mem::take(&mut self.dirty);
+        // What was shown, to announce what changed (`announce`): cheap, the maps are shared.
+        let shown_routes = self.routes.clone();
+        let shown = self.status.load();
+        let mut rebuilt: Vec<RouteKey> = Vec::new();
         match &self.model {
             None => self.routes = imbl::OrdMap::new(),
             Some(model) if dirty.all => {
@@ -58,6 +63,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                     routes.insert(key(route), Arc::new(self.route_view(route, first, now)));
                 }
                 self.routes = routes;
+                rebuilt.extend(self.routes.keys().cloned());
             }
             Some(model) => {
                 let mut hosts: BTreeSet<&str> = dirty.hosts.iter().map(String::as_str).collect();
@@ -71,6 +77,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 for host in hosts {
                     for (i, route) in model.routes_of_host(host).enumerate() {
                         let view = self.route_view(route, i == 0 && route.terminates_tls(), now);
+                        rebuilt.push(key(route));
                         self.routes.insert(key(route), Arc::new(view));
                     }
                 }
@@ -115,6 +122,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         head.workspace.loaded = workspace.is_some();
         head.workspace.zone = workspace.map(|w| w.zone.clone());
         head.workspace.last_error = self.workspace.last_error.clone();
+        head.workspace.listeners = workspace.map(listeners);
         if let Some(generation) = self.sozu.generation() {
             head.sozu.generation = Some(generation.to_string());
             head.sozu.connected = true;
@@ -142,10 +150,27 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 .status(&w.listener_policy.client_auth, listener)
         });
         head.sozu.policy_files_refused = self.policy_files.problems().values().cloned().collect();
+        let mut said = Vec::new();
+        let mut hosts_done = BTreeSet::new();
+        for key in &rebuilt {
+            if let (Some(old), Some(new)) = (shown_routes.get(key), self.routes.get(key)) {
+                if !Arc::ptr_eq(old, new) {
+                    announce::route(&old.status, &new.status, &mut hosts_done, &mut said);
+                }
+            }
+        }
+        // The first publish has nothing to compare with: a start is not news.
+        if shown.head.workspace.loaded || shown.head.sozu.last_error.is_some() {
+            announce::head(&shown.head, &head, &mut said);
+        }
         self.status.store(Snapshot {
             head,
             routes: self.routes.clone(),
         });
+        for a in said {
+            self.events
+                .emit(a.kind, a.host.as_deref(), a.problem, a.message);
+        }
     }
 
     /// One route's status and metric lines; `first` carries its host's metrics.
@@ -268,6 +293,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 served_fingerprints,
                 served_not_before: served_validity.map(|v| v.0),
                 served_not_after: served_validity.map(|v| v.1),
+                disk_issuer: disk.map(|c| c.issuer.to_string()),
                 error: cert_error.map(|(m, _)| m.to_owned()),
                 error_reason: cert_error.map(|(_, r)| r.to_owned()),
                 other_names: disk.map(|c| c.other_names.to_vec()).unwrap_or_default(),
@@ -343,6 +369,28 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             state,
             backends,
         }
+    }
+}
+
+/// The workspace's listeners, as `/v1/state` shows them.
+fn listeners(workspace: &crate::workspace::Workspace) -> ListenersStatus {
+    let policy = &workspace.listener_policy;
+    let t = policy.timeouts;
+    ListenersStatus {
+        https: workspace.listeners.https.to_string(),
+        http: workspace.listeners.http.to_string(),
+        min_tls_version: policy.min_tls_version.to_string(),
+        expect_proxy: policy.expect_proxy,
+        interface: policy.interface.clone(),
+        timeouts: [
+            ("front", t.front),
+            ("back", t.back),
+            ("connect", t.connect),
+            ("request", t.request),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect(),
     }
 }
 

@@ -219,6 +219,7 @@ mod tests {
             not_after: 1,
             names: BTreeSet::from([host.to_owned()]).into(),
             other_names: std::sync::Arc::from([]),
+            issuer: "CN=test".into(),
         };
         let add = |host: &str, serial| Op::AddCertificate {
             address: https,

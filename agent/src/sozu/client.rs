@@ -843,6 +843,7 @@ mod tests {
             not_after: 1,
             names: BTreeSet::from(["a.in.example.org".to_owned()]).into(),
             other_names: std::sync::Arc::from([]),
+            issuer: "CN=test".into(),
         };
         let ops = [
             Op::AddCluster {

@@ -90,8 +90,15 @@ impl TrafficHandle {
             .clone()
     }
 
+    /// A status equal to the one published changes nothing: its version stays, so that the
+    /// bodies rendered from it (`/v1/state`, whose entity tag `top` sends back) stay current
+    /// while no request comes.
     fn publish(&self, status: TrafficStatus) {
-        *self.0.status.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(status));
+        let mut slot = self.0.status.write().unwrap_or_else(|p| p.into_inner());
+        if slot.as_deref() == Some(&status) {
+            return;
+        }
+        *slot = Some(Arc::new(status));
         self.0.version.fetch_add(1, Ordering::Relaxed);
     }
 

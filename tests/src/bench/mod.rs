@@ -30,6 +30,7 @@ pub mod ours;
 pub mod process;
 pub mod report;
 pub mod scale;
+pub mod top;
 pub mod watcher;
 pub mod workload;
 

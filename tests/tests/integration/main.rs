@@ -59,3 +59,5 @@ mod ports;
 /// The protocols behind the routes: WebSockets across what the agent does, idle streams, HTTP/2
 /// per listener, gRPC to h2c servers.
 mod protocols;
+/// `top` on a pseudo-terminal against a real agent and sozu, and `/v1/events` on its own.
+mod top;
