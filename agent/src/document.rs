@@ -141,6 +141,10 @@ pub struct SozuStatus {
     /// Which sozu the agent talks to: its connection and worker processes.
     pub generation: Option<String>,
     pub last_error: Option<String>,
+    /// Why the last resync could not read sozu's state, until one can: rotations and edits go
+    /// on from what the agent knows meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_read_error: Option<String>,
     /// Unix seconds of the last reconcile that left sozu equal to the desired state.
     pub last_converged: Option<u64>,
     /// Listener settings the workspace asks for that sozu can only take on a new listener
@@ -416,6 +420,9 @@ pub struct Counters {
     /// Addresses dropped from upstream names' answers (special addresses, over the cap).
     #[serde(default)]
     pub dns_dropped_addresses: u64,
+    /// Resync reads of sozu's state that failed (rotations went on from what the agent knew).
+    #[serde(default)]
+    pub sozu_read_failures: u64,
 }
 
 /// With `tls_rotation = 'sozu_managed`: the ACME issuer, per host.

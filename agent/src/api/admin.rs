@@ -255,18 +255,22 @@ async fn healthz(State(views): State<Views>) -> impl IntoResponse {
 async fn readyz(State(views): State<Views>) -> impl IntoResponse {
     let snapshot = views.status.load();
     let readiness = &snapshot.head.readiness;
+    // Ready, and said why it may not stay so: routes not served, sozu's state unreadable (the
+    // agent goes on from what it knows, so this is no reason to take the pod out of service).
+    let mut notes = Vec::new();
+    match readiness.routes_not_served {
+        0 => {}
+        1 => notes.push("1 route not served".to_owned()),
+        n => notes.push(format!("{n} routes not served")),
+    }
+    if let Some(error) = &snapshot.head.sozu.last_read_error {
+        notes.push(format!(
+            "sozu's state could not be read at the last resync: {error}"
+        ));
+    }
     match (readiness.ready, &readiness.reason) {
-        (true, _) if readiness.routes_not_served == 1 => {
-            (StatusCode::OK, "ready (1 route not served)\n".to_owned())
-        }
-        (true, _) if readiness.routes_not_served > 1 => (
-            StatusCode::OK,
-            format!(
-                "ready ({} routes not served)\n",
-                readiness.routes_not_served
-            ),
-        ),
-        (true, _) => (StatusCode::OK, "ready\n".to_owned()),
+        (true, _) if notes.is_empty() => (StatusCode::OK, "ready\n".to_owned()),
+        (true, _) => (StatusCode::OK, format!("ready ({})\n", notes.join("; "))),
         (false, Some(reason)) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("not ready: {reason}\n"),

@@ -246,6 +246,11 @@ pub fn render(snapshot: &Snapshot, counters: &Counters, dns: &[DnsNameStatus]) -
             counters.resyncs,
         ),
         (
+            "private_ingress_sozu_read_failures_total",
+            "Resyncs whose read of sozu's state failed; rotations and edits went on from what the agent knew",
+            counters.sozu_read_failures,
+        ),
+        (
             "private_ingress_watch_overflows_total",
             "Times a file watcher's queue overflowed (its source then read everything again)",
             counters.watch_overflows,

@@ -6,8 +6,8 @@
 //! | a DNS answer changed | plans the clusters of the name's routes, after asking sozu who it is |
 //! | a host's pair changed | plans that host alone, trusting the shadow without asking sozu first: a rotation costs one request, whatever the number of routes |
 //! | sozu's socket came or went | asks sozu who it is; reads its state again, and plans everything, if it is a new sozu |
-//! | resync (`--resync-interval`) | reads sozu's state and every pair again, plans everything |
-//! | sozu could not be reached | nothing until the back-off ends (a new socket ends it early); facts keep arriving meanwhile |
+//! | resync (`--resync-interval`) | nothing at once: sozu's state is read beside the loop and every pair again; once read, plans only what differs from the shadow ([`super::resync`]) |
+//! | sozu could not be reached | nothing until the back-off ends (a new socket, or a sozu listening at a socket not tried yet, ends it early); facts keep arriving meanwhile |
 //! | a request was refused | only that request and what depends on it wait for their retry, which plans their hosts and clusters |
 //! | a served certificate enters its expiry warning | only the status changes |
 
@@ -23,6 +23,7 @@ use super::model::Model;
 use super::pass::PassOutcome;
 use super::publish::Dirty;
 use super::readiness::Stalled;
+use super::resync::{self, Reading};
 use super::retry_policy::{Backoff, Refusals};
 use super::sync::SozuSync;
 use super::trackers::{CertTracker, DnsTracker, PairChange, WorkspaceTracker};
@@ -109,7 +110,13 @@ pub struct Agent<P, C> {
     /// With `tls_rotation = 'sozu_managed`: the issuer's progress, the version last read, and
     /// what it had given up on then.
     pub(super) issuer: Option<(super::readiness::SharedIssuerProgress, u64, Stalled)>,
+    /// A resync's read of sozu under way beside the loop.
+    pub(super) reading: Option<Reading>,
+    /// Why the last read of sozu's state failed, until one succeeds.
+    pub(super) read_error: Option<String>,
 }
+
+use crate::sozu::socket::PROBE_EVERY;
 
 /// The loop turns at least this often, facts or not, so that its heartbeat says it is alive.
 pub const TICK: Duration = Duration::from_secs(10);
@@ -131,8 +138,10 @@ pub struct Work {
     pub drifted: BTreeSet<String>,
     /// Ask sozu who it is before trusting the shadow.
     pub check_generation: bool,
-    /// Read sozu's whole state again.
+    /// Read sozu's whole state again (beside the loop when the shadow is known).
     pub resync: bool,
+    /// What a resync's read found differing from the shadow: planned like a retry.
+    pub differs: Scope,
     /// The client-auth files said something new: the model takes it at the next pass.
     pub client_auth: bool,
     /// The policies' files said something new: the model takes them at the next pass.
@@ -192,6 +201,7 @@ impl Work {
             || !self.drifted.is_empty()
             || self.check_generation
             || self.resync
+            || !self.differs.is_empty()
             || self.client_auth
             || self.policy_files
     }
@@ -206,6 +216,7 @@ impl Work {
             && self.drifted.is_empty()
             && !self.check_generation
             && !self.resync
+            && self.differs.is_empty()
             && !self.client_auth
             && !self.policy_files
     }
@@ -247,6 +258,8 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             heartbeat: Heartbeat::default(),
             events: Default::default(),
             issuer: None,
+            reading: None,
+            read_error: None,
         }
     }
 
@@ -285,6 +298,8 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             self.settings.seed,
         );
         let mut retry_at: Option<Instant> = None;
+        // While a back-off waits: when to look at sozu's socket next.
+        let mut probe_at: Option<Instant> = None;
         let mut work = Work::default();
         let mut next_resync = self.settings.resync.map(|d| Instant::now() + d);
         self.publish();
@@ -313,16 +328,34 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                     _ = tokio::time::sleep_until(retry_at.unwrap_or(never)), if retry_at.is_some() => {
                         retry_at = None;
                     }
+                    _ = tokio::time::sleep_until(probe_at.unwrap_or(never)),
+                        if probe_at.is_some() && retry_at.is_some() => {
+                        if self.sozu.listening_again().await {
+                            tracing::info!("a sozu listens at a socket the agent has not tried yet; \
+                                the back-off ends");
+                            retry_at = None;
+                        } else {
+                            probe_at = Some(Instant::now() + PROBE_EVERY);
+                        }
+                    }
                     _ = tokio::time::sleep_until(next_resync.unwrap_or(never)), if next_resync.is_some() => {
                         work.resync = true;
                         self.cert_source.reread();
                         next_resync = self.settings.resync.map(|d| Instant::now() + d);
+                    }
+                    read = Reading::finished(&mut self.reading), if self.reading.is_some() => {
+                        if let Some(reading) = self.reading.take() {
+                            self.resync_read(reading, read, &mut work);
+                        }
                     }
                     _ = tokio::time::sleep_until(refusal_at.unwrap_or(never)),
                         if refusal_at.is_some() && retry_at.is_none() => {
                         work.retry.extend(self.refusals.due(Instant::now()));
                     }
                     _ = tokio::time::sleep_until(expiry_at.unwrap_or(never)), if expiry_at.is_some() => {
+                        // The flag is part of each route's status, built again here: a resync
+                        // no longer rebuilds every route.
+                        self.dirty.all = true;
                         work.publish = true;
                     }
                     _ = tokio::time::sleep_until(self.churn.trim_at.unwrap_or(never)),
@@ -343,6 +376,9 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             if retry_at.is_some() {
                 continue;
             }
+            if std::mem::take(&mut work.resync) {
+                self.resync(&mut work);
+            }
             if work.needs_pass() {
                 match self.pass(std::mem::take(&mut work)).await {
                     PassOutcome::Unreachable => {
@@ -353,6 +389,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                             "sozu unreachable; retrying"
                         );
                         retry_at = Some(Instant::now() + wait);
+                        probe_at = Some(Instant::now() + PROBE_EVERY);
                         // Level-triggered: the retry recomputes everything, so no reason is lost.
                         work.everything = true;
                         work.check_generation = true;
@@ -636,6 +673,90 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 format!("{name} now resolves to {addresses}")
             },
         );
+    }
+
+    /// A resync: sozu's state read beside the loop when the shadow is known (see
+    /// [`super::resync`]); otherwise the next pass reads it, as it must anyway.
+    fn resync(&mut self, work: &mut Work) {
+        if self.reading.is_some() {
+            return;
+        }
+        if !self.sozu.is_known() {
+            work.check_generation = true;
+            return;
+        }
+        self.reading = Some(Reading {
+            read: self.sozu.read_state_beside(),
+            journal: Vec::new(),
+            generation: self.sozu.generation().cloned(),
+            started: std::time::Instant::now(),
+        });
+    }
+
+    /// A resync's read came back: compared with the shadow once the requests sent meanwhile
+    /// are applied to it; what differs is planned, and nothing else.
+    fn resync_read(
+        &mut self,
+        reading: Reading,
+        read: Result<crate::plan::state::Actual, crate::sozu::SozuError>,
+        work: &mut Work,
+    ) {
+        let read_ms = reading.started.elapsed().as_secs_f64() * 1e3;
+        let read = match read {
+            Ok(read) => read,
+            Err(e) => {
+                self.counters.sozu_read_failures += 1;
+                tracing::warn!(error = %e,
+                    "a resync could not read sozu's state; rotations and edits go on from what \
+                     the agent knows");
+                if self.read_error.is_none() {
+                    self.events.emit(
+                        crate::document::EventKind::Sozu,
+                        None,
+                        true,
+                        format!("sozu's state could not be read for a resync: {e}"),
+                    );
+                }
+                self.read_error = Some(e.to_string());
+                // A broken connection may be a new sozu: the next pass asks.
+                work.check_generation = !e.is_refusal();
+                work.publish = true;
+                return;
+            }
+        };
+        if !self.sozu.is_known() || self.sozu.generation() != reading.generation.as_ref() {
+            tracing::debug!("a resync's read of a sozu the agent no longer talks to, dropped");
+            return;
+        }
+        let started = std::time::Instant::now();
+        let read = resync::caught_up(read, &reading.journal);
+        let differs = self
+            .sozu
+            .shadow()
+            .map(|shadow| resync::differences(shadow, &read))
+            .unwrap_or_else(crate::plan::Scope::everything);
+        self.counters.resyncs += 1;
+        // The counters change: published, with no route's status built again.
+        work.publish = true;
+        self.read_error = None;
+        if differs.is_empty() {
+            tracing::debug!(
+                read_ms,
+                requests_meanwhile = reading.journal.len(),
+                compared_ms = started.elapsed().as_secs_f64() * 1e3,
+                "resync: sozu holds what the agent expects"
+            );
+            return;
+        }
+        tracing::info!(
+            read_ms,
+            everything = differs.everything,
+            hosts = differs.hosts.len(),
+            clusters = differs.clusters.len(),
+            "resync: sozu differs from what the agent expects; planning what differs"
+        );
+        self.sozu.replace_shadow(read);
+        work.differs.extend(differs);
     }
 
     /// When the next served certificate enters its expiry warning, as a timer deadline.

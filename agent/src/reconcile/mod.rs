@@ -7,7 +7,8 @@
 //! - [`driver`] runs the loop: facts in, timers (resync, retries, expiry flags), the error
 //!   [`retry_policy`], one pass at a time; facts that arrive during a pass coalesce into the next.
 //! - [`pass`] is one pass: facts → desired state → plan → sozu, never waiting on DNS or a file.
-//! - [`sync`] keeps what the agent knows of sozu: which sozu, and a shadow of its state.
+//! - [`sync`] keeps what the agent knows of sozu: which sozu, and a shadow of its state;
+//!   [`resync`] reads sozu again beside the loop and plans only what differs.
 //! - `publish` turns it all into the status the admin endpoints serve; [`readiness`] decides
 //!   `/readyz` from the same facts; [`announce`] says what changed, for `/v1/events`.
 //!
@@ -27,6 +28,7 @@ pub mod model;
 pub mod pass;
 mod publish;
 pub mod readiness;
+pub mod resync;
 pub mod retry_policy;
 pub mod route_policy_files;
 pub mod sync;

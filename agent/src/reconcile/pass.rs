@@ -3,8 +3,8 @@
 //!
 //! The desired state is kept between passes ([`Model`]) and updated where facts changed it; the
 //! plan covers what changed ([`Scope`]): one host for a rotation, the routes that differ for a
-//! workspace edit, a name's clusters for a DNS answer. A new sozu, a resync or a retry after sozu
-//! could not be reached plan everything.
+//! workspace edit, a name's clusters for a DNS answer, what a resync's read found differing
+//! ([`super::resync`]). A new sozu or a retry after sozu could not be reached plan everything.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -33,10 +33,6 @@ const BULK_REQUESTS: u64 = 256;
 impl<P: Proxy, C: CertSource> Agent<P, C> {
     pub(super) async fn pass(&mut self, work: Work) -> PassOutcome {
         self.counters.reconciles += 1;
-        if work.resync {
-            self.counters.resyncs += 1;
-            self.sozu.invalidate();
-        }
         let sent_before = self.counters.sozu_requests;
         let was_unreachable = self.sozu_error.is_some();
         let result = self.sync(&work).await;
@@ -95,6 +91,9 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         }
         let fresh = !self.sozu.is_known();
         self.sozu.actual().await.map_err(|e| e.to_string())?;
+        if fresh && self.read_error.take().is_some() {
+            self.dirty.all = true;
+        }
         // Clusters someone else changed: read again, in place of what the shadow believed.
         if !fresh {
             for id in &work.drifted {
@@ -136,6 +135,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                     scope.extend(model.name_changed(name, &self.dns, actual));
                 }
                 scope.extend(work.retry.clone());
+                scope.extend(work.differs.clone());
                 for id in &work.drifted {
                     scope.clusters.insert(id.clone());
                     scope
@@ -213,6 +213,10 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             }
             match outcome {
                 Outcome::Applied | Outcome::Closing(_) => {
+                    // A resync's read under way may or may not have seen it: see `resync`.
+                    if let Some(reading) = &mut self.reading {
+                        reading.journal.push(op.clone());
+                    }
                     self.counters.sozu_requests += 1;
                     self.refusals.applied(&op);
                     if let Some(sent) = client_auth_sent(&op) {

@@ -128,6 +128,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             head.sozu.connected = true;
         }
         head.sozu.last_error = self.sozu_error.clone();
+        head.sozu.last_read_error = self.read_error.clone();
         head.sozu.last_converged = self.last_converged;
         head.sozu.listeners_need_restart = self.listeners_need_restart.clone();
         head.sozu.https_listener = workspace.and_then(|w| {

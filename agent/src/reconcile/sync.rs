@@ -85,6 +85,23 @@ impl<P: Proxy> SozuSync<P> {
         Ok(self.shadow.get_or_insert_with(Actual::default))
     }
 
+    /// A read of sozu's whole state that runs beside the loop (see [`super::resync`]).
+    pub fn read_state_beside(&mut self) -> crate::sozu::proxy::ReadBeside {
+        self.proxy.read_state_beside()
+    }
+
+    /// A resync's read, caught up with the requests sent during it, in place of the shadow.
+    pub fn replace_shadow(&mut self, read: Actual) {
+        if self.shadow.is_some() {
+            self.shadow = Some(read);
+        }
+    }
+
+    /// Whether a sozu listens at a socket not tried yet: see [`crate::sozu::socket`].
+    pub async fn listening_again(&mut self) -> bool {
+        self.proxy.listening_again().await
+    }
+
     /// Reads cluster `id` from sozu again and puts it in the shadow in place of what the
     /// shadow held: the cluster changed behind the agent's back. `hosts` are the hosts whose
     /// frontends may route to it.

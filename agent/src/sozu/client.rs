@@ -262,9 +262,14 @@ impl SozuClient {
         }
     }
 
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// A connection of its own to the same socket, held to the same peer: for a query that runs
     /// beside this connection's.
-    fn sibling(&self) -> SozuClient {
+    pub(crate) fn sibling(&self) -> SozuClient {
         SozuClient::new(&self.path, self.timeout).with_peer(self.peer)
     }
 

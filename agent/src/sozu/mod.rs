@@ -8,7 +8,8 @@
 //! - [`phases`]: a plan sent phase after phase; [`lanes`]: over several connections.
 //! - [`bulk`]: a bulk change (a cold start, a restarted sozu) as state files that sozu loads
 //!   itself (`LoadState`) instead of thousands of round trips.
-//! - [`generation`]: which sozu answers, and when its state must be read again.
+//! - [`generation`]: which sozu answers, and when its state must be read again; [`socket`]:
+//!   whether the socket is one the agent has tried, which ends a back-off early.
 //! - [`proxy`]: [`Proxy`], what the loop asks of sozu, over all of it; it alone
 //!   decides whether a change goes in bulk, and says how each request went ([`Delivered`]).
 //!
@@ -24,6 +25,7 @@ pub mod lanes;
 pub mod phases;
 pub mod proxy;
 pub mod request;
+pub mod socket;
 
 use std::path::PathBuf;
 use std::time::Duration;

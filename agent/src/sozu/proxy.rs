@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use super::bulk::{send_bulk, BATCH_MIN};
 use super::generation::Generation;
 use super::lanes::{lock, send_over, Lane};
+use super::socket::SocketWatch;
 use super::{Delivered, SozuClient, SozuError};
 use crate::plan::state::{Actual, ClusterState};
 use crate::plan::{Op, Outcome};
@@ -36,10 +37,32 @@ pub trait Proxy: Send + 'static {
         let _ = created;
         async { Ok(()) }
     }
+    /// Reads sozu's state beside the loop: the read owns what it needs and runs on a connection
+    /// the loop's requests do not use, so a rotation sent meanwhile does not wait for it (see
+    /// the loop's resync).
+    fn read_state_beside(&mut self) -> ReadBeside;
+    /// Whether a wait for sozu should end now: a sozu listens at a socket the agent has not
+    /// tried yet (see [`super::socket`]). A proxy that cannot tell says no: the back-off and the
+    /// socket's watch decide.
+    fn listening_again(&mut self) -> impl Future<Output = bool> + Send {
+        async { false }
+    }
 }
+
+/// A read of sozu's state that owns what it needs: the loop holds it while it goes on.
+pub type ReadBeside = std::pin::Pin<Box<dyn Future<Output = Result<Actual, SozuError>> + Send>>;
+
+/// The connection that reads sozu's state, and the sozu connection it was made under: a read
+/// beside the loop holds it for the read's length, so the loop never waits on its lock; it
+/// reconnects by itself when the loop has found a new sozu.
+type Reader = Arc<Mutex<(SozuClient, u64)>>;
 
 pub struct SozuProxy {
     lanes: Vec<Lane>,
+    /// State reads, on a connection of their own (with what it has read of each cluster).
+    reader: Reader,
+    /// Which socket the first lane last connected to, or tried to.
+    socket: Option<SocketWatch>,
     /// Counts the connections the first lane opened: each may be to another sozu.
     connection: u64,
     /// Where bulk state files go (see [`SozuClient::load_batch`]); `None`: never in bulk.
@@ -51,7 +74,14 @@ pub struct SozuProxy {
 impl SozuProxy {
     /// `clients` are connections to the same socket (at least one).
     pub fn new(clients: Vec<SozuClient>) -> SozuProxy {
+        let socket = clients.first().map(|c| SocketWatch::new(c.path()));
+        let reader = clients
+            .first()
+            .map(SozuClient::sibling)
+            .unwrap_or_else(|| SozuClient::new(std::path::Path::new(""), Default::default()));
         SozuProxy {
+            reader: Arc::new(Mutex::new((reader, 0))),
+            socket,
             lanes: clients
                 .into_iter()
                 .map(|c| Arc::new(Mutex::new(c)))
@@ -66,6 +96,30 @@ impl SozuProxy {
     pub fn with_batches(mut self, dir: PathBuf) -> SozuProxy {
         self.batch_dir = Some(dir);
         self
+    }
+
+    /// Runs `f` on the reading connection, reconnected first if the loop found a new sozu
+    /// since it last connected.
+    fn with_reader<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut SozuClient) -> Result<T, SozuError> + Send + 'static,
+    ) -> impl Future<Output = Result<T, SozuError>> + Send + 'static {
+        let (reader, connection) = (self.reader.clone(), self.connection);
+        async move {
+            tokio::task::spawn_blocking(move || {
+                let mut held = reader.lock().unwrap_or_else(|p| p.into_inner());
+                let (client, under) = &mut *held;
+                if *under != connection {
+                    client.disconnect();
+                    *under = connection;
+                }
+                f(client)
+            })
+            .await
+            .map_err(|e| SozuError::Task {
+                reason: e.to_string(),
+            })?
+        }
     }
 
     async fn with_first<T: Send + 'static>(
@@ -85,12 +139,20 @@ impl SozuProxy {
 
 impl Proxy for SozuProxy {
     async fn generation(&mut self) -> Result<Generation, SozuError> {
-        let (new_connection, workers) = self
+        let socket = self.socket.as_mut().and_then(SocketWatch::trying);
+        let connected = self
             .with_first(|c| {
                 let new = c.ensure_connected()?;
                 Ok((new, c.worker_pids()?))
             })
-            .await?;
+            .await;
+        let refused = matches!(connected, Err(SozuError::Connect { .. }));
+        if let Some(watch) = &mut self.socket {
+            if refused || matches!(connected, Ok((true, _))) {
+                watch.tried(socket, refused);
+            }
+        }
+        let (new_connection, workers) = connected?;
         if new_connection {
             self.connection += 1;
             // The other lanes may still talk to the previous sozu: reconnect them too.
@@ -106,18 +168,35 @@ impl Proxy for SozuProxy {
     }
 
     async fn read_state(&mut self) -> Result<Actual, SozuError> {
-        self.with_first(|c| c.read_state()).await
+        self.with_reader(|c| c.read_state()).await
     }
 
     async fn read_cluster(&mut self, id: String) -> Result<ClusterState, SozuError> {
-        self.with_first(move |c| c.cluster_state(&id)).await
+        self.with_reader(move |c| c.cluster_state(&id)).await
     }
 
     async fn remember_created(
         &mut self,
         created: Vec<(String, ClusterState)>,
     ) -> Result<(), SozuError> {
-        self.with_first(move |c| c.remember_created(created)).await
+        self.with_reader(move |c| c.remember_created(created)).await
+    }
+
+    fn read_state_beside(&mut self) -> ReadBeside {
+        Box::pin(self.with_reader(|c| c.read_state()))
+    }
+
+    /// A `stat` of the socket, and after a refused connection one connection tried (both
+    /// microseconds on a UNIX socket).
+    async fn listening_again(&mut self) -> bool {
+        let Some(watch) = &mut self.socket else {
+            return false;
+        };
+        let now = super::socket::SocketIdentity::of(watch.path());
+        let path = watch.path().to_owned();
+        watch.listening_again(now, || {
+            std::os::unix::net::UnixStream::connect(&path).is_ok()
+        })
     }
 
     /// A change of [`BATCH_MIN`] requests or more goes in bulk ([`send_bulk`]). When sozu does

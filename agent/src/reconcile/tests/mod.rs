@@ -4,6 +4,7 @@ mod backends;
 mod certificates;
 mod client_auth;
 mod readiness;
+mod resync;
 mod sozu;
 
 use std::collections::BTreeSet;
@@ -42,6 +43,15 @@ struct FakeSozu {
     /// proxy decides; the next bulk change fails to load in part, and turns bulk off for good.
     bulk_from: Option<usize>,
     bulk_fails_next: bool,
+    /// A resync's read beside the loop waits for this before it answers, as a long read of a
+    /// large state does; what it lists is sozu's state once the gate opens.
+    read_gate: Option<Arc<tokio::sync::Notify>>,
+    /// Resync reads beside the loop fail with this.
+    read_fails: Option<String>,
+    /// Reads beside the loop started.
+    reads_beside: usize,
+    /// A sozu listens at a socket the agent has not tried yet (see `crate::sozu::socket`).
+    listening_again: bool,
     /// Where sozu's event stream goes, when the test listens as the agent does.
     events: Option<UnboundedSender<Fact>>,
     /// A fact that arrives while sozu takes its request with this number (1-based), as a
@@ -107,6 +117,30 @@ impl Proxy for Fake {
     }
     async fn read_state(&mut self) -> Result<Actual, SozuError> {
         Ok(self.0.lock().unwrap().actual.clone())
+    }
+    fn read_state_beside(&mut self) -> crate::sozu::proxy::ReadBeside {
+        let sozu = self.0.clone();
+        let gate = {
+            let mut s = sozu.lock().unwrap();
+            s.reads_beside += 1;
+            s.read_gate.clone()
+        };
+        Box::pin(async move {
+            if let Some(gate) = gate {
+                gate.notified().await;
+            }
+            let s = sozu.lock().unwrap();
+            match &s.read_fails {
+                Some(reason) => Err(SozuError::Channel {
+                    request: "ListFrontends".into(),
+                    reason: reason.clone(),
+                }),
+                None => Ok(s.actual.clone()),
+            }
+        })
+    }
+    async fn listening_again(&mut self) -> bool {
+        std::mem::take(&mut self.0.lock().unwrap().listening_again)
     }
     async fn apply(&mut self, ops: Vec<Op>) -> Delivered {
         if self.0.lock().unwrap().hang {
