@@ -1,134 +1,108 @@
-//! exploration
-use private_ingress_tests::bench::reads::{self, Probe};
-use private_ingress_tests::bench::{ours, workload::Pair};
-use private_ingress_tests::live::Backend;
+//! Reads that fit any buffer: sozu's listings whole and in pieces, and the agent's resync reads
+//! against a sozu whose command buffer is sized for the workspace and one with sozu's default.
+//! Prints figures; asserts nothing.
+//!
+//! For each size: the agent serving that many routes (each with its own certificate) with a
+//! resync every 2 s; first what each of sozu's listings costs (its answer on the wire, the p50
+//! of its time from a client of sozu's socket, and how many pieces a whole read needs); then,
+//! for this build and, with `PRIVATE_INGRESS_BASELINE_BIN`, another in the same run, the agent's
+//! reads of sozu's state over `--seconds` (p50 and max, from its debug log), with each buffer.
+//!
+//!     cargo bench -p private-ingress-tests --bench reads -- 1000 10000 [--seconds 20]
+//!     PRIVATE_INGRESS_BASELINE_BIN=old/private-ingress cargo bench -p private-ingress-tests \
+//!         --bench reads -- 1000 10000
+
 use std::time::Duration;
 
+use private_ingress_tests::bench::reads::{self, host};
+use private_ingress_tests::bench::{ours, workload::Pair};
+use private_ingress_tests::live::Backend;
+
 fn main() {
-    let n: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(1000);
+    let mut sizes = Vec::new();
+    let mut seconds = 20u64;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--seconds" => {
+                seconds = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--seconds S")
+            }
+            "--bench" => {}
+            other => sizes.push(other.parse::<usize>().expect("a number of routes")),
+        }
+    }
+    if sizes.is_empty() {
+        sizes = vec![1_000, 10_000];
+    }
+    let baseline = ours::baseline_bin();
     let backend = Backend::start("app");
-    let pairs: Vec<Pair> = (0..n)
-        .map(|i| Pair::new(&format!("s{i}.in.example.org")))
-        .collect();
-    let hosts: Vec<(String, &Pair)> = pairs
-        .iter()
-        .enumerate()
-        .map(|(i, p)| (format!("s{i}.in.example.org"), p))
-        .collect();
-    let o = ours::serve(&hosts, backend.address, "warn").expect("serve");
-    let socket = o.stack.socket();
-    let mut p = Probe::connect(&socket).unwrap();
-    let show = |name: &str, c: &reads::Cost| {
+    for n in sizes {
+        let pairs: Vec<Pair> = (0..n).map(|i| Pair::new(&host(i))).collect();
+        let hosts: Vec<(String, &Pair)> = pairs
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (host(i), p))
+            .collect();
+
+        println!("\n{n} routes: sozu's listings (its buffer sized for the workspace)\n");
         println!(
-            "{name:50} {:>9.2} ms {:>10} B {:?}",
-            c.took.as_secs_f64() * 1e3,
-            c.bytes,
-            c.error
-        )
-    };
-    for _ in 0..2 {
-        show("listeners", &p.ask(reads::listeners()));
-        show(
-            "frontends all",
-            &p.ask(reads::frontends(None, None, true, true, true)),
+            "| listing | answer | p50 | pieces for a whole read | if read one after the other |"
         );
-        show(
-            "frontends http",
-            &p.ask(reads::frontends(None, None, true, false, false)),
+        println!("|---|---:|---:|---:|---:|");
+        let served = reads::serve(None, &hosts, backend.address, false).expect("serve");
+        for l in reads::listings(&served, n, &pairs).expect("listings") {
+            let p50 = l.p50.as_secs_f64() * 1e3;
+            println!(
+                "| {} | {:.2} MB | {p50:.2} ms | {} | {:.0} ms |{}",
+                l.name,
+                l.bytes as f64 / 1e6,
+                l.pieces,
+                p50 * l.pieces as f64,
+                l.error.map(|e| format!(" failed: {e}")).unwrap_or_default()
+            );
+        }
+        drop(served);
+
+        println!("\n{n} routes: the agent's reads of sozu's state, a resync every 2 s over {seconds} s\n");
+        println!(
+            "| agent | sozu's buffer | reads | p50 | max | resyncs begun | error shown | pieces |"
         );
-        show(
-            "frontends https",
-            &p.ask(reads::frontends(None, None, false, true, false)),
-        );
-        show(
-            "frontends tcp",
-            &p.ask(reads::frontends(None, None, false, false, true)),
-        );
-        show(
-            "frontends cluster pi-s7",
-            &p.ask(reads::frontends(
-                None,
-                Some("pi-s7.in.example.org"),
-                true,
-                true,
-                true,
-            )),
-        );
-        show(
-            "frontends domain s7.",
-            &p.ask(reads::frontends(Some("s7."), None, true, true, false)),
-        );
-        show(
-            "frontends domain s1",
-            &p.ask(reads::frontends(Some("s1"), None, true, true, false)),
-        );
-        show("hashes", &p.ask(reads::hashes()));
-        show("certs all", &p.ask(reads::certificates(None, None)));
-        show(
-            "certs fp",
-            &p.ask(reads::certificates(None, Some(&pairs[7].fingerprint))),
-        );
-        show(
-            "certs domain",
-            &p.ask(reads::certificates(Some("s7.in.example.org"), None)),
-        );
-        show("certs workers", &p.ask(sozu_command_lib::proto::command::request::RequestType::QueryCertificatesFromWorkers(Default::default())));
-        show(
-            "cluster by id",
-            &p.ask(
-                sozu_command_lib::proto::command::request::RequestType::QueryClusterById(
-                    "pi-s7.in.example.org".into(),
-                ),
-            ),
-        );
+        println!("|---|---|---:|---:|---:|---:|---|---|");
+        let builds = std::iter::once(("this build", None))
+            .chain(baseline.as_deref().map(|b| ("baseline", Some(b))));
+        for (name, bin) in builds {
+            for (buffer, default_buffer) in [("sized (rendered)", false), ("default, 2 MB", true)] {
+                let served = match reads::serve(bin, &hosts, backend.address, default_buffer) {
+                    Ok(served) => served,
+                    Err(e) => {
+                        println!("| {name} | {buffer} | did not start: {e} |");
+                        continue;
+                    }
+                };
+                let r = reads::resyncs(&served, Duration::from_secs(seconds));
+                let mut ms = r.reads.clone();
+                ms.sort_by(f64::total_cmp);
+                let p50 = ms.get(ms.len().saturating_sub(1) / 2).copied();
+                let show = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.0} ms"));
+                println!(
+                    "| {name} | {buffer} | {} | {} | {} | {} | {} | {} |",
+                    ms.len(),
+                    show(p50),
+                    show(ms.last().copied()),
+                    r.resyncs,
+                    r.last_error
+                        .map(|e| e.chars().take(90).collect::<String>())
+                        .unwrap_or_else(|| "none".into()),
+                    if r.pieces.is_empty() {
+                        "none".into()
+                    } else {
+                        r.pieces.join("; ")
+                    },
+                );
+            }
+        }
     }
-    let t = std::time::Instant::now();
-    for i in 0..200 {
-        p.ask(reads::frontends(
-            None,
-            Some(&format!("pi-s{i}.in.example.org")),
-            true,
-            true,
-            true,
-        ));
-    }
-    println!(
-        "200 frontends by cluster: {:.2} ms each",
-        t.elapsed().as_secs_f64() * 1e3 / 200.0
-    );
-    let t = std::time::Instant::now();
-    for i in 0..200 {
-        p.ask(reads::certificates(None, Some(&pairs[i].fingerprint)));
-    }
-    println!(
-        "200 certs by fp: {:.2} ms each",
-        t.elapsed().as_secs_f64() * 1e3 / 200.0
-    );
-    let t = std::time::Instant::now();
-    for i in 0..20 {
-        p.ask(reads::certificates(
-            Some(&format!("s{i}.in.example.org")),
-            None,
-        ));
-    }
-    println!(
-        "20 certs by domain: {:.2} ms each",
-        t.elapsed().as_secs_f64() * 1e3 / 20.0
-    );
-    let t = std::time::Instant::now();
-    for i in 0..100 {
-        p.ask(
-            sozu_command_lib::proto::command::request::RequestType::QueryClusterById(format!(
-                "pi-s{i}.in.example.org"
-            )),
-        );
-    }
-    println!(
-        "100 cluster by id: {:.2} ms each",
-        t.elapsed().as_secs_f64() * 1e3 / 100.0
-    );
-    std::thread::sleep(Duration::from_millis(10));
 }
