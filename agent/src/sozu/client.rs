@@ -320,15 +320,15 @@ impl SozuClient {
     /// Every answer must fit sozu's `max_command_buffer_size` (default 2,000,000 bytes), whatever
     /// the workspace's size: a listing that did not is read in pieces from then on ([`Pieces`]).
     /// What each of sozu 2.3.3's filters costs decided the pieces (at 10,000 routes, measured
-    /// from a client of sozu's socket):
+    /// from a client of sozu's socket by the `reads` bench):
     /// - frontends by protocol: the same scan as the whole listing, in two answers of half its
     ///   size (1.37 MB each against 2.73 MB); by cluster id, a scan of every frontend per cluster
-    ///   (0.28 ms each, 2.8 s for all), so only past the protocols' own limit;
+    ///   (0.31 ms each, 3.1 s for all), so only past the protocols' own limit;
     /// - certificates by fingerprint: every certificate's fingerprint encoded again per query
-    ///   (2.3 ms each, 23 s for all); by domain, every certificate parsed and put in a trie per
-    ///   query (48–62 ms each). Neither reads 10,000 certificates in time, and neither finds a
+    ///   (2.5 ms each, 25 s for all); by domain, every certificate parsed and put in a trie per
+    ///   query (42 ms each). Neither reads 10,000 certificates in time, and neither finds a
     ///   certificate the agent does not know of. The workers' listing names each host's served
-    ///   certificate without its chain or key (0.9 MB a worker against 8.9 MB, 18 against 58
+    ///   certificate without its chain or key (0.9 MB a worker against 8.9 MB, 12 against 65
     ///   ms), so it replaces the main state's once that does not fit. What it cannot show is a
     ///   certificate served for no name (left behind under a longer-lived one for every name it
     ///   has): such a certificate stays in sozu unseen until it is served.
