@@ -115,7 +115,9 @@ pub struct SozuClient {
     /// asks for no cluster by id.
     clusters_read: BTreeMap<String, (u64, ClusterState)>,
     /// The listings found too large for one answer (see [`Pieces`]): kept for the client's
-    /// life, as a sozu's buffer and its state only grow together with the workspace.
+    /// life, since trying a whole listing again would have sozu build it in vain at every read
+    /// (about 65 ms for 10,000 certificates); a sozu restarted with a larger buffer is still
+    /// read correctly, in pieces.
     pieces: Pieces,
 }
 
