@@ -940,6 +940,19 @@ impl Stack {
         }
     }
 
+    /// Leaves `max_command_buffer_size` out of sozu's configuration from its next start: sozu's
+    /// own default (2,000,000 bytes), as a sozu configured without the rendered file has it.
+    pub fn use_default_command_buffer(&self) {
+        let path = self.dir.path().join("sozu.toml");
+        let config = std::fs::read_to_string(&path).expect("read sozu.toml");
+        let config: String = config
+            .lines()
+            .filter(|l| !l.starts_with("max_command_buffer_size"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(&path, config).expect("write sozu.toml");
+    }
+
     /// sozu's log level from its next start (`info` by default; `debug` logs each request its
     /// worker applies, with a timestamp).
     pub fn set_sozu_log_level(&self, level: &str) {

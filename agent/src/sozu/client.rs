@@ -2,14 +2,15 @@
 //! back, and bulk state files loaded.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use sozu_command_lib::channel::Channel;
 use sozu_command_lib::proto::command::{
     request::RequestType, response_content::ContentType, CertificateAndKey, ClientAuthMode,
-    FrontendFilters, ListListeners, QueryCertificatesFilters, QueryClustersHashes, Request,
-    Response, ResponseContent, ResponseStatus, Status, TlsVersion, WorkerRequest,
+    FrontendFilters, ListListeners, ListedFrontends, QueryCertificatesFilters, QueryClustersHashes,
+    Request, Response, ResponseContent, ResponseStatus, Status, TlsVersion, WorkerRequest,
 };
 
 use super::request::{health_check_of, hsts_of, to_request};
@@ -50,12 +51,38 @@ fn closed_reason(request: &str, error: &sozu_command_lib::channel::ChannelError)
     if listing && matches!(error, sozu_command_lib::channel::ChannelError::NoByteToRead) {
         format!(
             "{reason}; sozu closes the connection when its answer is larger than its \
-             `max_command_buffer_size`, which the rendered configuration sizes for the workspace \
-             (its log says `too large for back buffer capacity`)"
+             `max_command_buffer_size` (its log says `too large for back buffer capacity`): \
+             the agent then reads the listing in pieces where sozu's filters allow"
         )
     } else {
         reason
     }
+}
+
+/// Which listings no longer fit sozu's command buffer in one answer, and are read in pieces.
+/// sozu's main process closes a connection whose answer is larger than its
+/// `max_command_buffer_size` (sozu-command-lib 2.3.3, `Channel::write_delimited_message`,
+/// `MessageTooLarge`; default 2,000,000 bytes) and sends nothing, so a listing that does not fit
+/// is found out once, by the closed connection, and read in pieces from then on. A listing is
+/// tried whole first because each of sozu's filters scans its whole state again for every piece
+/// (see [`SozuClient::read_state`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pieces {
+    /// The main state's certificates, each with its chain and its key (about 0.9 KiB a route
+    /// with a self-signed ECDSA certificate, 8 KiB with an RSA chain), are listed from the
+    /// workers instead: the certificate each name is served with, without chain or key.
+    pub served_certificates: bool,
+    /// HTTP and HTTPS frontends (about 135 bytes each, two a route) are listed one protocol
+    /// at a time.
+    pub frontends_by_protocol: bool,
+    /// A protocol's frontends are listed one cluster at a time.
+    pub frontends_by_cluster: bool,
+}
+
+/// Whether `error` is sozu closing the connection instead of answering: what it does with an
+/// answer larger than its command buffer.
+fn closed_before_answer(error: &SozuError) -> bool {
+    matches!(error, SozuError::Closed { .. })
 }
 
 /// How long each part of a state read took (milliseconds), for its debug line.
@@ -87,6 +114,11 @@ pub struct SozuClient {
     /// frontends, so an unchanged hash means an unchanged read: a resync of an unchanged sozu
     /// asks for no cluster by id.
     clusters_read: BTreeMap<String, (u64, ClusterState)>,
+    /// The listings found too large for one answer (see [`Pieces`]): kept for the client's
+    /// life, since trying a whole listing again would have sozu build it in vain at every read
+    /// (about 65 ms for 10,000 certificates); a sozu restarted with a larger buffer is still
+    /// read correctly, in pieces.
+    pieces: Pieces,
 }
 
 impl SozuClient {
@@ -97,7 +129,13 @@ impl SozuClient {
             peer: super::SozuPeer::default(),
             channel: None,
             clusters_read: BTreeMap::new(),
+            pieces: Pieces::default(),
         }
+    }
+
+    /// The listings this client reads in pieces.
+    pub fn pieces(&self) -> Pieces {
+        self.pieces
     }
 
     /// Talks to a sozu of `peer`'s user only.
@@ -192,6 +230,11 @@ impl SozuClient {
                             request: name.to_owned(),
                             timeout,
                         }
+                    } else if matches!(e, sozu_command_lib::channel::ChannelError::NoByteToRead) {
+                        SozuError::Closed {
+                            request: name.to_owned(),
+                            reason: closed_reason(name, &e),
+                        }
                     } else {
                         SozuError::Channel {
                             request: name.to_owned(),
@@ -274,30 +317,52 @@ impl SozuClient {
     }
 
     /// Reads everything the planner compares against: listeners, clusters, frontends, the
-    /// backends of the clusters the agent owns, and the certificates of the main state.
+    /// backends of the clusters the agent owns, and the certificates.
     ///
     /// The certificates are listed on a connection of their own meanwhile: at 10,000 routes
     /// their listing (each with its chain and key) took 210–300 ms of a 0.6 s resync, which
     /// the loop waits for. sozu's main process answers it while it waits on its workers for the
     /// cluster hashes, and the agent decodes one answer while sozu builds the next.
+    ///
+    /// Every answer must fit sozu's `max_command_buffer_size` (default 2,000,000 bytes), whatever
+    /// the workspace's size: a listing that did not is read in pieces from then on ([`Pieces`]).
+    /// What each of sozu 2.3.3's filters costs decided the pieces (at 10,000 routes, measured
+    /// from a client of sozu's socket by the `reads` bench):
+    /// - frontends by protocol: the same scan as the whole listing, in two answers of half its
+    ///   size (1.37 MB each against 2.73 MB); by cluster id, a scan of every frontend per cluster
+    ///   (0.31 ms each, 3.1 s for all), so only past the protocols' own limit;
+    /// - certificates by fingerprint: every certificate's fingerprint encoded again per query
+    ///   (2.5 ms each, 25 s for all); by domain, every certificate parsed and put in a trie per
+    ///   query (42 ms each). Neither reads 10,000 certificates in time, and neither finds a
+    ///   certificate the agent does not know of. The workers' listing names each host's served
+    ///   certificate without its chain or key (0.9 MB a worker against 8.9 MB, 12 against 65
+    ///   ms), so it replaces the main state's once that does not fit. What it cannot show is a
+    ///   certificate served for no name (left behind under a longer-lived one for every name it
+    ///   has): such a certificate stays in sozu unseen until it is served.
     pub fn read_state(&mut self) -> Result<Actual, SozuError> {
         let mut actual = Actual::default();
         let mut sibling = self.sibling();
+        sibling.pieces = self.pieces;
         let (rest, certificates) = std::thread::scope(|scope| {
             let certificates = scope.spawn(move || {
                 let started = Instant::now();
-                let held = sibling.certificate_summaries();
-                (held, started.elapsed().as_secs_f64() * 1e3)
+                let held = sibling.certificates();
+                (held, sibling.pieces, started.elapsed().as_secs_f64() * 1e3)
             });
             let rest = self.read_all_but_certificates(&mut actual);
-            let certificates = certificates
-                .join()
-                .unwrap_or_else(|_| (Err(panicked("QueryCertificatesFromTheState")), 0.0));
+            let certificates = certificates.join().unwrap_or_else(|_| {
+                (
+                    Err(panicked("QueryCertificatesFromTheState")),
+                    self.pieces,
+                    0.0,
+                )
+            });
             (rest, certificates)
         });
+        let (held, pieces, certificates_ms) = certificates;
+        self.pieces.served_certificates |= pieces.served_certificates;
         let times = rest?;
-        let (summaries, certificates_ms) = certificates;
-        let summaries = summaries?;
+        let held = held?;
         tracing::debug!(
             listeners_ms = times.listeners,
             frontends_ms = times.frontends,
@@ -305,14 +370,21 @@ impl SozuClient {
             clusters_to_read = times.clusters_to_read,
             clusters_ms = times.clusters,
             certificates_ms,
+            pieces = ?self.pieces,
             "sozu's state read, by listing (the certificates on a connection of their own)"
         );
-        // The main state does not say which listener holds which certificate; an HTTPS listener
-        // per workspace makes that moot, and a request naming a certificate the listener lacks is
-        // a no-op in sozu.
         for (&address, &(protocol, _)) in &actual.listeners {
             if protocol == Protocol::Https {
-                actual.certificates.insert(address, summaries.clone());
+                let on_listener = match &held {
+                    // The main state does not say which listener holds which certificate; an
+                    // HTTPS listener per workspace makes that moot, and a request naming a
+                    // certificate the listener lacks is a no-op in sozu.
+                    HeldCertificates::Everywhere(all) => all.clone(),
+                    HeldCertificates::ByListener(by) => {
+                        by.get(&address).cloned().unwrap_or_default()
+                    }
+                };
+                actual.certificates.insert(address, on_listener);
             }
         }
         Ok(actual)
@@ -410,51 +482,12 @@ impl SozuClient {
         }
         times.listeners = lap(&mut since);
 
-        // Every frontend: `tcp` lists the UDP ones too (sozu 2.3.3's filters have no `udp`).
-        match self.request(RequestType::ListFrontends(FrontendFilters {
-            http: true,
-            https: true,
-            tcp: true,
-            domain: None,
-            cluster_id: None,
-        }))? {
-            Some(ResponseContent {
-                content_type: Some(ContentType::FrontendList(list)),
-            }) => {
-                let http = list.http_frontends.into_iter().map(|f| (Protocol::Http, f));
-                let https = list
-                    .https_frontends
-                    .into_iter()
-                    .map(|f| (Protocol::Https, f));
-                for (protocol, f) in http.chain(https) {
-                    actual.frontends.insert(frontend_of(protocol, f));
-                }
-                for f in list.tcp_frontends {
-                    actual.stream_frontends.insert(StreamFrontend {
-                        protocol: Protocol::Tcp,
-                        address: f.address.into(),
-                        sni: f.sni,
-                        cluster_id: f.cluster_id,
-                        tags: f.tags.into_iter().collect(),
-                    });
-                }
-                for f in list.udp_frontends {
-                    actual.stream_frontends.insert(StreamFrontend {
-                        protocol: Protocol::Udp,
-                        address: f.address.into(),
-                        sni: None,
-                        cluster_id: f.cluster_id,
-                        tags: f.tags.into_iter().collect(),
-                    });
-                }
-            }
-            _ => return Err(unexpected("list frontends")),
-        }
-        times.frontends = lap(&mut since);
-
         let hashes = self.cluster_hashes()?;
         actual.clusters = hashes.keys().cloned().collect();
         times.hashes = lap(&mut since);
+
+        self.frontends(actual)?;
+        times.frontends = lap(&mut since);
 
         let mut read = std::mem::take(&mut self.clusters_read);
         read.retain(|id, (hash, _)| hashes.get(id) == Some(hash));
@@ -483,6 +516,91 @@ impl SozuClient {
         Ok(times)
     }
 
+    /// Every frontend into `actual`, in as few answers as fit sozu's command buffer.
+    fn frontends(&mut self, actual: &mut Actual) -> Result<(), SozuError> {
+        if !self.pieces.frontends_by_protocol {
+            // `tcp` lists the UDP ones too (sozu 2.3.3's filters have no `udp`).
+            match self.list_frontends(true, true, true, None) {
+                Ok(list) => return add_frontends(actual, list),
+                Err(e) if closed_before_answer(&e) => {
+                    tracing::info!(
+                        "sozu's frontends do not fit its command buffer in one answer: listed \
+                         one protocol at a time from now on"
+                    );
+                    self.pieces.frontends_by_protocol = true;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // TCP and UDP frontends: one per route of its own port, each port a listener of its own.
+        add_frontends(actual, self.list_frontends(false, false, true, None)?)?;
+        for (http, https) in [(true, false), (false, true)] {
+            if !self.pieces.frontends_by_cluster {
+                match self.list_frontends(http, https, false, None) {
+                    Ok(list) => {
+                        add_frontends(actual, list)?;
+                        continue;
+                    }
+                    Err(e) if closed_before_answer(&e) => {
+                        tracing::info!(
+                            "sozu's frontends of one protocol do not fit its command buffer in \
+                             one answer: listed one cluster at a time from now on (a frontend \
+                             that routes to no cluster is not seen)"
+                        );
+                        self.pieces.frontends_by_cluster = true;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let ids: Vec<String> = actual.clusters.iter().cloned().collect();
+            for id in ids {
+                add_frontends(actual, self.list_frontends(http, https, false, Some(id))?)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn list_frontends(
+        &mut self,
+        http: bool,
+        https: bool,
+        tcp: bool,
+        cluster_id: Option<String>,
+    ) -> Result<ListedFrontends, SozuError> {
+        match self.request(RequestType::ListFrontends(FrontendFilters {
+            http,
+            https,
+            tcp,
+            domain: None,
+            cluster_id,
+        }))? {
+            Some(ResponseContent {
+                content_type: Some(ContentType::FrontendList(list)),
+            }) => Ok(list),
+            _ => Err(unexpected("list frontends")),
+        }
+    }
+
+    /// The certificates sozu holds: the main state's, or once those do not fit one answer, the
+    /// ones its workers serve (see [`Self::read_state`]).
+    fn certificates(&mut self) -> Result<HeldCertificates, SozuError> {
+        if !self.pieces.served_certificates {
+            match self.certificate_summaries() {
+                Ok(all) => return Ok(HeldCertificates::Everywhere(all)),
+                Err(e) if closed_before_answer(&e) => {
+                    tracing::info!(
+                        "sozu's certificates with their chains and keys do not fit its command \
+                         buffer in one answer: the certificates its workers serve are listed \
+                         from now on"
+                    );
+                    self.pieces.served_certificates = true;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.served_certificates().map(HeldCertificates::ByListener)
+    }
+
     /// The main state's certificates, by fingerprint, with the names each covers.
     fn certificate_summaries(&mut self) -> Result<ListenerCertificates, SozuError> {
         let certificates = self.request(RequestType::QueryCertificatesFromTheState(
@@ -501,6 +619,44 @@ impl SozuClient {
             }
             _ => Err(unexpected("query certificates")),
         }
+    }
+
+    /// The certificate each name is served with, per HTTPS listener, as every worker holds them
+    /// (a certificate one worker lacks still counts: the main state has it).
+    fn served_certificates(
+        &mut self,
+    ) -> Result<BTreeMap<SocketAddr, ListenerCertificates>, SozuError> {
+        let answer = self.request(RequestType::QueryCertificatesFromWorkers(
+            QueryCertificatesFilters::default(),
+        ))?;
+        let responses = match answer.and_then(|c| c.content_type) {
+            Some(ContentType::WorkerResponses(responses)) => responses.map,
+            _ => return Err(unexpected("query certificates from workers")),
+        };
+        let mut names: BTreeMap<SocketAddr, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+        for content in responses.into_values() {
+            let Some(ContentType::CertificatesByAddress(list)) = content.content_type else {
+                return Err(unexpected("query certificates from workers"));
+            };
+            for by_address in list.certificates {
+                let on = names.entry(by_address.address.into()).or_default();
+                for summary in by_address.certificate_summaries {
+                    on.entry(summary.fingerprint)
+                        .or_default()
+                        .insert(summary.domain.to_ascii_lowercase());
+                }
+            }
+        }
+        Ok(names
+            .into_iter()
+            .map(|(address, by_fingerprint)| {
+                let mut held = ListenerCertificates::default();
+                for (fingerprint, names) in &by_fingerprint {
+                    held.insert(fingerprint, names);
+                }
+                (address, held)
+            })
+            .collect())
     }
 
     /// Every cluster's hash, as sozu's main process computes it.
@@ -783,6 +939,45 @@ fn frontend_of(
         policy,
         alias,
     }
+}
+
+/// The certificates a state read found.
+enum HeldCertificates {
+    /// The main state's, which does not say which listener holds which.
+    Everywhere(ListenerCertificates),
+    /// The workers', per listener.
+    ByListener(BTreeMap<SocketAddr, ListenerCertificates>),
+}
+
+/// The frontends of one listing into `actual` (listings may overlap: each is a set).
+fn add_frontends(actual: &mut Actual, list: ListedFrontends) -> Result<(), SozuError> {
+    let http = list.http_frontends.into_iter().map(|f| (Protocol::Http, f));
+    let https = list
+        .https_frontends
+        .into_iter()
+        .map(|f| (Protocol::Https, f));
+    for (protocol, f) in http.chain(https) {
+        actual.frontends.insert(frontend_of(protocol, f));
+    }
+    for f in list.tcp_frontends {
+        actual.stream_frontends.insert(StreamFrontend {
+            protocol: Protocol::Tcp,
+            address: f.address.into(),
+            sni: f.sni,
+            cluster_id: f.cluster_id,
+            tags: f.tags.into_iter().collect(),
+        });
+    }
+    for f in list.udp_frontends {
+        actual.stream_frontends.insert(StreamFrontend {
+            protocol: Protocol::Udp,
+            address: f.address.into(),
+            sni: None,
+            cluster_id: f.cluster_id,
+            tags: f.tags.into_iter().collect(),
+        });
+    }
+    Ok(())
 }
 
 /// A reading thread of [`SozuClient::read_state`] ended in a panic instead of an answer.

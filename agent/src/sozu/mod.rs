@@ -104,6 +104,10 @@ pub enum SozuError {
     Connect { path: PathBuf, reason: String },
     #[error("sozu connection lost during `{request}`: {reason}")]
     Channel { request: String, reason: String },
+    /// sozu closed the connection where an answer was due: what its main process does with an
+    /// answer larger than its `max_command_buffer_size`, or sozu going away.
+    #[error("sozu closed the connection instead of answering `{request}`: {reason}")]
+    Closed { request: String, reason: String },
     #[error("sozu did not answer `{request}` within {} ms", timeout.as_millis())]
     Timeout { request: String, timeout: Duration },
     #[error("sozu refused `{request}`: {message}")]

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use super::bulk::{send_bulk, BATCH_MIN};
+use super::bulk::{bulk_retry_after, send_bulk, BATCH_MIN};
 use super::generation::Generation;
 use super::lanes::{lock, send_over, Lane};
 use super::socket::SocketWatch;
@@ -67,6 +67,10 @@ pub struct SozuProxy {
     connection: u64,
     /// Where bulk state files go (see [`SozuClient::load_batch`]); `None`: never in bulk.
     batch_dir: Option<PathBuf>,
+    /// Bulk loads sozu did not complete in a row, and until when changes go one request at a
+    /// time because of them ([`super::bulk::bulk_retry_after`]).
+    bulk_failures: u32,
+    bulk_paused_until: Option<std::time::Instant>,
     /// sozu's worker count, as of the last generation check.
     workers: usize,
 }
@@ -88,6 +92,8 @@ impl SozuProxy {
                 .collect(),
             connection: 0,
             batch_dir: None,
+            bulk_failures: 0,
+            bulk_paused_until: None,
             workers: 1,
         }
     }
@@ -201,15 +207,18 @@ impl Proxy for SozuProxy {
 
     /// A change of [`BATCH_MIN`] requests or more goes in bulk ([`send_bulk`]). When sozu does
     /// not load a state file in full, the file's requests count as not sent (the loop reads
-    /// sozu's state again) and bulk loading is turned off for good: from then on, one request at
-    /// a time, each refusal reported on its own.
+    /// sozu's state again) and bulk loading pauses: from then on, one request at a time, each
+    /// refusal reported on its own, until the back-off ends (30 s, doubling with each failure in
+    /// a row up to an hour); the first bulk change after it is tried in bulk again.
     async fn apply(&mut self, ops: Vec<Op>) -> Delivered {
         let count = ops.len();
         let lanes = self.lanes.clone();
+        let now = std::time::Instant::now();
+        let paused = self.bulk_paused_until.is_some_and(|until| now < until);
         let batch = self
             .batch_dir
             .clone()
-            .filter(|_| count >= BATCH_MIN)
+            .filter(|_| count >= BATCH_MIN && !paused)
             .map(|dir| (dir, self.workers));
         let result = tokio::task::spawn_blocking(move || match batch {
             Some((dir, workers)) => send_bulk(&lanes, &ops, &dir, workers),
@@ -217,11 +226,29 @@ impl Proxy for SozuProxy {
         })
         .await;
         match result {
-            Ok((delivered, None)) => delivered,
+            Ok((delivered, None)) => {
+                if delivered.files > 0 && self.bulk_failures > 0 {
+                    tracing::info!(
+                        failures = self.bulk_failures,
+                        "sozu loaded a bulk change again; bulk changes go as state files"
+                    );
+                    self.bulk_failures = 0;
+                    self.bulk_paused_until = None;
+                }
+                delivered
+            }
             Ok((delivered, Some(reason))) => {
-                tracing::warn!(error = %reason,
-                    "sozu did not load the bulk change; sending requests one at a time from now on");
-                self.batch_dir = None;
+                self.bulk_failures = self.bulk_failures.saturating_add(1);
+                let wait = bulk_retry_after(self.bulk_failures);
+                self.bulk_paused_until = Some(std::time::Instant::now() + wait);
+                tracing::warn!(
+                    error = %reason,
+                    failures = self.bulk_failures,
+                    retry_in_s = wait.as_secs(),
+                    "sozu did not load the bulk change; sending requests one at a time, and a \
+                     bulk change again in {} s",
+                    wait.as_secs()
+                );
                 delivered
             }
             Err(e) => Delivered::one_by_one(vec![Outcome::NotSent(e.to_string()); count]),

@@ -28,6 +28,7 @@ pub mod mass;
 pub mod nginx;
 pub mod ours;
 pub mod process;
+pub mod reads;
 pub mod report;
 pub mod scale;
 pub mod top;

@@ -111,6 +111,11 @@ fn serve_inner(
     if let Some(level) = sozu_log {
         stack.set_sozu_log_level(level);
     }
+    // `BENCH_SOZU_DEFAULT_BUFFER=1`: sozu with its own default command buffer (2,000,000 bytes),
+    // as a sozu configured without the rendered file has it.
+    if std::env::var_os("BENCH_SOZU_DEFAULT_BUFFER").is_some_and(|v| !v.is_empty()) {
+        stack.use_default_command_buffer();
+    }
     let certs = cert_root();
     let routes: Vec<RouteSpec> = hosts
         .iter()

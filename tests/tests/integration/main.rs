@@ -9,6 +9,10 @@ mod live;
 /// Certificate rotation: every way a certificate can land on disk switches what clients see.
 mod rotation;
 
+/// sozu's state read back whatever its command buffer: a sozu with its default buffer and a
+/// state larger than one answer keeps taking rotations and resyncs.
+mod reads;
+
 /// Upstream names through the system's resolver configuration: answers that change, a resolver
 /// that never answers.
 mod dns;
