@@ -3,7 +3,7 @@
 //! certificates. Both the live agent and `render --format sozu-toml` start from [`routes`], so a
 //! route field is mapped once, whichever way it reaches sozu. The live state is built whole
 //! ([`build`]) and then kept up to date one host ([`host`]) or one route's cluster ([`cluster`])
-//! at a time, by the same functions.
+//! at a time, by the same functions: a new pair, a DNS answer, or an edit of some routes.
 //!
 //! What the agent does not know yet, it keeps: a restarted agent finds a serving sozu, and its
 //! first pass comes before its first reads and lookups. So a route whose DNS name has not
@@ -18,8 +18,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use crate::plan::route_policy::{ClusterPolicy, FrontendPolicy, HeaderEdit};
 use crate::plan::state::{
-    owned_certificate, Actual, Address, Backend, Certificate, Desired, Frontend, Protocol,
-    StreamFrontend, Tags, OWNER_TAG, ROUTE_TAG,
+    frontends_of, owned_certificate, Actual, Address, Backend, Certificate, Desired, Frontend,
+    Protocol, StreamFrontend, Tags, OWNER_TAG, ROUTE_TAG,
 };
 use crate::plan::state::{ClientAuthState, ListenerSettings};
 use crate::workspace::{
@@ -393,6 +393,25 @@ pub fn cluster(
         }
     }
     mark_hsts(desired, route);
+}
+
+/// Removes cluster `id` from the desired state, with everything kept by cluster (its health
+/// check, policy, HSTS mark and drained backends): its route left the workspace.
+pub fn forget_cluster(desired: &mut Desired, id: &str) {
+    desired.clusters.remove(id);
+    desired.health_checks.remove(id);
+    desired.cluster_policies.remove(id);
+    desired.hsts_clusters.remove(id);
+    desired.drained_backends.remove(id);
+}
+
+/// Removes every HTTP and HTTPS frontend of `host` from the desired state, before [`host`]
+/// sets those of its routes as the workspace has them now.
+pub fn forget_frontends(desired: &mut Desired, host: &str) {
+    let stale: Vec<Frontend> = frontends_of(&desired.frontends, host).cloned().collect();
+    for frontend in &stale {
+        desired.frontends.remove(frontend);
+    }
 }
 
 /// Notes the backends of the route's drained upstreams (see [`Desired::drained_backends`]).

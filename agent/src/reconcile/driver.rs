@@ -467,10 +467,18 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                     .iter()
                     .flat_map(|w| w.routes.iter().map(|r| r.id.clone()))
                     .collect();
+                let previous = self.workspace.current.clone();
                 if self.workspace.absorb(result, &mut self.counters) {
                     self.announce_workspace(&before);
                     work.workspace = true;
-                    self.dirty.all = true;
+                    // The status of the routes that differ is built again (every route's when
+                    // what they share changed), here rather than only from the pass's scope: a
+                    // pass that breaks off after updating the model publishes too.
+                    if let (Some(old), Some(new)) = (&previous, &self.workspace.current) {
+                        self.dirty.scope(&super::model::changes(old, new));
+                    } else {
+                        self.dirty.all = true;
+                    }
                     if let Some(workspace) = &self.workspace.current {
                         self.dns
                             .retain(&crate::plan::desired::upstream_names(workspace));

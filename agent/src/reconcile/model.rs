@@ -1,7 +1,9 @@
 //! The desired state, kept between passes and updated where a fact changes it: a host's
-//! certificate, a name's addresses. A pass about one host then costs the same at 10,000 routes
-//! as at 10: the host's routes are found through an index, and the plan covers that host alone
-//! ([`Scope`]). A new workspace, a new sozu or a resync build it whole.
+//! certificate, a name's addresses, the routes a workspace edit added, changed or removed. A
+//! pass about one host then costs the same at 10,000 routes as at 10: the host's routes are
+//! found through an index, and the plan covers that host alone ([`Scope`]). A new sozu, a
+//! resync, or an edit of what every route shares (listeners, zone, the workspace's policies) or
+//! of a route of its own port build it whole.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -50,38 +52,127 @@ impl Model {
             files.files(),
             Some(actual),
         );
+        let mut model = Model {
+            workspace,
+            desired,
+            held,
+            routes_by_host: BTreeMap::new(),
+            routes_by_name: BTreeMap::new(),
+            routes_by_id: BTreeMap::new(),
+            unresolved: BTreeSet::new(),
+            client_auth_generation: None,
+            policy_files_generation: files.generation(),
+            policy_files: Vec::new(),
+        };
+        model.index(dns);
+        model
+    }
+
+    /// Takes `workspace` in place of the model's and returns the scope to plan. When only routes
+    /// that terminate TLS were added, changed or removed (see [`changes`]), the desired state is
+    /// updated for those routes and their hosts alone, by the functions [`Model::build`] runs
+    /// over every route, so it ends equal to a build from scratch; anything else builds it whole.
+    ///
+    /// Why: a pass holds the loop, and a rotation that comes meanwhile waits for it. Built whole,
+    /// an edit of one route at 10,000 routes held the loop about 230 ms.
+    pub fn update(
+        &mut self,
+        workspace: Arc<Workspace>,
+        dns: &DnsTracker,
+        certs: &CertTracker,
+        files: &PolicyFilesTracker,
+        actual: &Actual,
+    ) -> Scope {
+        let scope = changes(&self.workspace, &workspace);
+        if scope.everything {
+            *self = Model::build(workspace, dns, certs, files, actual);
+            return scope;
+        }
+        let new_ids = by_id(&workspace);
+        let desired = &mut self.desired;
+        for id in &scope.clusters {
+            match new_ids.get(id.as_str()) {
+                Some(route) => {
+                    desired::cluster(desired, route, dns.resolved(), Some(actual));
+                    let policy = desired::cluster_policy(route, files.files());
+                    if policy.is_empty() {
+                        desired.cluster_policies.remove(id);
+                    } else {
+                        desired
+                            .cluster_policies
+                            .insert(id.clone(), Arc::new(policy));
+                    }
+                }
+                None => {
+                    desired::forget_cluster(desired, id);
+                    self.held.remove(id);
+                }
+            }
+        }
+        let mut new_by_host: BTreeMap<&str, Vec<&Route>> = BTreeMap::new();
+        for route in workspace.routes.iter() {
+            if scope.hosts.contains(&route.host) && route.terminates_tls() {
+                new_by_host.entry(&route.host).or_default().push(route);
+            }
+        }
+        for host in &scope.hosts {
+            // A changed route's frontends are other frontends: the host's are set again whole.
+            desired::forget_frontends(desired, host);
+            match new_by_host.get(host.as_str()) {
+                Some(routes) => desired::host(
+                    desired,
+                    &mut self.held,
+                    host,
+                    routes,
+                    &workspace,
+                    certs.last_good().get(host),
+                    Some(actual),
+                ),
+                None => desired.clear_certificate(host),
+            }
+        }
+        self.workspace = workspace;
+        self.index(dns);
+        scope
+    }
+
+    /// The indexes into the workspace's routes, the names not resolved yet and the files the
+    /// policies name, from the workspace: a walk over its routes without building anything of
+    /// the desired state.
+    fn index(&mut self, dns: &DnsTracker) {
         let mut routes_by_host: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         let mut routes_by_name: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         let mut routes_by_id = BTreeMap::new();
-        for (i, route) in workspace.routes.iter().enumerate() {
+        for (i, route) in self.workspace.routes.iter().enumerate() {
             routes_by_id.insert(route.id.clone(), i);
-            routes_by_host
-                .entry(route.host.clone())
-                .or_default()
-                .push(i);
-            for name in route.upstream_names().collect::<BTreeSet<_>>() {
-                routes_by_name.entry(name.to_owned()).or_default().push(i);
+            match routes_by_host.get_mut(&route.host) {
+                Some(list) => list.push(i),
+                None => {
+                    routes_by_host.insert(route.host.clone(), vec![i]);
+                }
+            }
+            let mut names: Vec<&str> = route.upstream_names().collect();
+            names.sort_unstable();
+            names.dedup();
+            for name in names {
+                match routes_by_name.get_mut(name) {
+                    Some(list) => list.push(i),
+                    None => {
+                        routes_by_name.insert(name.to_owned(), vec![i]);
+                    }
+                }
             }
         }
-        let unresolved = routes_by_name
+        self.unresolved = routes_by_name
             .keys()
             .filter(|n| !dns.resolved().contains_key(*n))
             .cloned()
             .collect();
-        let (users, pages) = desired::policy_file_paths(&workspace);
-        let policy_files = users.into_iter().chain(pages).map(Path::to_owned).collect();
-        Model {
-            workspace,
-            desired,
-            held,
-            routes_by_host,
-            routes_by_name,
-            routes_by_id,
-            unresolved,
-            client_auth_generation: None,
-            policy_files_generation: files.generation(),
-            policy_files,
-        }
+        let (users, pages) = desired::policy_file_paths(&self.workspace);
+        self.policy_files = users.into_iter().chain(pages).map(Path::to_owned).collect();
+        self.routes_by_host = routes_by_host;
+        self.routes_by_name = routes_by_name;
+        self.routes_by_id = routes_by_id;
     }
 
     /// The users files and error pages the workspace names.

@@ -12,7 +12,7 @@ use std::time::Instant;
 use tokio::time::Instant as TokioInstant;
 
 use super::driver::{Agent, Work};
-use super::model::{self, Model};
+use super::model::Model;
 use crate::plan::{self, Op, Outcome, Scope};
 use crate::sources::CertSource;
 use crate::sozu::Proxy;
@@ -118,15 +118,13 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 let mut scope = if Arc::ptr_eq(model.workspace(), &workspace) {
                     Scope::default()
                 } else {
-                    let old = model.workspace().clone();
-                    *model = Model::build(
+                    model.update(
                         workspace.clone(),
                         &self.dns,
                         &self.certs,
                         &self.policy_files,
                         actual,
-                    );
-                    model::changes(&old, &workspace)
+                    )
                 };
                 for host in &work.hosts {
                     scope.extend(model.host_changed(host, &self.certs, actual));

@@ -74,7 +74,18 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                     hosts.extend(model.routes_of_name(name).map(|r| r.host.as_str()));
                 }
                 // A host's routes go together: the first of them carries the host's metrics.
+                // What the host showed before goes first: a workspace edit may have removed a
+                // route or moved it to another path.
                 for host in hosts {
+                    let shown: Vec<RouteKey> = self
+                        .routes
+                        .range((host.to_owned(), String::new())..)
+                        .take_while(|(k, _)| k.0 == host)
+                        .map(|(k, _)| k.clone())
+                        .collect();
+                    for key in shown {
+                        self.routes.remove(&key);
+                    }
                     for (i, route) in model.routes_of_host(host).enumerate() {
                         let view = self.route_view(route, i == 0 && route.terminates_tls(), now);
                         rebuilt.push(key(route));

@@ -3,6 +3,7 @@
 mod backends;
 mod certificates;
 mod client_auth;
+mod edits;
 mod readiness;
 mod resync;
 mod sozu;
