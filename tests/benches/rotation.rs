@@ -20,6 +20,11 @@
 //! the agent (on a pseudo-terminal, refreshing every second), in `--rounds` rounds taking turns
 //! with and without it; the p50 and p99 of each, and their ratio.
 //!
+//! With `--busy` and sizes (`--busy 1000 10000`): for each, rotations of random hosts, one every
+//! 0.3 s, first with nothing else going on, then with a workspace edit every 2 s and a resync
+//! every 5 s (see `bench::busy`); with `PRIVATE_INGRESS_BASELINE_BIN`, that build runs the same
+//! before this one at each size.
+//!
 //! With `--hops`: where each rotation's time goes, hop by hop (see `bench::hops`), at one route
 //! or at each size given (`--hops 10 10000`); with `PRIVATE_INGRESS_BASELINE_BIN`, that build is
 //! timed too, before this one at each size.
@@ -27,6 +32,7 @@
 //!     cargo bench -p private-ingress-tests --bench rotation [-- --rotations 100 --hosts 1000]
 //!     cargo bench -p private-ingress-tests --bench rotation -- 10 1000 10000 [--rotations 30]
 //!     cargo bench -p private-ingress-tests --bench rotation -- --top [--rotations 100] [--rounds 5]
+//!     cargo bench -p private-ingress-tests --bench rotation -- --busy 1000 10000 [--rotations 200]
 //!     bench/run-peers [--rotations 100] [--rounds 5] [--out DIR]
 //!     PRIVATE_INGRESS_BASELINE_BIN=old/private-ingress cargo bench -p private-ingress-tests \
 //!         --bench rotation -- --baseline [--rotations 100] [--rounds 5]
@@ -39,7 +45,7 @@ use private_ingress_tests::bench::workload::{
     self, percentile, wait_serving, Load, Outcome, Workload,
 };
 use private_ingress_tests::bench::{
-    contenders, hops, mass, ours, scale, Contender, Start, System, HOST, START_TIMEOUT,
+    busy, contenders, hops, mass, ours, scale, Contender, Start, System, HOST, START_TIMEOUT,
 };
 use private_ingress_tests::live::Backend;
 
@@ -48,6 +54,7 @@ struct Args {
     top: bool,
     baseline: bool,
     hops: bool,
+    busy: bool,
     sizes: Vec<usize>,
     rotations: usize,
     rounds: usize,
@@ -62,6 +69,7 @@ fn args() -> Args {
         top: false,
         baseline: false,
         hops: false,
+        busy: false,
         sizes: Vec::new(),
         rotations: 100,
         rounds: 5,
@@ -77,6 +85,7 @@ fn args() -> Args {
             "--top" => args.top = true,
             "--baseline" => args.baseline = true,
             "--hops" => args.hops = true,
+            "--busy" => args.busy = true,
             "--rotations" => args.rotations = value("--rotations").parse().expect("--rotations N"),
             "--hosts" => args.hosts = value("--hosts").parse().expect("--hosts N"),
             "--rounds" => args.rounds = value("--rounds").parse().expect("--rounds N"),
@@ -91,7 +100,7 @@ fn args() -> Args {
                 args.sizes.push(size.parse().unwrap_or_default());
             }
             other => panic!(
-                "unknown argument {other}; use sizes, --peers, --baseline, --top, --hops, --rotations N, --rounds N, --hosts N, --after-switch-ms N, --out DIR"
+                "unknown argument {other}; use sizes, --peers, --baseline, --top, --hops, --busy, --rotations N, --rounds N, --hosts N, --after-switch-ms N, --out DIR"
             ),
         }
     }
@@ -113,6 +122,10 @@ fn main() {
     let args = args();
     // Build (or find) the agent before any clock starts.
     let _ = private_ingress_tests::agent_bin();
+    if args.busy {
+        busy(&args);
+        return;
+    }
     let started = Instant::now();
     let pairs = workload::pairs(
         HOST,
@@ -365,6 +378,93 @@ fn hops_of(
 }
 
 /// Rotation at each size, one table (see the module).
+fn busy(args: &Args) {
+    let sizes = if args.sizes.is_empty() {
+        vec![1_000, 10_000]
+    } else {
+        args.sizes.clone()
+    };
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let p = |v: &[Duration], q| percentile(v, q).map_or(f64::NAN, ms);
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len().saturating_sub(1) / 2)
+            .copied()
+            .unwrap_or(f64::NAN)
+    };
+    let max = |v: &[f64]| v.iter().copied().fold(f64::NAN, f64::max);
+    let baseline = ours::baseline_bin();
+    let mut rows = Vec::new();
+    for &n in &sizes {
+        let builds = baseline
+            .as_deref()
+            .map(|b| ("baseline", Some(b)))
+            .into_iter()
+            .chain([("this build", None)]);
+        for (name, bin) in builds {
+            let started = Instant::now();
+            let outcome = busy::run(bin, n, args.rotations, 0x5eed + n as u64)
+                .unwrap_or_else(|e| panic!("{name}, {n} routes: {e}"));
+            println!("{name}, {n} routes measured in {:.0?}", started.elapsed());
+            rows.push((name, outcome));
+        }
+    }
+    println!(
+        "\n| build | routes | quiet p50 / p99 / max | busy p50 / p99 / max | busy / quiet p99 | edit → served p50 / max | resyncs left alone (requests) | busy resyncs | read failures |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (name, r) in &rows {
+        println!(
+            "| {name} | {} | {:.2} / {:.2} / {:.2} ms | {:.2} / {:.2} / {:.2} ms | {:.2}x | {:.0} / {:.0} ms ({}) | {} ({}) | {} | {} |",
+            r.routes,
+            p(&r.quiet, 50.0),
+            p(&r.quiet, 99.0),
+            p(&r.quiet, 100.0),
+            p(&r.busy, 50.0),
+            p(&r.busy, 99.0),
+            p(&r.busy, 100.0),
+            p(&r.busy, 99.0) / p(&r.quiet, 99.0),
+            p(&r.edits, 50.0),
+            p(&r.edits, 100.0),
+            r.edits.len(),
+            r.unchanged_resyncs,
+            r.unchanged_requests,
+            r.busy_resyncs,
+            r.read_failures,
+        );
+    }
+    println!("\n| build | routes | unchanged resync: read (beside the loop) p50 / max | compared (loop) p50 / max | pairs read again taken up (loop) p50 / max |");
+    println!("|---|---:|---:|---:|---:|");
+    for (name, r) in &rows {
+        println!(
+            "| {name} | {} | {:.1} / {:.1} ms | {:.2} / {:.2} ms | {:.1} / {:.1} ms |",
+            r.routes,
+            median(&r.read_ms),
+            max(&r.read_ms),
+            median(&r.compared_ms),
+            max(&r.compared_ms),
+            median(&r.pairs_taken_ms),
+            max(&r.pairs_taken_ms),
+        );
+    }
+    println!(
+        "rotation: from the AtomicWriter swap to the first handshake presenting the new certificate, \
+         {} swaps of hosts drawn from a seed, one every {:?}; quiet: the agent with \
+         --resync-interval 0 and nothing else going on; busy: the same agent restarted with \
+         --resync-interval {}, the workspace edited every {:?} meanwhile (one route added, then \
+         taken away, in turn); edit → served: each addition, from the rename to its first \
+         handshake; left alone: {:?} between the phases, the resyncs completed and the requests \
+         sent to sozu meanwhile; read/compared/pairs: from the agent's debug log, for the resyncs \
+         of that time",
+        args.rotations,
+        busy::PACE,
+        busy::RESYNC_EVERY,
+        busy::EDIT_EVERY,
+        busy::UNCHANGED,
+    );
+}
+
 fn sizes(args: &Args) {
     let rotations = args.rotations.min(100);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;

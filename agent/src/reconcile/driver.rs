@@ -509,7 +509,9 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 work.publish = true;
             }
             Fact::Pairs(pairs) => {
-                self.churn.add(pairs.len());
+                let started = std::time::Instant::now();
+                let count = pairs.len();
+                self.churn.add(count);
                 for (host, read) in pairs {
                     match self.certs.absorb(&host, read, &mut self.counters) {
                         PairChange::Serve => {
@@ -522,6 +524,12 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                         PairChange::None => {}
                     }
                 }
+                // A resync reads every pair again: this is its share of the loop's time.
+                tracing::debug!(
+                    pairs = count,
+                    elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+                    "certificate pairs taken up"
+                );
             }
             Fact::ClientAuth(files) => {
                 self.client_auth.absorb(*files);

@@ -202,6 +202,19 @@ pub fn rules(settings: &AlertSettings) -> Vec<Rule> {
             "private-ingress {{ $labels.instance }} keeps failing reconcile passes",
             "Passes fail or sozu refuses requests ({{ $value | humanize }} a second); what sozu refused waits and is retried with back-off.",
         ),
+        // A failed read stops no rotation, so nothing else shows it: drift goes unrepaired
+        // while it lasts. A read that succeeds in the window clears it, whatever failed before.
+        rule(
+            "PrivateIngressSozuStateUnreadable",
+            "increase(private_ingress_sozu_read_failures_total[10m]) > 0\n\
+             unless\n\
+             increase(private_ingress_resyncs_total[10m]) > 0\n"
+                .to_owned(),
+            min(15),
+            "warning",
+            "private-ingress {{ $labels.instance }} cannot read sozu's state",
+            "Each resync's read of sozu's state fails, so drift (a change to sozu the agent did not make) is not repaired; rotations and edits go on from what the agent knows. /readyz's body and /v1/state (sozu.last_read_error) say why.",
+        ),
         // Per route across every agent instance: clients see the route, whichever replica
         // answers. `code="0"` (no response sent, mostly a client that went away) is not an
         // error.

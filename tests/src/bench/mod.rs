@@ -21,6 +21,7 @@ use std::time::Duration;
 use crate::live::{atomic_write, free_port, Backend};
 use process::Group;
 
+pub mod busy;
 pub mod envoy;
 pub mod haproxy;
 pub mod hops;

@@ -82,7 +82,18 @@ pub fn serve_sending_traffic(
     backend: SocketAddr,
     log: &str,
 ) -> Result<Ours, String> {
-    serve_inner(None, hosts, backend, log, None, true)
+    serve_inner(None, hosts, backend, log, None, true, &[])
+}
+
+/// [`serve_with`] with `args` added to the agent's command line (`--resync-interval 5`, say).
+pub fn serve_with_args(
+    bin: Option<&std::path::Path>,
+    hosts: &[(String, &Pair)],
+    backend: SocketAddr,
+    log: &str,
+    args: &[&str],
+) -> Result<Ours, String> {
+    serve_inner(bin, hosts, backend, log, None, false, args)
 }
 
 /// [`serve`] with the agent binary `bin` (this build's when `None`).
@@ -93,7 +104,7 @@ pub fn serve_with(
     log: &str,
     sozu_log: Option<&str>,
 ) -> Result<Ours, String> {
-    serve_inner(bin, hosts, backend, log, sozu_log, false)
+    serve_inner(bin, hosts, backend, log, sozu_log, false, &[])
 }
 
 fn serve_inner(
@@ -103,6 +114,7 @@ fn serve_inner(
     log: &str,
     sozu_log: Option<&str>,
     traffic: bool,
+    more_args: &[&str],
 ) -> Result<Ours, String> {
     let mut stack = Stack::new();
     if traffic {
@@ -138,7 +150,10 @@ fn serve_inner(
     stack.start_sozu();
     // `BENCH_AGENT_ARGS` adds flags to the agent's command line (`--resync-interval 5`, say).
     let extra = std::env::var("BENCH_AGENT_ARGS").unwrap_or_default();
-    let args: Vec<&str> = extra.split_whitespace().collect();
+    let args: Vec<&str> = extra
+        .split_whitespace()
+        .chain(more_args.iter().copied())
+        .collect();
     match bin {
         Some(bin) => stack.start_agent_from(bin, &args, &[("RUST_LOG", log)]),
         None => stack.start_agent_with(&args, &[("RUST_LOG", log)]),
@@ -217,7 +232,8 @@ pub fn split_lines(agent_log: &str, message: &str) -> Vec<f64> {
         .collect()
 }
 
-fn strip_ansi(line: &str) -> String {
+/// `line` without its ANSI colour sequences (the agent colours its log when it can).
+pub fn strip_ansi(line: &str) -> String {
     let mut out = String::with_capacity(line.len());
     let mut chars = line.chars();
     while let Some(c) = chars.next() {

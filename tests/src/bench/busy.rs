@@ -1,0 +1,347 @@
+//! Rotations while the agent is busy with its own work: at `n` routes (each with its own
+//! certificate), single rotations of hosts drawn from a seed, one every [`PACE`], timed from the
+//! AtomicWriter swap to the first handshake presenting the new certificate, as the rotation
+//! benchmark times them:
+//!
+//! - *quiet*: the agent started with `--resync-interval 0`, nothing else going on;
+//! - *busy*: the same agent restarted with `--resync-interval 5`, and the workspace edited every
+//!   [`EDIT_EVERY`] meanwhile (one route added, then taken away again, in turn), each addition
+//!   timed from the rename of the workspace to its first handshake.
+//!
+//! Between the two, the agent left alone for [`UNCHANGED`]: the resyncs of a sozu that holds
+//! what the agent expects, counted from `/metrics` with the requests the agent sent meanwhile,
+//! and the loop's share of each from the agent's debug log.
+//!
+//! Both phases in one run, on one sozu, so that their ratio says what the agent's own work costs
+//! a rotation; with a baseline build, that build runs the same before this one.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::ours::{self, Ours};
+use super::scale::host;
+use super::workload::{handshake, Pair};
+use crate::live::{atomic_write, Backend, RouteSpec};
+
+/// A rotation every this long, as the black-box measurement had it (about 0.3 s).
+pub const PACE: Duration = Duration::from_millis(300);
+/// A workspace edit every this long during the busy phase.
+pub const EDIT_EVERY: Duration = Duration::from_secs(2);
+/// The resync interval of the busy phase, in seconds.
+pub const RESYNC_EVERY: &str = "5";
+/// How long the agent is left alone between the phases: two resyncs and some.
+pub const UNCHANGED: Duration = Duration::from_secs(12);
+
+pub struct BusyOutcome {
+    pub routes: usize,
+    /// Rotations with nothing else going on.
+    pub quiet: Vec<Duration>,
+    /// Rotations with an edit every 2 s and a resync every 5 s going on.
+    pub busy: Vec<Duration>,
+    /// Each edit that added a route: from the rename to the route's first handshake.
+    pub edits: Vec<Duration>,
+    /// Resyncs that completed while the agent was left alone, and the requests it sent to sozu
+    /// meanwhile (none, when sozu holds what the agent expects).
+    pub unchanged_resyncs: u64,
+    pub unchanged_requests: u64,
+    /// Resyncs that completed during the busy phase, and reads of sozu that failed.
+    pub busy_resyncs: u64,
+    pub read_failures: u64,
+    /// From this build's debug log, for the resyncs of an unchanged sozu: each one's read (beside
+    /// the loop), its comparison with the shadow (in the loop), and the loop's taking up of the
+    /// pairs read again (in the loop). Empty for a baseline that logs none of them.
+    pub read_ms: Vec<f64>,
+    pub compared_ms: Vec<f64>,
+    pub pairs_taken_ms: Vec<f64>,
+}
+
+/// xorshift64*, for the hosts to rotate.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n as u64) as usize
+    }
+}
+
+/// The agent's log filter: the loop's resync and pair lines at debug level.
+const LOG: &str = "warn,private_ingress::reconcile::driver=debug";
+
+pub fn run(
+    bin: Option<&Path>,
+    n: usize,
+    rotations: usize,
+    seed: u64,
+) -> Result<BusyOutcome, String> {
+    let backend = Backend::start("app");
+    let firsts: Vec<Pair> = (0..n).map(|i| Pair::new(&host(i))).collect();
+    let mut rng = Rng(seed.max(1));
+    let renewals: Vec<(usize, Pair)> = (0..2 * rotations)
+        .map(|_| {
+            let i = rng.below(n);
+            (i, Pair::new(&host(i)))
+        })
+        .collect();
+    // The route the edits add and take away: host(n), its pair written before any edit.
+    let edited = Pair::new(&host(n));
+    let hosts: Vec<(String, &Pair)> = firsts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (host(i), p))
+        .collect();
+
+    let mut ours = ours::serve_with_args(
+        bin,
+        &hosts,
+        backend.address,
+        LOG,
+        &["--resync-interval", "0"],
+    )?;
+    let https = ours.stack.https;
+    let (quiet_renewals, busy_renewals) = renewals.split_at(rotations);
+    let quiet = rotate(&ours, https, quiet_renewals, 0)?;
+
+    // The same agent with resyncs on; the workspace texts of both edits prepared beforehand.
+    restart(&mut ours, bin, &["--resync-interval", RESYNC_EVERY], n)?;
+    atomic_write(
+        &ours.certs.path().join(host(n)),
+        &edited.crt,
+        &edited.key,
+        0,
+    );
+    let texts = [
+        workspace_text(&ours, &backend, n + 1)?,
+        workspace_text(&ours, &backend, n)?,
+    ];
+
+    let before = counters(&ours)?;
+    std::thread::sleep(UNCHANGED);
+    let after = counters(&ours)?;
+    let unchanged_resyncs = after.resyncs.saturating_sub(before.resyncs);
+    let unchanged_requests = after.requests.saturating_sub(before.requests);
+    let log = ours.stack.agent_logs();
+    let read_ms = values(&log, "resync: sozu holds what the agent expects", "read_ms");
+    let compared_ms = values(
+        &log,
+        "resync: sozu holds what the agent expects",
+        "compared_ms",
+    );
+    let pairs_taken_ms: Vec<f64> = pair_lines(&log)
+        .into_iter()
+        .filter(|(pairs, _)| *pairs >= n)
+        .map(|(_, ms)| ms)
+        .collect();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let editor = {
+        let stop = stop.clone();
+        let path = ours.stack.workspace_path();
+        let fingerprint = edited.fingerprint.clone();
+        std::thread::spawn(move || edit(&stop, &path, &texts, https, &host(n), &fingerprint))
+    };
+    let busy = rotate(&ours, https, busy_renewals, quiet_renewals.len() as u32);
+    stop.store(true, Ordering::Relaxed);
+    let edits = editor.join().map_err(|_| "the editor panicked")??;
+    let busy = busy?;
+    let end = counters(&ours)?;
+    Ok(BusyOutcome {
+        routes: n,
+        quiet,
+        busy,
+        edits,
+        unchanged_resyncs,
+        unchanged_requests,
+        busy_resyncs: end.resyncs.saturating_sub(after.resyncs),
+        read_failures: end.read_failures,
+        read_ms,
+        compared_ms,
+        pairs_taken_ms,
+    })
+}
+
+/// The agent stopped and started again with `args`, on the same sozu; returns once ready.
+fn restart(ours: &mut Ours, bin: Option<&Path>, args: &[&str], n: usize) -> Result<(), String> {
+    if !ours.stack.stop_agent() {
+        return Err("the agent did not stop on SIGTERM".into());
+    }
+    let env = [("RUST_LOG", LOG)];
+    match bin {
+        Some(bin) => ours.stack.start_agent_from(bin, args, &env),
+        None => ours.stack.start_agent_with(args, &env),
+    }
+    let timeout = super::START_TIMEOUT + Duration::from_millis(20 * n as u64);
+    let deadline = Instant::now() + timeout;
+    while !ours.stack.ready() {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the restarted agent was not ready after {timeout:?}: {}",
+                ours.stack.logs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// The workspace of the first `routes` hosts, with the tls_dir the agent serves from.
+fn workspace_text(ours: &Ours, backend: &Backend, routes: usize) -> Result<String, String> {
+    let mut specs: Vec<RouteSpec> = (0..routes)
+        .map(|i| RouteSpec {
+            host: host(i),
+            upstream: backend.address.ip().to_string(),
+            port: Some(backend.address.port()),
+        })
+        .collect();
+    specs.sort_by(|a, b| a.host.cmp(&b.host));
+    let current = std::fs::read_to_string(ours.stack.workspace_path())
+        .map_err(|e| format!("the workspace: {e}"))?;
+    let tls_dir = current
+        .lines()
+        .find(|l| l.trim_start().starts_with("tls_dir"))
+        .ok_or("the workspace names no tls_dir")?
+        .to_owned();
+    let mut text = ours.stack.workspace_text(&specs);
+    if let Some(line) = text.lines().find(|l| l.trim_start().starts_with("tls_dir")) {
+        text = text.replace(line, &tls_dir);
+    }
+    Ok(text)
+}
+
+/// Every [`EDIT_EVERY`] until `stop`: the workspace renamed into place, adding `host` and taking
+/// it away in turn; each addition timed to the first handshake presenting `fingerprint`, each
+/// removal waited for (the handshake no longer presents it) so that edits do not overlap.
+fn edit(
+    stop: &AtomicBool,
+    path: &Path,
+    texts: &[String; 2],
+    https: SocketAddr,
+    host: &str,
+    fingerprint: &str,
+) -> Result<Vec<Duration>, String> {
+    let staged: PathBuf = path.with_extension("next");
+    let mut added = Vec::new();
+    let mut next = Instant::now() + EDIT_EVERY;
+    for k in 0.. {
+        while Instant::now() < next {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(added);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        next += EDIT_EVERY;
+        let adding = k % 2 == 0;
+        std::fs::write(&staged, &texts[k % 2]).map_err(|e| format!("write the workspace: {e}"))?;
+        let renamed = Instant::now();
+        std::fs::rename(&staged, path).map_err(|e| format!("rename the workspace: {e}"))?;
+        let deadline = renamed + Duration::from_secs(60);
+        loop {
+            let presented = handshake(https, host).is_ok_and(|(fp, _)| fp == fingerprint);
+            if presented == adding {
+                if adding {
+                    added.push(renamed.elapsed());
+                }
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "{host} was not {} 60 s after the edit",
+                    if adding { "served" } else { "taken away" }
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    Ok(added)
+}
+
+/// Swaps each host's pair in turn, one every [`PACE`]; for each, the time to the first
+/// handshake presenting it. `generation` counts the swaps made before.
+fn rotate(
+    ours: &Ours,
+    https: SocketAddr,
+    renewals: &[(usize, Pair)],
+    mut generation: u32,
+) -> Result<Vec<Duration>, String> {
+    let mut latencies = Vec::new();
+    for (i, pair) in renewals {
+        generation += 1;
+        let dir = ours.certs.path().join(host(*i));
+        let swapped = Instant::now();
+        atomic_write(&dir, &pair.crt, &pair.key, generation);
+        // Long enough that a stall is measured, not cut short.
+        let deadline = swapped + Duration::from_secs(120);
+        loop {
+            match handshake(https, &host(*i)) {
+                Ok((fp, done)) if fp == pair.fingerprint => {
+                    latencies.push(done.duration_since(swapped));
+                    break;
+                }
+                _ if Instant::now() > deadline => {
+                    return Err(format!(
+                        "{} not rotated after 120 s\n{}",
+                        host(*i),
+                        ours.stack.logs()
+                    ));
+                }
+                _ => {}
+            }
+        }
+        std::thread::sleep(PACE.saturating_sub(swapped.elapsed()));
+    }
+    Ok(latencies)
+}
+
+struct Counters {
+    resyncs: u64,
+    requests: u64,
+    read_failures: u64,
+}
+
+fn counters(ours: &Ours) -> Result<Counters, String> {
+    let text = ureq::get(&format!("http://{}/metrics", ours.stack.admin))
+        .call()
+        .and_then(|mut r| r.body_mut().read_to_string())
+        .map_err(|e| format!("GET /metrics: {e}"))?;
+    let value = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .map_or(0, |v| v as u64)
+    };
+    Ok(Counters {
+        resyncs: value("private_ingress_resyncs_total"),
+        requests: value("private_ingress_sozu_requests_total"),
+        // A baseline without the family reads 0.
+        read_failures: value("private_ingress_sozu_read_failures_total"),
+    })
+}
+
+/// The value of `key=` on each line of the log that holds `message`, in order.
+fn values(log: &str, message: &str, key: &str) -> Vec<f64> {
+    log.lines()
+        .map(ours::strip_ansi)
+        .filter(|l| l.contains(message))
+        .filter_map(|l| field(&l, key))
+        .collect()
+}
+
+fn field(line: &str, key: &str) -> Option<f64> {
+    let pattern = format!("{key}=");
+    let at = line.find(&pattern)? + pattern.len();
+    line[at..].split(char::is_whitespace).next()?.parse().ok()
+}
+
+/// Each "certificate pairs taken up" line: how many pairs, and the loop's time for them.
+fn pair_lines(log: &str) -> Vec<(usize, f64)> {
+    log.lines()
+        .map(ours::strip_ansi)
+        .filter(|l| l.contains("certificate pairs taken up"))
+        .filter_map(|l| Some((field(&l, "pairs")? as usize, field(&l, "elapsed_ms")?)))
+        .collect()
+}
