@@ -1,6 +1,8 @@
 //! A long soak: `cargo bench -p private-ingress-tests --bench soak -- [--seed N]... [--minutes M]
-//! [--hosts H]`. Runs each seed in turn for M minutes (default 10) and prints what each did and
-//! found; exits non-zero when a checkpoint failed. See `private_ingress_tests::soak`.
+//! [--hosts H] [--resync S]`. Runs each seed in turn for M minutes (default 10) and prints what
+//! each did and found, and how long after each sozu restart every route was served again; exits
+//! non-zero when a checkpoint failed. `--resync S` gives the agent `--resync-interval S` (off by
+//! default, so that a lost event shows). See `private_ingress_tests::soak`.
 
 use std::time::Duration;
 
@@ -10,6 +12,7 @@ fn main() {
     let mut seeds = Vec::new();
     let mut minutes = 10.0_f64;
     let mut hosts = 20;
+    let mut resync = 0;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().unwrap_or_else(|| panic!("{arg} needs a value"));
@@ -17,6 +20,7 @@ fn main() {
             "--seed" => seeds.push(value().parse().expect("--seed takes a number")),
             "--minutes" => minutes = value().parse().expect("--minutes takes a number"),
             "--hosts" => hosts = value().parse().expect("--hosts takes a number"),
+            "--resync" => resync = value().parse().expect("--resync takes seconds"),
             // cargo bench passes --bench.
             _ => {}
         }
@@ -30,9 +34,10 @@ fn main() {
             seed,
             duration: Duration::from_secs_f64(minutes * 60.0),
             hosts,
+            resync,
         });
         println!(
-            "seed {seed}: {minutes} min, {hosts} hosts, {} checkpoints, slowest convergence {:?}",
+            "seed {seed}: {minutes} min, {hosts} hosts, resync every {resync} s (0: off), {} checkpoints, slowest convergence {:?}",
             report.checkpoints, report.slowest_convergence
         );
         let mut waits = report.convergences.clone();
@@ -46,6 +51,15 @@ fn main() {
             at(0.5),
             at(0.9),
             at(0.99)
+        );
+        let mut after = report.after_sozu_restart.clone();
+        after.sort();
+        let ms = |d: Option<&Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3);
+        println!(
+            "  after a sozu restart, every route served again: {} times, p50 {:.0} ms, max {:.0} ms",
+            after.len(),
+            ms(after.get(after.len().saturating_sub(1) / 2)),
+            ms(after.last())
         );
         println!("  actions: {:?}", report.actions);
         println!(

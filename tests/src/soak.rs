@@ -9,8 +9,14 @@
 //! byte lost, or a connection the agent's work broke (a rotation, an edit, the agent's own
 //! restart), shows; only sozu's death ends it, and it is opened again then.
 //!
-//! Periodic resyncs are off, so a lost event shows as a failure instead of being repaired a
-//! minute later. The same seed replays the same actions (their timing still varies).
+//! Periodic resyncs are off by default, so a lost event shows as a failure instead of being
+//! repaired a minute later; `resync` turns them on, every few seconds, to put the resync's read
+//! beside the loop through the same kills and edits. The same seed replays the same actions
+//! (their timing still varies).
+//!
+//! Each checkpoint after a sozu restart with no restart of the agent since also records how long
+//! after that restart every route was served again (`after_sozu_restart`): a sozu back must mean
+//! routes back within a second, whatever back-off the agent was in.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::{Read, Write};
@@ -26,6 +32,8 @@ pub struct SoakConfig {
     pub seed: u64,
     pub duration: Duration,
     pub hosts: usize,
+    /// The agent's `--resync-interval` in seconds; 0 turns resyncs off.
+    pub resync: u64,
 }
 
 #[derive(Debug, Default)]
@@ -45,6 +53,9 @@ pub struct SoakReport {
     pub stream_bytes: u64,
     /// Times the stream was opened: once, then again after each time sozu was killed.
     pub stream_opened: u32,
+    /// For each checkpoint after a sozu restart (the agent not restarted since): from the last
+    /// restart to every route served again.
+    pub after_sozu_restart: Vec<Duration>,
 }
 
 /// A TCP echo server on loopback: the backend of the soak's `'tcp` route.
@@ -118,9 +129,11 @@ struct Soak {
     /// down while the agent runs, whatever sozu does (`None` after the agent restarts).
     records_floor: Option<f64>,
     stream: TcpProbe,
+    /// When sozu was last started, while no restart of the agent has come since.
+    sozu_started: Option<Instant>,
+    /// The agent's `--resync-interval`.
+    resync: String,
 }
-
-const AGENT_ARGS: [&str; 2] = ["--resync-interval", "0"];
 
 pub fn run(config: &SoakConfig) -> SoakReport {
     let stack = Stack::new();
@@ -157,6 +170,8 @@ pub fn run(config: &SoakConfig) -> SoakReport {
             backend: echo_backend(),
             conn: None,
         },
+        sozu_started: None,
+        resync: config.resync.to_string(),
     };
     for host in 0..config.hosts {
         let fingerprint = soak.write_good(host);
@@ -164,8 +179,7 @@ pub fn run(config: &SoakConfig) -> SoakReport {
     }
     soak.write_workspace();
     soak.stack.start_sozu();
-    soak.stack
-        .start_agent_with(&AGENT_ARGS, &[("RUST_LOG", "info")]);
+    soak.start_agent();
     soak.checkpoint();
     let deadline = Instant::now() + config.duration;
     let mut actions = 0u32;
@@ -185,6 +199,15 @@ pub fn run(config: &SoakConfig) -> SoakReport {
 }
 
 impl Soak {
+    /// The agent started (again): a convergence after it is the agent's start, not sozu's.
+    fn start_agent(&mut self) {
+        self.sozu_started = None;
+        self.stack.start_agent_with(
+            &["--resync-interval", &self.resync],
+            &[("RUST_LOG", "info")],
+        );
+    }
+
     fn note(&mut self, action: &'static str, detail: String) {
         *self.report.actions.entry(action).or_default() += 1;
         self.log.push_back(format!("{action}: {detail}"));
@@ -243,6 +266,7 @@ impl Soak {
             72..=79 => {
                 self.stack.kill_sozu();
                 self.stack.start_sozu();
+                self.sozu_started = Some(Instant::now());
                 // sozu's workers died with it, and the connections they held.
                 self.stream.conn = None;
                 self.note("kill sozu", String::new());
@@ -250,15 +274,13 @@ impl Soak {
             80..=89 => {
                 self.records_floor = None;
                 self.stack.kill_agent();
-                self.stack
-                    .start_agent_with(&AGENT_ARGS, &[("RUST_LOG", "info")]);
+                self.start_agent();
                 self.note("kill agent", String::new());
             }
             _ => {
                 self.records_floor = None;
                 let stopped = self.stack.stop_agent();
-                self.stack
-                    .start_agent_with(&AGENT_ARGS, &[("RUST_LOG", "info")]);
+                self.start_agent();
                 self.note("restart agent", format!("stopped cleanly: {stopped}"));
             }
         }
@@ -400,6 +422,9 @@ impl Soak {
             if wrong.is_empty() {
                 let took = started.elapsed();
                 self.report.convergences.push(took);
+                if let Some(sozu) = self.sozu_started.take() {
+                    self.report.after_sozu_restart.push(sozu.elapsed());
+                }
                 if took > self.report.slowest_convergence {
                     self.report.slowest_convergence = took;
                     let recent = self.log.len().saturating_sub(8);

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use crate::document::{BackendHealth, Document, IssuerStatus, TrafficStatus, Waiting};
+use crate::document::{BackendHealth, Document, IssuerStatus, RouteStatus, TrafficStatus, Waiting};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
@@ -159,21 +159,7 @@ pub fn table(status: &Document) -> String {
                     (Some(t), false) => date(t),
                     (None, _) => "-".into(),
                 },
-                match r.waiting_for.as_slice() {
-                    [] => r.state.to_string(),
-                    waiting => format!(
-                        "{} ({})",
-                        r.state,
-                        waiting
-                            .iter()
-                            .map(|w| match w {
-                                Waiting::Certificate => "certificate",
-                                Waiting::Dns => "dns",
-                            })
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                },
+                state_of(r),
                 r.last_error.clone().unwrap_or_else(|| "-".into()),
             ]
         })
@@ -580,6 +566,25 @@ impl IfEmpty for String {
         } else {
             self
         }
+    }
+}
+
+/// A route's state as `status` and `top` write it: "ok", "pending (certificate, dns)", "error".
+pub fn state_of(route: &RouteStatus) -> String {
+    match route.waiting_for.as_slice() {
+        [] => route.state.to_string(),
+        waiting => format!(
+            "{} ({})",
+            route.state,
+            waiting
+                .iter()
+                .map(|w| match w {
+                    Waiting::Certificate => "certificate",
+                    Waiting::Dns => "dns",
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
 }
 

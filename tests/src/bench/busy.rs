@@ -22,9 +22,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::ours::{self, Ours};
-use super::scale::host;
+use super::scale::{host, rotate, workspace_text, Pace, Rng};
 use super::workload::{handshake, Pair};
-use crate::live::{atomic_write, Backend, RouteSpec};
+use crate::live::{atomic_write, Backend};
 
 /// A rotation every this long, as the black-box measurement had it (about 0.3 s).
 pub const PACE: Duration = Duration::from_millis(300);
@@ -58,18 +58,6 @@ pub struct BusyOutcome {
     pub pairs_taken_ms: Vec<f64>,
 }
 
-/// xorshift64*, for the hosts to rotate.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n as u64) as usize
-    }
-}
-
 /// The agent's log filter: the loop's resync and pair lines at debug level.
 const LOG: &str = "warn,private_ingress::reconcile::driver=debug";
 
@@ -96,16 +84,19 @@ pub fn run(
         .map(|(i, p)| (host(i), p))
         .collect();
 
-    let mut ours = ours::serve_with_args(
-        bin,
+    let mut ours = ours::serve_as(
         &hosts,
         backend.address,
-        LOG,
-        &["--resync-interval", "0"],
+        &ours::Options {
+            bin,
+            log: LOG,
+            args: &["--resync-interval", "0"],
+            ..ours::Options::default()
+        },
     )?;
     let https = ours.stack.https;
     let (quiet_renewals, busy_renewals) = renewals.split_at(rotations);
-    let quiet = rotate(&ours, https, quiet_renewals, 0)?;
+    let quiet = rotate(&ours, https, quiet_renewals, 0, Pace::Every(PACE))?;
 
     // The same agent with resyncs on; the workspace texts of both edits prepared beforehand.
     restart(&mut ours, bin, &["--resync-interval", RESYNC_EVERY], n)?;
@@ -116,8 +107,8 @@ pub fn run(
         0,
     );
     let texts = [
-        workspace_text(&ours, &backend, n + 1)?,
-        workspace_text(&ours, &backend, n)?,
+        workspace_text(&ours, backend.address, n + 1)?,
+        workspace_text(&ours, backend.address, n)?,
     ];
 
     let before = counters(&ours)?;
@@ -145,7 +136,13 @@ pub fn run(
         let fingerprint = edited.fingerprint.clone();
         std::thread::spawn(move || edit(&stop, &path, &texts, https, &host(n), &fingerprint))
     };
-    let busy = rotate(&ours, https, busy_renewals, quiet_renewals.len() as u32);
+    let busy = rotate(
+        &ours,
+        https,
+        busy_renewals,
+        quiet_renewals.len() as u32,
+        Pace::Every(PACE),
+    );
     stop.store(true, Ordering::Relaxed);
     let edits = editor.join().map_err(|_| "the editor panicked")??;
     let busy = busy?;
@@ -187,30 +184,6 @@ fn restart(ours: &mut Ours, bin: Option<&Path>, args: &[&str], n: usize) -> Resu
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok(())
-}
-
-/// The workspace of the first `routes` hosts, with the tls_dir the agent serves from.
-fn workspace_text(ours: &Ours, backend: &Backend, routes: usize) -> Result<String, String> {
-    let mut specs: Vec<RouteSpec> = (0..routes)
-        .map(|i| RouteSpec {
-            host: host(i),
-            upstream: backend.address.ip().to_string(),
-            port: Some(backend.address.port()),
-        })
-        .collect();
-    specs.sort_by(|a, b| a.host.cmp(&b.host));
-    let current = std::fs::read_to_string(ours.stack.workspace_path())
-        .map_err(|e| format!("the workspace: {e}"))?;
-    let tls_dir = current
-        .lines()
-        .find(|l| l.trim_start().starts_with("tls_dir"))
-        .ok_or("the workspace names no tls_dir")?
-        .to_owned();
-    let mut text = ours.stack.workspace_text(&specs);
-    if let Some(line) = text.lines().find(|l| l.trim_start().starts_with("tls_dir")) {
-        text = text.replace(line, &tls_dir);
-    }
-    Ok(text)
 }
 
 /// Every [`EDIT_EVERY`] until `stop`: the workspace renamed into place, adding `host` and taking
@@ -260,43 +233,6 @@ fn edit(
     Ok(added)
 }
 
-/// Swaps each host's pair in turn, one every [`PACE`]; for each, the time to the first
-/// handshake presenting it. `generation` counts the swaps made before.
-fn rotate(
-    ours: &Ours,
-    https: SocketAddr,
-    renewals: &[(usize, Pair)],
-    mut generation: u32,
-) -> Result<Vec<Duration>, String> {
-    let mut latencies = Vec::new();
-    for (i, pair) in renewals {
-        generation += 1;
-        let dir = ours.certs.path().join(host(*i));
-        let swapped = Instant::now();
-        atomic_write(&dir, &pair.crt, &pair.key, generation);
-        // Long enough that a stall is measured, not cut short.
-        let deadline = swapped + Duration::from_secs(120);
-        loop {
-            match handshake(https, &host(*i)) {
-                Ok((fp, done)) if fp == pair.fingerprint => {
-                    latencies.push(done.duration_since(swapped));
-                    break;
-                }
-                _ if Instant::now() > deadline => {
-                    return Err(format!(
-                        "{} not rotated after 120 s\n{}",
-                        host(*i),
-                        ours.stack.logs()
-                    ));
-                }
-                _ => {}
-            }
-        }
-        std::thread::sleep(PACE.saturating_sub(swapped.elapsed()));
-    }
-    Ok(latencies)
-}
-
 struct Counters {
     resyncs: u64,
     requests: u64,
@@ -304,9 +240,10 @@ struct Counters {
 }
 
 fn counters(ours: &Ours) -> Result<Counters, String> {
+    // Over ureq's 10 MB default at 10,000 routes.
     let text = ureq::get(&format!("http://{}/metrics", ours.stack.admin))
         .call()
-        .and_then(|mut r| r.body_mut().read_to_string())
+        .and_then(|mut r| r.body_mut().with_config().limit(u64::MAX).read_to_string())
         .map_err(|e| format!("GET /metrics: {e}"))?;
     let value = |name: &str| -> u64 {
         text.lines()

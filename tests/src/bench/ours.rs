@@ -82,18 +82,15 @@ pub fn serve_sending_traffic(
     backend: SocketAddr,
     log: &str,
 ) -> Result<Ours, String> {
-    serve_inner(None, hosts, backend, log, None, true, &[])
-}
-
-/// [`serve_with`] with `args` added to the agent's command line (`--resync-interval 5`, say).
-pub fn serve_with_args(
-    bin: Option<&std::path::Path>,
-    hosts: &[(String, &Pair)],
-    backend: SocketAddr,
-    log: &str,
-    args: &[&str],
-) -> Result<Ours, String> {
-    serve_inner(bin, hosts, backend, log, None, false, args)
+    serve_as(
+        hosts,
+        backend,
+        &Options {
+            log,
+            traffic: true,
+            ..Options::default()
+        },
+    )
 }
 
 /// [`serve`] with the agent binary `bin` (this build's when `None`).
@@ -104,18 +101,50 @@ pub fn serve_with(
     log: &str,
     sozu_log: Option<&str>,
 ) -> Result<Ours, String> {
-    serve_inner(bin, hosts, backend, log, sozu_log, false, &[])
+    serve_as(
+        hosts,
+        backend,
+        &Options {
+            bin,
+            log,
+            sozu_log,
+            ..Options::default()
+        },
+    )
 }
 
-fn serve_inner(
-    bin: Option<&std::path::Path>,
+/// How [`serve_as`] starts sozu and the agent.
+#[derive(Default)]
+pub struct Options<'a> {
+    /// The agent binary: this build's when `None`.
+    pub bin: Option<&'a std::path::Path>,
+    /// The agent's `RUST_LOG`.
+    pub log: &'a str,
+    /// sozu's log level, when not its default.
+    pub sozu_log: Option<&'a str>,
+    /// sozu sends its access-log records to the agent.
+    pub traffic: bool,
+    /// Added to the agent's command line (`--resync-interval 5`, say).
+    pub args: &'a [&'a str],
+    /// sozu with its own default command buffer (2,000,000 bytes), as a sozu configured without
+    /// the rendered file has it; `BENCH_SOZU_DEFAULT_BUFFER=1` sets it for every bench.
+    pub default_buffer: bool,
+}
+
+/// [`serve`], started as `options` say.
+pub fn serve_as(
     hosts: &[(String, &Pair)],
     backend: SocketAddr,
-    log: &str,
-    sozu_log: Option<&str>,
-    traffic: bool,
-    more_args: &[&str],
+    options: &Options,
 ) -> Result<Ours, String> {
+    let Options {
+        bin,
+        log,
+        sozu_log,
+        traffic,
+        args: more_args,
+        default_buffer,
+    } = *options;
     let mut stack = Stack::new();
     if traffic {
         stack.send_traffic();
@@ -123,9 +152,9 @@ fn serve_inner(
     if let Some(level) = sozu_log {
         stack.set_sozu_log_level(level);
     }
-    // `BENCH_SOZU_DEFAULT_BUFFER=1`: sozu with its own default command buffer (2,000,000 bytes),
-    // as a sozu configured without the rendered file has it.
-    if std::env::var_os("BENCH_SOZU_DEFAULT_BUFFER").is_some_and(|v| !v.is_empty()) {
+    if default_buffer
+        || std::env::var_os("BENCH_SOZU_DEFAULT_BUFFER").is_some_and(|v| !v.is_empty())
+    {
         stack.use_default_command_buffer();
     }
     let certs = cert_root();

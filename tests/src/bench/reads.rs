@@ -18,7 +18,6 @@ use sozu_command_lib::proto::command::{
 
 use super::ours::{self, Ours};
 use super::workload::Pair;
-use crate::live::{atomic_write, RouteSpec, Stack};
 
 /// One connection to sozu's command socket, as a client of the bench.
 pub struct Probe {
@@ -220,47 +219,17 @@ pub fn serve(
     backend: std::net::SocketAddr,
     default_buffer: bool,
 ) -> Result<Ours, String> {
-    let mut stack = Stack::new();
-    if default_buffer {
-        stack.use_default_command_buffer();
-    }
-    let certs = super::cert_root();
-    let routes: Vec<RouteSpec> = hosts
-        .iter()
-        .map(|(host, pair)| {
-            atomic_write(&certs.path().join(host), &pair.crt, &pair.key, 0);
-            RouteSpec {
-                host: host.clone(),
-                upstream: backend.ip().to_string(),
-                port: Some(backend.port()),
-            }
-        })
-        .collect();
-    let tls_dir = |dir: &Path| format!("tls_dir = \"{}\"", dir.display());
-    let text = stack.workspace_text(&routes);
-    stack.write_workspace(&text.replace(&tls_dir(&stack.tls_dir()), &tls_dir(certs.path())));
-    stack.start_sozu();
-    let args = ["--resync-interval", "2"];
-    let log = [(
-        "RUST_LOG",
-        "warn,private_ingress::reconcile::sync=debug,private_ingress::sozu::client=debug",
-    )];
-    match bin {
-        Some(bin) => stack.start_agent_from(bin, &args, &log),
-        None => stack.start_agent_with(&args, &log),
-    }
-    let timeout = super::START_TIMEOUT + Duration::from_millis(20 * hosts.len() as u64);
-    let deadline = Instant::now() + timeout;
-    while !stack.ready() {
-        if Instant::now() > deadline {
-            return Err(format!(
-                "the agent was not ready after {timeout:?}: {}",
-                stack.logs()
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(Ours { stack, certs })
+    ours::serve_as(
+        hosts,
+        backend,
+        &ours::Options {
+            bin,
+            log: "warn,private_ingress::reconcile::sync=debug,private_ingress::sozu::client=debug",
+            args: &["--resync-interval", "2"],
+            default_buffer,
+            ..ours::Options::default()
+        },
+    )
 }
 
 /// What the resyncs of one agent read over a stretch of time.

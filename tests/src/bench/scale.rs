@@ -45,10 +45,10 @@ pub fn host(i: usize) -> String {
 }
 
 /// xorshift64*, for the hosts to rotate.
-struct Rng(u64);
+pub struct Rng(pub u64);
 
 impl Rng {
-    fn below(&mut self, n: usize) -> usize {
+    pub fn below(&mut self, n: usize) -> usize {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -82,7 +82,7 @@ pub fn run(n: usize, rotations: usize, seed: u64) -> Result<ScaleOutcome, String
     let ours = ours::serve_sending_traffic(&hosts, backend.address, &log)?;
     let cold_start = started.elapsed();
     let (right_after, renewals) = renewals.split_at(AFTER_READY);
-    let after_ready = rotate(&ours, ours.stack.https, right_after, 0)?;
+    let after_ready = rotate(&ours, ours.stack.https, right_after, 0, APART)?;
     std::thread::sleep(super::mass::REST);
     let rss_rest = super::mass::rss_mib(ours.stack.agent_pid());
     let sozu_rss_rest = (
@@ -96,7 +96,7 @@ pub fn run(n: usize, rotations: usize, seed: u64) -> Result<ScaleOutcome, String
     let https = ours.stack.https;
 
     let (idle, scraped) = renewals.split_at(rotations);
-    let rotations = rotate(&ours, https, idle, AFTER_READY_SWAPS)?;
+    let rotations = rotate(&ours, https, idle, AFTER_READY_SWAPS, APART)?;
     let scrape_cpu = scrape_cost(&ours, n)?;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let scraper = {
@@ -114,7 +114,13 @@ pub fn run(n: usize, rotations: usize, seed: u64) -> Result<ScaleOutcome, String
             (took, bytes)
         })
     };
-    let rotations_scraped = rotate(&ours, https, scraped, AFTER_READY_SWAPS + idle.len() as u32);
+    let rotations_scraped = rotate(
+        &ours,
+        https,
+        scraped,
+        AFTER_READY_SWAPS + idle.len() as u32,
+        APART,
+    );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (scrapes, scrape_bytes) = scraper.join().map_err(|_| "the scraper panicked")?;
     let rotations_scraped = rotations_scraped?;
@@ -127,25 +133,7 @@ pub fn run(n: usize, rotations: usize, seed: u64) -> Result<ScaleOutcome, String
         &appended.key,
         0,
     );
-    let mut routes: Vec<RouteSpec> = (0..=n)
-        .map(|i| RouteSpec {
-            host: host(i),
-            upstream: backend.address.ip().to_string(),
-            port: Some(backend.address.port()),
-        })
-        .collect();
-    routes.sort_by(|a, b| a.host.cmp(&b.host));
-    let current = std::fs::read_to_string(ours.stack.workspace_path())
-        .map_err(|e| format!("the workspace: {e}"))?;
-    let tls_dir = current
-        .lines()
-        .find(|l| l.trim_start().starts_with("tls_dir"))
-        .ok_or("the workspace names no tls_dir")?
-        .to_owned();
-    let mut text = ours.stack.workspace_text(&routes);
-    if let Some(line) = text.lines().find(|l| l.trim_start().starts_with("tls_dir")) {
-        text = text.replace(line, &tls_dir);
-    }
+    let text = workspace_text(&ours, backend.address, n + 1)?;
     let evaluations_before = evaluations(&ours.stack.agent_logs()).len();
     let staged = ours.stack.workspace_path().with_extension("next");
     std::fs::write(&staged, text).map_err(|e| format!("write the workspace: {e}"))?;
@@ -190,6 +178,31 @@ pub fn run(n: usize, rotations: usize, seed: u64) -> Result<ScaleOutcome, String
     }
 }
 
+/// The workspace of the first `routes` hosts ([`host`]), each to `backend`, with the tls_dir the
+/// agent serves from now (the certificate root, not the stack's own).
+pub fn workspace_text(ours: &Ours, backend: SocketAddr, routes: usize) -> Result<String, String> {
+    let mut specs: Vec<RouteSpec> = (0..routes)
+        .map(|i| RouteSpec {
+            host: host(i),
+            upstream: backend.ip().to_string(),
+            port: Some(backend.port()),
+        })
+        .collect();
+    specs.sort_by(|a, b| a.host.cmp(&b.host));
+    let current = std::fs::read_to_string(ours.stack.workspace_path())
+        .map_err(|e| format!("the workspace: {e}"))?;
+    let tls_dir = current
+        .lines()
+        .find(|l| l.trim_start().starts_with("tls_dir"))
+        .ok_or("the workspace names no tls_dir")?
+        .to_owned();
+    let mut text = ours.stack.workspace_text(&specs);
+    if let Some(line) = text.lines().find(|l| l.trim_start().starts_with("tls_dir")) {
+        text = text.replace(line, &tls_dir);
+    }
+    Ok(text)
+}
+
 /// The agent's own log lines: its access-log records (JSON, one per request) left out, as at
 /// 10,000 routes they are most of the log.
 fn agent_own_lines(ours: &Ours) -> Vec<String> {
@@ -213,18 +226,31 @@ fn failure_logs(ours: &Ours) -> String {
     )
 }
 
+/// Apart, so that each rotation is measured alone.
+const APART: Pace = Pace::Apart(Duration::from_millis(50));
+
 /// How many swaps start the moment the agent is ready.
 const AFTER_READY: usize = 10;
 /// The generation of the first swap after them.
 const AFTER_READY_SWAPS: u32 = AFTER_READY as u32;
 
+/// How rotations follow one another.
+#[derive(Clone, Copy)]
+pub enum Pace {
+    /// Each swap this long after the previous one was served, so that each is measured alone.
+    Apart(Duration),
+    /// One swap every this long (the previous one served by then), as renewals come in.
+    Every(Duration),
+}
+
 /// Swaps each host's pair in turn; for each, the time to the first handshake presenting it.
 /// `generation` counts the swaps made before, so that each writes a directory of its own.
-fn rotate(
+pub fn rotate(
     ours: &Ours,
     https: SocketAddr,
     renewals: &[(usize, Pair)],
     mut generation: u32,
+    pace: Pace,
 ) -> Result<Vec<Duration>, String> {
     let mut latencies = Vec::new();
     for (i, pair) in renewals {
@@ -250,8 +276,10 @@ fn rotate(
                 _ => {}
             }
         }
-        // Apart, so that each rotation is measured alone.
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(match pace {
+            Pace::Apart(gap) => gap,
+            Pace::Every(every) => every.saturating_sub(swapped.elapsed()),
+        });
     }
     Ok(latencies)
 }

@@ -20,6 +20,7 @@ fn a_seeded_soak_of_rotations_edits_and_kills_converges_at_every_checkpoint() {
         seed,
         duration: Duration::from_secs(seconds),
         hosts: 12,
+        resync: 0,
     });
     eprintln!(
         "soak seed {seed}, {seconds} s: {} checkpoints, slowest convergence {:?}, actions {:?}, \

@@ -8,7 +8,8 @@
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
-use crate::document::{Document, Event, RouteState, RouteStatus, Waiting};
+use crate::cli::status::state_of;
+use crate::document::{Document, Event, RouteState, RouteStatus};
 use crate::render::alerts::{EXPIRY_FLOOR, EXPIRY_FRACTION};
 
 /// Samples kept for the overview's sparklines: at the default refresh (2 s), eight minutes.
@@ -618,25 +619,6 @@ fn compare(a: &RouteRow, b: &RouteRow, column: Column) -> std::cmp::Ordering {
     };
     by.then_with(|| a.host.cmp(&b.host))
         .then_with(|| a.path.cmp(&b.path))
-}
-
-/// "ok", "pending (certificate, dns)", "error": as `status` writes it.
-pub fn state_of(route: &RouteStatus) -> String {
-    match route.waiting_for.as_slice() {
-        [] => route.state.to_string(),
-        waiting => format!(
-            "{} ({})",
-            route.state,
-            waiting
-                .iter()
-                .map(|w| match w {
-                    Waiting::Certificate => "certificate",
-                    Waiting::Dns => "dns",
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    }
 }
 
 /// Days left of the served certificate (or the pair on disk's), and whether that is under the

@@ -8,8 +8,8 @@ use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
 
-use super::routes::scroll;
-use super::{ago, days, look, put, row, Cell};
+use super::list::{empty, window};
+use super::{ago, days, look, row, Cell};
 use crate::cli::top::model::{App, Pane};
 
 pub fn table(app: &App, area: Rect, buf: &mut Buffer) {
@@ -42,29 +42,10 @@ pub fn table(app: &App, area: Rect, buf: &mut Buffer) {
         .collect();
     row(buf, area, area.y, &header, look.heading(), &look);
     if app.visible_certs.is_empty() {
-        put(
-            buf,
-            area.x + 2,
-            area.y + 1,
-            area.width.saturating_sub(2),
-            "no certificate",
-            look.dim(),
-            &look,
-        );
+        empty(buf, area, "no certificate", &look);
         return;
     }
-    let height = usize::from(area.height.saturating_sub(1));
-    let pane = Pane::Certificates.index();
-    let selected = app.selected[pane];
-    let offset = scroll(app.offset[pane].get(), selected, height);
-    app.offset[pane].set(offset);
-    for (line, &i) in app
-        .visible_certs
-        .iter()
-        .skip(offset)
-        .take(height)
-        .enumerate()
-    {
+    for (y, i, base) in window(app, Pane::Certificates, &app.visible_certs, area, &look) {
         let c = &app.certs[i];
         let left = days(c.days_left);
         let cells = [
@@ -138,11 +119,6 @@ pub fn table(app: &App, area: Rect, buf: &mut Buffer) {
                 right: false,
             },
         ];
-        let base = if offset + line == selected {
-            look.selected()
-        } else {
-            Style::default()
-        };
-        row(buf, area, area.y + 1 + line as u16, &cells, base, &look);
+        row(buf, area, y, &cells, base, &look);
     }
 }

@@ -7,8 +7,8 @@ use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
 
-use super::routes::scroll;
-use super::{look, put, row, Cell};
+use super::list::{empty, window};
+use super::{look, row, Cell};
 use crate::cli::top::model::{App, Pane};
 
 pub fn table(app: &App, area: Rect, buf: &mut Buffer) {
@@ -53,29 +53,10 @@ pub fn table(app: &App, area: Rect, buf: &mut Buffer) {
         } else {
             "no event matches the filter"
         };
-        put(
-            buf,
-            area.x + 2,
-            area.y + 1,
-            area.width.saturating_sub(2),
-            what,
-            look.dim(),
-            &look,
-        );
+        empty(buf, area, what, &look);
         return;
     }
-    let height = usize::from(area.height.saturating_sub(1));
-    let pane = Pane::Events.index();
-    let selected = app.selected[pane];
-    let offset = scroll(app.offset[pane].get(), selected, height);
-    app.offset[pane].set(offset);
-    for (line, &i) in app
-        .visible_events
-        .iter()
-        .skip(offset)
-        .take(height)
-        .enumerate()
-    {
+    for (y, i, base) in window(app, Pane::Events, &app.visible_events, area, &look) {
         let e = &app.events[i];
         let style = if e.problem {
             look.bad()
@@ -108,11 +89,6 @@ pub fn table(app: &App, area: Rect, buf: &mut Buffer) {
                 right: false,
             },
         ];
-        let base = if offset + line == selected {
-            look.selected()
-        } else {
-            Style::default()
-        };
-        row(buf, area, area.y + 1 + line as u16, &cells, base, &look);
+        row(buf, area, y, &cells, base, &look);
     }
 }

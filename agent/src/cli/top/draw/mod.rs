@@ -9,6 +9,7 @@
 
 mod certificates;
 mod events;
+mod list;
 mod listeners;
 mod route;
 mod routes;

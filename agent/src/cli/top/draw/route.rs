@@ -9,7 +9,8 @@ use ratatui::layout::Rect;
 use ratatui::style::Style;
 
 use super::{ago, days, look, put, seconds, Look};
-use crate::cli::top::model::{days_left, state_of, App};
+use crate::cli::status::state_of;
+use crate::cli::top::model::{days_left, App};
 use crate::document::BackendHealth;
 
 /// How many of the route's latest problems the page lists.

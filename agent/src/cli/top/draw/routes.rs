@@ -8,7 +8,8 @@ use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
 
-use super::{days, look, put, rate, row, seconds, share, Cell};
+use super::list::{empty, window};
+use super::{days, look, rate, row, seconds, share, Cell};
 use crate::cli::top::model::{App, Column, Pane};
 
 /// Widths of the fixed columns; HOST takes what is left, up to [`HOST_MAX`], and beyond that
@@ -60,29 +61,17 @@ pub fn table(app: &App, area: Rect, buf: &mut Buffer) {
         });
     }
     row(buf, area, area.y, &header, look.heading(), &look);
-    let height = usize::from(area.height.saturating_sub(1));
     if app.visible.is_empty() {
         let what = match (&app.doc, app.filter.is_empty()) {
             (None, _) => "no answer from the agent yet".to_owned(),
             (Some(_), true) => "no route: the workspace declares none".to_owned(),
             (Some(_), false) => format!("no route matches /{}", app.filter),
         };
-        put(
-            buf,
-            area.x + 2,
-            area.y + 1,
-            area.width.saturating_sub(2),
-            &what,
-            look.dim(),
-            &look,
-        );
+        empty(buf, area, &what, &look);
         return;
     }
-    let selected = app.selected[Pane::Routes.index()];
-    let offset = scroll(app.offset[Pane::Routes.index()].get(), selected, height);
-    app.offset[Pane::Routes.index()].set(offset);
     let doc = app.doc.as_ref();
-    for (line, &i) in app.visible.iter().skip(offset).take(height).enumerate() {
+    for (y, i, base) in window(app, Pane::Routes, &app.visible, area, &look) {
         let r = &app.rows[i];
         let bad = r.state.starts_with("error");
         let state_style = if bad {
@@ -163,23 +152,6 @@ pub fn table(app: &App, area: Rect, buf: &mut Buffer) {
                 right: false,
             });
         }
-        let base = if offset + line == selected {
-            look.selected()
-        } else {
-            Style::default()
-        };
-        row(buf, area, area.y + 1 + line as u16, &cells, base, &look);
-    }
-}
-
-/// The first row shown: the last one, moved only as far as the selection needs.
-pub(super) fn scroll(offset: usize, selected: usize, height: usize) -> usize {
-    let height = height.max(1);
-    if selected < offset {
-        selected
-    } else if selected >= offset + height {
-        selected + 1 - height
-    } else {
-        offset
+        row(buf, area, y, &cells, base, &look);
     }
 }
