@@ -58,8 +58,15 @@ pub struct BusyOutcome {
     pub pairs_taken_ms: Vec<f64>,
 }
 
-/// The agent's log filter: the loop's resync and pair lines at debug level.
-const LOG: &str = "warn,private_ingress::reconcile::driver=debug";
+/// The agent's log filter: the loop's resync and pair lines at debug level; `BUSY_AGENT_LOG`
+/// adds to it (`private_ingress=debug`, to place a slow rotation).
+fn log_filter() -> String {
+    let base = "warn,private_ingress::reconcile::driver=debug";
+    match std::env::var("BUSY_AGENT_LOG") {
+        Ok(more) if !more.is_empty() => format!("{base},{more}"),
+        _ => base.to_owned(),
+    }
+}
 
 pub fn run(
     bin: Option<&Path>,
@@ -89,7 +96,7 @@ pub fn run(
         backend.address,
         &ours::Options {
             bin,
-            log: LOG,
+            log: &log_filter(),
             args: &["--resync-interval", "0"],
             ..ours::Options::default()
         },
@@ -147,6 +154,11 @@ pub fn run(
     let edits = editor.join().map_err(|_| "the editor panicked")??;
     let busy = busy?;
     let end = counters(&ours)?;
+    // `BUSY_KEEP_LOG=FILE`: the agent's log of both phases, kept for a figure to explain.
+    if let Some(path) = std::env::var_os("BUSY_KEEP_LOG").filter(|p| !p.is_empty()) {
+        std::fs::write(&path, ours.stack.agent_logs())
+            .map_err(|e| format!("keep the agent's log: {e}"))?;
+    }
     Ok(BusyOutcome {
         routes: n,
         quiet,
@@ -167,7 +179,8 @@ fn restart(ours: &mut Ours, bin: Option<&Path>, args: &[&str], n: usize) -> Resu
     if !ours.stack.stop_agent() {
         return Err("the agent did not stop on SIGTERM".into());
     }
-    let env = [("RUST_LOG", LOG)];
+    let filter = log_filter();
+    let env = [("RUST_LOG", filter.as_str())];
     match bin {
         Some(bin) => ours.stack.start_agent_from(bin, args, &env),
         None => ours.stack.start_agent_with(args, &env),
