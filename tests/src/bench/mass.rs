@@ -284,10 +284,32 @@ pub fn memory_split(pid: Option<u32>, agent_logs: &str) -> String {
             )
         })
         .unwrap_or_else(|| "no trim logged".to_owned());
-    format!(
+    let mut text = format!(
         "RSS {:.1} MiB (anonymous {:.1}, file {:.1}), {threads} threads; {heap}",
         field("Rss:"),
         field("Anonymous:"),
         field("Rss:") - field("Anonymous:"),
-    )
+    );
+    // `BENCH_GDB_TRIM=1` (a diagnosis, needs gdb): glibc's `malloc_trim(0)` called in the agent
+    // from outside, and its resident set read again: what a trim now would hand back, against
+    // what stays (live data, and free space in pages that also hold live data).
+    if std::env::var_os("BENCH_GDB_TRIM").is_some_and(|v| !v.is_empty()) {
+        let trimmed = std::process::Command::new("gdb")
+            .args([
+                "-p",
+                &pid.to_string(),
+                "-batch",
+                "-ex",
+                "call (int) malloc_trim(0)",
+            ])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .is_ok_and(|o| o.status.success());
+        text.push_str(&format!(
+            "; after malloc_trim(0) from gdb ({}): RSS {:.1} MiB",
+            if trimmed { "done" } else { "failed" },
+            rss_mib(Some(pid))
+        ));
+    }
+    text
 }
