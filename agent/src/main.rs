@@ -149,6 +149,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Run(args) => {
+            // Before any thread starts: see `use_one_heap`.
+            private_ingress::memory::use_one_heap();
             private_ingress::run::init_logging(args.log_format);
             let runtime =
                 tokio::runtime::Runtime::new().context("cannot start the async runtime")?;

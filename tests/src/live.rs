@@ -1268,9 +1268,10 @@ impl Stack {
     }
 
     pub fn metrics(&self) -> String {
+        // No size limit: at 10,000 routes the text is larger than ureq's default of 10 MiB.
         ureq::get(&format!("http://{}/metrics", self.admin))
             .call()
-            .and_then(|mut r| r.body_mut().read_to_string())
+            .and_then(|mut r| r.body_mut().with_config().limit(u64::MAX).read_to_string())
             .expect("GET /metrics")
     }
 

@@ -90,100 +90,166 @@ const ROUTE_FAMILIES: [(&str, &str, &str); 14] = [
     ),
 ];
 
-/// One route's lines, one string per family of `ROUTE_FAMILIES` (empty when it has none).
+/// One route's lines, every family's in one string of exactly their size: family `i`'s lines
+/// are `text[ends[i - 1]..ends[i]]` (empty when the route has none of it).
+///
+/// One string a route, not one per family: fourteen strings, each grown by doubling as its
+/// lines were written, held 22.5 MiB at 10,000 routes against 19.4 MiB exact (heaptrack), in
+/// fourteen allocations a route that a mass renewal frees and makes again all over the heap.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RouteMetrics([String; ROUTE_FAMILIES.len()]);
+pub struct RouteMetrics {
+    text: Box<str>,
+    ends: [u32; ROUTE_FAMILIES.len()],
+}
 
 impl RouteMetrics {
     /// The lines of `route`; with `host_wide`, its host's certificate lines too (one route of
     /// each host carries them).
     pub fn of(route: &RouteStatus, host_wide: bool) -> RouteMetrics {
-        let mut lines: [String; ROUTE_FAMILIES.len()] = Default::default();
+        // Written here, then copied once into a string of the exact size.
+        let mut out = String::with_capacity(2048);
+        let mut ends = [0u32; ROUTE_FAMILIES.len()];
+        let mut end = |out: &String, family: usize| {
+            ends[family] = u32::try_from(out.len()).unwrap_or(u32::MAX);
+        };
         let host = [("host", route.host.as_str())];
         sample(
-            &mut lines[0],
+            &mut out,
             ROUTE_FAMILIES[0].0,
             &[("host", &route.host), ("route", &route.id)],
             i64::from(route.state == RouteState::Ok),
         );
+        end(&out, 0);
         if host_wide {
             let c = &route.certificate;
             if let Some(t) = c.disk_not_after {
-                sample(&mut lines[1], ROUTE_FAMILIES[1].0, &host, t);
+                sample(&mut out, ROUTE_FAMILIES[1].0, &host, t);
             }
+            end(&out, 1);
             if let Some(t) = c.disk_not_before {
-                sample(&mut lines[2], ROUTE_FAMILIES[2].0, &host, t);
+                sample(&mut out, ROUTE_FAMILIES[2].0, &host, t);
             }
+            end(&out, 2);
             if c.disk_fingerprint.is_some() {
                 sample(
-                    &mut lines[3],
+                    &mut out,
                     ROUTE_FAMILIES[3].0,
                     &host,
                     i64::from(c.expiring_soon),
                 );
             }
+            end(&out, 3);
             if let Some(t) = c.last_rotation {
                 let t = i64::try_from(t).unwrap_or(i64::MAX);
-                sample(&mut lines[4], ROUTE_FAMILIES[4].0, &host, t);
+                sample(&mut out, ROUTE_FAMILIES[4].0, &host, t);
             }
+            end(&out, 4);
             if let Some(reason) = &c.error_reason {
                 let labels = [("host", route.host.as_str()), ("reason", reason.as_str())];
-                sample(&mut lines[5], ROUTE_FAMILIES[5].0, &labels, 1);
+                sample(&mut out, ROUTE_FAMILIES[5].0, &labels, 1);
             }
+            end(&out, 5);
             for fingerprint in &c.served_fingerprints {
                 let labels = [
                     ("fingerprint", fingerprint.as_str()),
                     ("host", route.host.as_str()),
                 ];
-                sample(&mut lines[6], ROUTE_FAMILIES[6].0, &labels, 1);
+                sample(&mut out, ROUTE_FAMILIES[6].0, &labels, 1);
             }
+            end(&out, 6);
             let rotations = i64::try_from(c.rotations).unwrap_or(i64::MAX);
-            sample(&mut lines[7], ROUTE_FAMILIES[7].0, &host, rotations);
+            sample(&mut out, ROUTE_FAMILIES[7].0, &host, rotations);
+            end(&out, 7);
             // Beside `served_info`, so that an alert compares the two by fingerprint.
             if let Some(fingerprint) = &c.disk_fingerprint {
                 let labels = [
                     ("fingerprint", fingerprint.as_str()),
                     ("host", route.host.as_str()),
                 ];
-                sample(&mut lines[8], ROUTE_FAMILIES[8].0, &labels, 1);
+                sample(&mut out, ROUTE_FAMILIES[8].0, &labels, 1);
             }
+            end(&out, 8);
             // The served certificate's own lifetime: the expiry alert is relative to it.
             if let Some(t) = c.served_not_before {
-                sample(&mut lines[9], ROUTE_FAMILIES[9].0, &host, t);
+                sample(&mut out, ROUTE_FAMILIES[9].0, &host, t);
             }
+            end(&out, 9);
             if let Some(t) = c.served_not_after {
-                sample(&mut lines[10], ROUTE_FAMILIES[10].0, &host, t);
+                sample(&mut out, ROUTE_FAMILIES[10].0, &host, t);
+            }
+            end(&out, 10);
+        } else {
+            for family in 1..=10 {
+                end(&out, family);
             }
         }
         let route_labels = [("host", route.host.as_str()), ("route", route.id.as_str())];
-        for backend in route.upstreams.iter().flat_map(|u| &u.backends) {
-            let labels = [
-                ("backend", backend.address.as_str()),
+        let backends = || route.upstreams.iter().flat_map(|u| &u.backends);
+        fn labels<'a>(address: &'a str, route: &'a RouteStatus) -> [(&'static str, &'a str); 3] {
+            [
+                ("backend", address),
                 ("host", route.host.as_str()),
                 ("route", route.id.as_str()),
-            ];
+            ]
+        }
+        for backend in backends() {
+            let labels = labels(backend.address.as_str(), route);
             match backend.health {
-                BackendHealth::Up => sample(&mut lines[11], ROUTE_FAMILIES[11].0, &labels, 1),
-                BackendHealth::Down => sample(&mut lines[11], ROUTE_FAMILIES[11].0, &labels, 0),
+                BackendHealth::Up => sample(&mut out, ROUTE_FAMILIES[11].0, &labels, 1),
+                BackendHealth::Down => sample(&mut out, ROUTE_FAMILIES[11].0, &labels, 0),
                 BackendHealth::Unknown => {}
             }
-            let transitions = i64::try_from(backend.transitions).unwrap_or(i64::MAX);
-            sample(&mut lines[12], ROUTE_FAMILIES[12].0, &labels, transitions);
         }
+        end(&out, 11);
+        for backend in backends() {
+            let labels = labels(backend.address.as_str(), route);
+            let transitions = i64::try_from(backend.transitions).unwrap_or(i64::MAX);
+            sample(&mut out, ROUTE_FAMILIES[12].0, &labels, transitions);
+        }
+        end(&out, 12);
         sample(
-            &mut lines[13],
+            &mut out,
             ROUTE_FAMILIES[13].0,
             &route_labels,
             i64::from(route.no_available_backend),
         );
-        RouteMetrics(lines)
+        end(&out, 13);
+        RouteMetrics {
+            text: Box::from(out.as_str()),
+            ends,
+        }
+    }
+
+    /// The lines of family `i` of [`ROUTE_FAMILIES`].
+    fn family(&self, i: usize) -> &str {
+        let start = i.checked_sub(1).map_or(0, |p| self.ends[p] as usize);
+        let end = self.ends.get(i).map_or(0, |&e| e as usize);
+        self.text.get(start..end).unwrap_or("")
+    }
+
+    /// Every line, in the families' order.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The length of every line together.
+    pub fn len(&self) -> usize {
+        self.text.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.text.is_empty()
     }
 }
 
 /// The whole exposition: the agent's own figures, every route's lines, every upstream name's.
 pub fn render(snapshot: &Snapshot, counters: &Counters, dns: &[DnsNameStatus]) -> String {
     let routes = snapshot.routes.len();
-    let mut out = String::with_capacity(4096 + routes * 1024);
+    // The routes' lines are most of it, and their size is known: a string sized for them is
+    // not doubled (and copied) on the way to up to twice what it holds (at 10,000 routes, 19.5
+    // MiB kept for 12 of text).
+    let lines: usize = snapshot.routes.values().map(|r| r.metrics.len()).sum();
+    let mut out = String::with_capacity(16 * 1024 + lines + dns.len() * 512);
     let head = &snapshot.head;
     gauge(
         &mut out,
@@ -301,7 +367,7 @@ pub fn render(snapshot: &Snapshot, counters: &Counters, dns: &[DnsNameStatus]) -
         let mut lines = snapshot
             .routes
             .values()
-            .map(|route| route.metrics.0[i].as_str())
+            .map(|route| route.metrics.family(i))
             .filter(|l| !l.is_empty())
             .peekable();
         if lines.peek().is_some() {
@@ -852,7 +918,7 @@ mod tests {
             },
             ..Default::default()
         };
-        let lines = RouteMetrics::of(&route, true).0.concat();
+        let lines = RouteMetrics::of(&route, true).text().to_owned();
         for line in [
             "private_ingress_certificate_disk_info{fingerprint=\"aa\",host=\"a.in.example.org\"} 1\n",
             "private_ingress_certificate_served_info{fingerprint=\"bb\",host=\"a.in.example.org\"} 1\n",
@@ -862,7 +928,7 @@ mod tests {
         ] {
             assert!(lines.contains(line), "{line} missing from\n{lines}");
         }
-        let other = RouteMetrics::of(&route, false).0.concat();
+        let other = RouteMetrics::of(&route, false).text().to_owned();
         assert!(!other.contains("disk_info"), "{other}");
     }
     fn issuer_sample() -> IssuerStatus {

@@ -167,14 +167,20 @@ pub struct Bodies {
     metrics_deflated: tokio::sync::Mutex<Option<(bytes::Bytes, Arc<gzip::Deflated>)>>,
 }
 
-/// What a body was rendered from: the loop's snapshot (kept, so that it is compared by
-/// identity), and the DNS table's, the issuer's and the traffic status's versions.
+/// What a body was rendered from: the loop's snapshot, and the DNS table's, the issuer's and
+/// the traffic status's versions.
+///
+/// The snapshot is held weakly, compared by identity: a weak reference keeps its allocation,
+/// so no later snapshot can take its address, but not its routes. A strong one kept every
+/// route's status and lines of a snapshot long replaced alive until the next scrape: after a
+/// mass renewal, the whole previous generation (tens of megabytes at 10,000 routes), freed only
+/// after the trim that follows churn had run.
 #[derive(Clone)]
-struct Version(Arc<Snapshot>, u64, u64, u64);
+struct Version(std::sync::Weak<Snapshot>, u64, u64, u64);
 
 impl PartialEq for Version {
     fn eq(&self, other: &Version) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        std::sync::Weak::ptr_eq(&self.0, &other.0)
             && self.1 == other.1
             && self.2 == other.2
             && self.3 == other.3
@@ -310,7 +316,7 @@ impl Views {
     fn version(&self) -> Version {
         let dns = self.dns.lock().unwrap_or_else(|p| p.into_inner()).version;
         Version(
-            self.status.load(),
+            Arc::downgrade(&self.status.load()),
             dns,
             self.issuer.version(),
             self.traffic.version(),
@@ -489,6 +495,8 @@ impl Views {
         if let Some(client_auth) = &snapshot.head.sozu.client_auth {
             metrics::write_client_auth(&mut text, client_auth);
         }
+        // Kept until the next change: no room to spare in it.
+        text.shrink_to_fit();
         text
     }
 }

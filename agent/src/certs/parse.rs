@@ -287,11 +287,20 @@ pub fn names_of_pem(pem: &[u8]) -> Option<BTreeSet<String>> {
 pub(super) fn pem(label: &str, der: &[u8]) -> String {
     use base64::Engine as _;
     let body = base64::engine::general_purpose::STANDARD.encode(der);
-    let mut out = format!("-----BEGIN {label}-----\n");
+    // Sized exactly: every pair's text is kept while it is served, and a string grown by
+    // doubling held about a third more than its text.
+    let lines = body.len().div_ceil(64);
+    let frame = "-----BEGIN -----\n".len() + "-----END -----\n".len() + 2 * label.len();
+    let mut out = String::with_capacity(frame + body.len() + lines);
+    out.push_str("-----BEGIN ");
+    out.push_str(label);
+    out.push_str("-----\n");
     for line in body.as_bytes().chunks(64) {
         out.push_str(&String::from_utf8_lossy(line));
         out.push('\n');
     }
-    out.push_str(&format!("-----END {label}-----\n"));
+    out.push_str("-----END ");
+    out.push_str(label);
+    out.push_str("-----\n");
     out
 }

@@ -18,8 +18,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use crate::plan::route_policy::{ClusterPolicy, FrontendPolicy, HeaderEdit};
 use crate::plan::state::{
-    frontends_of, owned_certificate, Actual, Address, Backend, Certificate, Desired, Frontend,
-    Protocol, StreamFrontend, Tags, OWNER_TAG, ROUTE_TAG,
+    frontends_of, owned_certificate, Actual, Address, Backend, Backends, Certificate, Desired,
+    Frontend, Protocol, StreamFrontend, Tags, OWNER_TAG, ROUTE_TAG,
 };
 use crate::plan::state::{ClientAuthState, ListenerSettings};
 use crate::workspace::{
@@ -484,19 +484,22 @@ fn frontends(
 /// each with its upstream's weight. A backend's id is its route's id and its address, so a
 /// changed address is a new backend added before the old one goes; an address two upstreams
 /// share is one backend, with the first one's weight.
-pub fn backends(route: &Route, names: Names<'_>) -> BTreeMap<String, Backend> {
-    let mut backends = BTreeMap::new();
+pub fn backends(route: &Route, names: Names<'_>) -> Backends {
+    let mut backends = Vec::new();
     for upstream in route.upstreams.iter().filter(|u| !u.drain) {
         for address in addresses(&upstream.upstream, names) {
             let id = backend_id(&route.id, &address);
-            backends.entry(id.clone()).or_insert(Backend {
-                id,
-                address,
-                weight: upstream.weight,
-            });
+            // The first upstream to name an address gives its weight.
+            if !backends.iter().any(|b: &Backend| b.id == id) {
+                backends.push(Backend {
+                    id,
+                    address,
+                    weight: upstream.weight,
+                });
+            }
         }
     }
-    backends
+    backends.into_iter().collect()
 }
 
 /// The addresses an upstream stands for.

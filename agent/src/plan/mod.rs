@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use crate::plan::route_policy::{plain_answer, ClusterPolicy};
 use crate::plan::state::{
-    frontends_of, owned_certificate, Actual, ClientAuthState, Desired, Frontend,
+    frontends_of, owned_certificate, Actual, Backends, ClientAuthState, Desired, Frontend,
     ListenerCertificates, Protocol, StreamFrontend,
 };
 use crate::workspace::ID_PREFIX;
@@ -268,7 +268,7 @@ fn plan_cluster(actual: &Actual, desired: &Desired, id: &str, ops: &mut Vec<Op>)
             // (see `Desired::drained_backends`): its WebSockets go on.
             let drained = desired.drained_backends.get(id);
             let close_sessions = !desired.hsts_clusters.contains(id);
-            for backend in present.into_iter().flat_map(BTreeMap::values) {
+            for backend in present.into_iter().flat_map(Backends::values) {
                 if !wanted.contains_key(&backend.id) {
                     let close_sessions =
                         close_sessions && drained.is_some_and(|d| d.contains(&backend.id));

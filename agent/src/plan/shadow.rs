@@ -97,7 +97,7 @@ pub fn apply(actual: &mut Actual, op: &Op) {
                 .backends
                 .entry(cluster_id.clone())
                 .or_default()
-                .insert(backend.id.clone(), backend.clone());
+                .insert(backend.clone());
         }
         Op::RemoveBackend {
             cluster_id,

@@ -781,7 +781,7 @@ impl SozuClient {
                             },
                             weight,
                         };
-                        read.backends.insert(backend.id.clone(), backend);
+                        read.backends.insert(backend);
                     }
                 }
                 Some(read)

@@ -102,6 +102,10 @@ pub fn run(firsts: &[Pair], renewed: &[Pair], timeout: Duration) -> Result<MassO
     let inotify = inotify_report(ours.stack.agent_pid());
     std::thread::sleep(REST);
     let rss_started = rss_mib(ours.stack.agent_pid());
+    eprintln!(
+        "  at rest after the start: {}",
+        memory_split(ours.stack.agent_pid(), &ours.stack.agent_logs())
+    );
 
     let renamed: Arc<Vec<OnceLock<Instant>>> = Arc::new((0..n).map(|_| OnceLock::new()).collect());
     let written = Arc::new(AtomicUsize::new(0));
@@ -156,6 +160,10 @@ pub fn run(firsts: &[Pair], renewed: &[Pair], timeout: Duration) -> Result<MassO
     let passes = super::ours::split(&ours.stack.agent_logs());
     std::thread::sleep(REST);
     let rss_renewed = rss_mib(ours.stack.agent_pid());
+    eprintln!(
+        "  at rest after the renewal: {}",
+        memory_split(ours.stack.agent_pid(), &ours.stack.agent_logs())
+    );
     drop(ours);
     Ok(MassOutcome {
         hosts: n,
@@ -238,4 +246,70 @@ fn inotify_report(pid: Option<u32>) -> String {
         read("/proc/sys/fs/inotify/max_user_instances"),
         read("/proc/sys/fs/inotify/max_queued_events"),
     )
+}
+
+/// Where a process's resident memory is, for a reader splitting it: the anonymous and file-backed
+/// parts of its resident set (`/proc/<pid>/smaps_rollup`), its thread count, and the agent's last
+/// account of glibc's heap (logged at debug level after each trim: bytes in use, bytes freed but
+/// kept).
+pub fn memory_split(pid: Option<u32>, agent_logs: &str) -> String {
+    let Some(pid) = pid else {
+        return "no agent".to_owned();
+    };
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    let field = |name: &str| {
+        rollup
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map_or(f64::NAN, |kb| kb / 1024.0)
+    };
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, Iterator::count);
+    let heap = agent_logs
+        .lines()
+        .rev()
+        .find(|l| l.contains("freed memory returned"))
+        .map(|l| {
+            let value = |key: &str| {
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix(key))
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .map_or(f64::NAN, |kib| kib / 1024.0)
+            };
+            format!(
+                "heap in use {:.1} MiB, freed but kept {:.1} MiB (last trim)",
+                value("heap_in_use_kib="),
+                value("heap_free_kept_kib=")
+            )
+        })
+        .unwrap_or_else(|| "no trim logged".to_owned());
+    let mut text = format!(
+        "RSS {:.1} MiB (anonymous {:.1}, file {:.1}), {threads} threads; {heap}",
+        field("Rss:"),
+        field("Anonymous:"),
+        field("Rss:") - field("Anonymous:"),
+    );
+    // `BENCH_GDB_TRIM=1` (a diagnosis, needs gdb): glibc's `malloc_trim(0)` called in the agent
+    // from outside, and its resident set read again: what a trim now would hand back, against
+    // what stays (live data, and free space in pages that also hold live data).
+    if std::env::var_os("BENCH_GDB_TRIM").is_some_and(|v| !v.is_empty()) {
+        let trimmed = std::process::Command::new("gdb")
+            .args([
+                "-p",
+                &pid.to_string(),
+                "-batch",
+                "-ex",
+                "call (int) malloc_trim(0)",
+            ])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .is_ok_and(|o| o.status.success());
+        text.push_str(&format!(
+            "; after malloc_trim(0) from gdb ({}): RSS {:.1} MiB",
+            if trimmed { "done" } else { "failed" },
+            rss_mib(Some(pid))
+        ));
+    }
+    text
 }
