@@ -416,14 +416,10 @@ fn busy(args: &Args) {
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (name, r) in &rows {
         println!(
-            "| {name} | {} | {:.2} / {:.2} / {:.2} ms | {:.2} / {:.2} / {:.2} ms | {:.2}x | {:.0} / {:.0} ms ({}) | {} ({}) | {} | {} |",
+            "| {name} | {} | {} | {} | {:.2}x | {:.0} / {:.0} ms ({}) | {} ({}) | {} | {} |",
             r.routes,
-            p(&r.quiet, 50.0),
-            p(&r.quiet, 99.0),
-            p(&r.quiet, 100.0),
-            p(&r.busy, 50.0),
-            p(&r.busy, 99.0),
-            p(&r.busy, 100.0),
+            spread(&r.quiet),
+            spread(&r.busy),
             p(&r.busy, 99.0) / p(&r.quiet, 99.0),
             p(&r.edits, 50.0),
             p(&r.edits, 100.0),
@@ -463,6 +459,13 @@ fn busy(args: &Args) {
         busy::EDIT_EVERY,
         busy::UNCHANGED,
     );
+}
+
+/// "p50 / p99 / max ms" of `v`.
+fn spread(v: &[Duration]) -> String {
+    let [p50, p99, max] =
+        [50.0, 99.0, 100.0].map(|q| percentile(v, q).map_or(f64::NAN, |d| d.as_secs_f64() * 1e3));
+    format!("{p50:.2} / {p99:.2} / {max:.2} ms")
 }
 
 fn sizes(args: &Args) {
