@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use private_ingress_tests::bench::workload::percentile;
 use private_ingress_tests::soak::{run, SoakConfig};
 
 fn main() {
@@ -52,14 +53,13 @@ fn main() {
             at(0.9),
             at(0.99)
         );
-        let mut after = report.after_sozu_restart.clone();
-        after.sort();
-        let ms = |d: Option<&Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3);
+        let after = &report.after_sozu_restart;
+        let ms = |q| percentile(after, q).map_or(f64::NAN, |d| d.as_secs_f64() * 1e3);
         println!(
             "  after a sozu restart, every route served again: {} times, p50 {:.0} ms, max {:.0} ms",
             after.len(),
-            ms(after.get(after.len().saturating_sub(1) / 2)),
-            ms(after.last())
+            ms(50.0),
+            ms(100.0)
         );
         println!("  actions: {:?}", report.actions);
         println!(

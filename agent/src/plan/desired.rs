@@ -485,13 +485,13 @@ fn frontends(
 /// changed address is a new backend added before the old one goes; an address two upstreams
 /// share is one backend, with the first one's weight.
 pub fn backends(route: &Route, names: Names<'_>) -> Backends {
-    let mut backends = Vec::new();
+    let mut backends = Backends::default();
     for upstream in route.upstreams.iter().filter(|u| !u.drain) {
         for address in addresses(&upstream.upstream, names) {
             let id = backend_id(&route.id, &address);
             // The first upstream to name an address gives its weight.
-            if !backends.iter().any(|b: &Backend| b.id == id) {
-                backends.push(Backend {
+            if !backends.contains_key(&id) {
+                backends.insert(Backend {
                     id,
                     address,
                     weight: upstream.weight,
@@ -499,7 +499,7 @@ pub fn backends(route: &Route, names: Names<'_>) -> Backends {
             }
         }
     }
-    backends.into_iter().collect()
+    backends
 }
 
 /// The addresses an upstream stands for.

@@ -264,14 +264,11 @@ impl Backends {
 /// As a map would: an id given twice keeps its last backend.
 impl FromIterator<Backend> for Backends {
     fn from_iter<I: IntoIterator<Item = Backend>>(backends: I) -> Backends {
-        let mut list: Vec<Backend> = backends.into_iter().collect();
-        // Stable: of equal ids, the last one given stays last, and is kept.
-        list.sort_by(|a, b| a.id.cmp(&b.id));
-        list.reverse();
-        list.dedup_by(|later, earlier| later.id == earlier.id);
-        list.reverse();
-        list.shrink_to_fit();
-        Backends(list)
+        let mut list = Backends::default();
+        for backend in backends {
+            list.insert(backend);
+        }
+        list
     }
 }
 

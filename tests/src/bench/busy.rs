@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use super::ours::{self, Ours};
 use super::scale::{host, rotate, workspace_text, Pace, Rng};
 use super::workload::{handshake, Pair};
-use crate::live::{atomic_write, Backend};
+use crate::live::{atomic_write, sample, Backend};
 
 /// A rotation every this long, as the black-box measurement had it (about 0.3 s).
 pub const PACE: Duration = Duration::from_millis(300);
@@ -118,19 +118,22 @@ pub fn run(
         workspace_text(&ours, backend.address, n)?,
     ];
 
-    let before = counters(&ours)?;
+    // Only what the agent logs from here: its start read every pair too.
+    let logged_before = ours.stack.agent_logs().len();
+    let before = counters(&ours);
     std::thread::sleep(UNCHANGED);
-    let after = counters(&ours)?;
+    let after = counters(&ours);
     let unchanged_resyncs = after.resyncs.saturating_sub(before.resyncs);
     let unchanged_requests = after.requests.saturating_sub(before.requests);
-    let log = ours.stack.agent_logs();
-    let read_ms = values(&log, "resync: sozu holds what the agent expects", "read_ms");
+    let whole = ours.stack.agent_logs();
+    let log = whole.get(logged_before..).unwrap_or_default();
+    let read_ms = values(log, "resync: sozu holds what the agent expects", "read_ms");
     let compared_ms = values(
-        &log,
+        log,
         "resync: sozu holds what the agent expects",
         "compared_ms",
     );
-    let pairs_taken_ms: Vec<f64> = pair_lines(&log)
+    let pairs_taken_ms: Vec<f64> = pair_lines(log)
         .into_iter()
         .filter(|(pairs, _)| *pairs >= n)
         .map(|(_, ms)| ms)
@@ -153,7 +156,7 @@ pub fn run(
     stop.store(true, Ordering::Relaxed);
     let edits = editor.join().map_err(|_| "the editor panicked")??;
     let busy = busy?;
-    let end = counters(&ours)?;
+    let end = counters(&ours);
     // `BUSY_KEEP_LOG=FILE`: the agent's log of both phases, kept for a figure to explain.
     if let Some(path) = std::env::var_os("BUSY_KEEP_LOG").filter(|p| !p.is_empty()) {
         std::fs::write(&path, ours.stack.agent_logs())
@@ -185,18 +188,7 @@ fn restart(ours: &mut Ours, bin: Option<&Path>, args: &[&str], n: usize) -> Resu
         Some(bin) => ours.stack.start_agent_from(bin, args, &env),
         None => ours.stack.start_agent_with(args, &env),
     }
-    let timeout = super::START_TIMEOUT + Duration::from_millis(20 * n as u64);
-    let deadline = Instant::now() + timeout;
-    while !ours.stack.ready() {
-        if Instant::now() > deadline {
-            return Err(format!(
-                "the restarted agent was not ready after {timeout:?}: {}",
-                ours.stack.logs()
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
+    ours::wait_ready(&ours.stack, n)
 }
 
 /// Every [`EDIT_EVERY`] until `stop`: the workspace renamed into place, adding `host` and taking
@@ -252,24 +244,15 @@ struct Counters {
     read_failures: u64,
 }
 
-fn counters(ours: &Ours) -> Result<Counters, String> {
-    // Over ureq's 10 MB default at 10,000 routes.
-    let text = ureq::get(&format!("http://{}/metrics", ours.stack.admin))
-        .call()
-        .and_then(|mut r| r.body_mut().with_config().limit(u64::MAX).read_to_string())
-        .map_err(|e| format!("GET /metrics: {e}"))?;
-    let value = |name: &str| -> u64 {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .map_or(0, |v| v as u64)
-    };
-    Ok(Counters {
+fn counters(ours: &Ours) -> Counters {
+    let text = ours.stack.metrics();
+    let value = |name: &str| sample(&text, name).map_or(0, |v| v as u64);
+    Counters {
         resyncs: value("private_ingress_resyncs_total"),
         requests: value("private_ingress_sozu_requests_total"),
         // A baseline without the family reads 0.
         read_failures: value("private_ingress_sozu_read_failures_total"),
-    })
+    }
 }
 
 /// The value of `key=` on each line of the log that holds `message`, in order.

@@ -187,7 +187,13 @@ pub fn serve_as(
         Some(bin) => stack.start_agent_from(bin, &args, &[("RUST_LOG", log)]),
         None => stack.start_agent_with(&args, &[("RUST_LOG", log)]),
     }
-    let timeout = START_TIMEOUT + Duration::from_millis(20 * hosts.len() as u64);
+    wait_ready(&stack, hosts.len())?;
+    Ok(Ours { stack, certs })
+}
+
+/// Waits for the agent's `/readyz`, allowing for the start of `routes` routes.
+pub fn wait_ready(stack: &Stack, routes: usize) -> Result<(), String> {
+    let timeout = START_TIMEOUT + Duration::from_millis(20 * routes as u64);
     let deadline = Instant::now() + timeout;
     while !stack.ready() {
         if Instant::now() > deadline {
@@ -198,7 +204,7 @@ pub fn serve_as(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Ok(Ours { stack, certs })
+    Ok(())
 }
 
 impl System for Ours {
