@@ -430,11 +430,11 @@ fn busy(args: &Args) {
             r.read_failures,
         );
     }
-    println!("\n| build | routes | unchanged resync: read (beside the loop) p50 / max | compared (loop) p50 / max | pairs read again taken up (loop) p50 / max |");
-    println!("|---|---:|---:|---:|---:|");
+    println!("\n| build | routes | unchanged resync: read (beside the loop) p50 / max | compared (loop) p50 / max | pairs read again taken up (loop), a batch p50 / max | the same, a resync's total |");
+    println!("|---|---:|---:|---:|---:|---:|");
     for (name, r) in &rows {
         println!(
-            "| {name} | {} | {:.1} / {:.1} ms | {:.2} / {:.2} ms | {:.1} / {:.1} ms |",
+            "| {name} | {} | {:.1} / {:.1} ms | {:.2} / {:.2} ms | {:.2} / {:.2} ms | {:.1} ms |",
             r.routes,
             median(&r.read_ms),
             max(&r.read_ms),
@@ -442,6 +442,7 @@ fn busy(args: &Args) {
             max(&r.compared_ms),
             median(&r.pairs_taken_ms),
             max(&r.pairs_taken_ms),
+            r.pairs_taken_ms.iter().sum::<f64>() / r.unchanged_resyncs.max(1) as f64,
         );
     }
     println!(

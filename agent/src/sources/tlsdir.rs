@@ -11,11 +11,17 @@
 //!
 //! No change goes unseen: a host directory is watched before its pair is read, so anything
 //! written after the read began is an event, and each pair is read once.
+//!
+//! Reading every pair again (a resync, lost events, a tls dir that came back) is owed, not done
+//! in one go: the hosts go into a backlog read [`REREAD_SLICE`] at a time, and the inputs are
+//! looked at between slices, so a rotation that arrives meanwhile is read and published before
+//! the rest of the backlog. At 10,000 routes one pass took 0.8–1.4 s, and a rotation waited for
+//! all of it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 
 use tokio::sync::mpsc::UnboundedSender;
@@ -171,10 +177,12 @@ pub fn spawn(
         override_dir: tls_dir.map(|d| watcher::absolute(&d)),
         tls_dir: None,
         hosts: BTreeSet::new(),
+        backlog: BTreeSet::new(),
         watched: Watched::default(),
         watches,
         facts,
         clock,
+        parse: Arc::new(|host, raw, now| raw.parse(host, now)),
     };
     super::spawn_thread("tls-dir", guard, move || reader.run(received))?;
     Ok((TlsDir { inputs }, forwarder))
@@ -185,11 +193,19 @@ struct Reader {
     tls_dir: Option<PathBuf>,
     /// The route hosts of the latest workspace.
     hosts: BTreeSet<String>,
+    /// Hosts whose pair is owed a read because everything is read again; taken a slice at a
+    /// time, after whatever changed meanwhile.
+    backlog: BTreeSet<String>,
     watched: Watched,
     watches: DirWatches,
     facts: UnboundedSender<Fact>,
     clock: Arc<dyn Clock>,
+    parse: Parse,
 }
+
+/// Validates a pair's bytes as `host`'s at a time: [`certs::RawPair::parse`], or in tests one
+/// that holds a read where the test wants the reader to be.
+type Parse = Arc<dyn Fn(&str, &certs::RawPair, i64) -> PairRead + Send + Sync>;
 
 #[derive(Default)]
 struct Todo {
@@ -205,14 +221,30 @@ struct Todo {
 
 impl Reader {
     fn run(mut self, inputs: Receiver<Input>) {
-        while let Ok(first) = inputs.recv() {
+        loop {
+            // With a backlog, only what is already queued: the backlog goes on when nothing is.
+            let first = if self.backlog.is_empty() {
+                match inputs.recv() {
+                    Ok(input) => Some(input),
+                    Err(_) => break,
+                }
+            } else {
+                match inputs.try_recv() {
+                    Ok(input) => Some(input),
+                    Err(TryRecvError::Empty) => None,
+                    Err(TryRecvError::Disconnected) => break,
+                }
+            };
             let mut todo = Todo::default();
-            let mut broken = self.absorb(first, &mut todo);
-            // Coalesce whatever else is already queued: one read for a burst of events.
-            while let Ok(more) = inputs.try_recv() {
-                broken |= self.absorb(more, &mut todo);
+            let mut broken = false;
+            if let Some(first) = first {
+                broken = self.absorb(first, &mut todo);
+                // Coalesce whatever else is already queued: one read for a burst of events.
+                while let Ok(more) = inputs.try_recv() {
+                    broken |= self.absorb(more, &mut todo);
+                }
             }
-            if !self.work(todo) || broken {
+            if broken || !self.work(todo) || !self.work_backlog() {
                 break;
             }
         }
@@ -298,7 +330,8 @@ impl Reader {
             self.watch_tls_dir();
         }
         if todo.everything {
-            todo.hosts = self.hosts.clone();
+            // Owed, read a slice at a time after what changed meanwhile (`work_backlog`).
+            self.backlog.extend(self.hosts.iter().cloned());
         }
         for host in &todo.rewatch {
             self.unwatch(host);
@@ -312,7 +345,25 @@ impl Reader {
             .into_iter()
             .filter(|h| self.hosts.contains(h))
             .collect();
+        // Read now: no longer owed.
+        for host in &hosts {
+            self.backlog.remove(host);
+        }
         hosts.is_empty() || self.publish(&hosts)
+    }
+
+    /// Reads and publishes the next slice of the backlog. Returns false once nobody listens.
+    fn work_backlog(&mut self) -> bool {
+        let mut slice = Vec::with_capacity(REREAD_SLICE.min(self.backlog.len()));
+        while slice.len() < REREAD_SLICE {
+            match self.backlog.pop_first() {
+                // A host the workspace no longer routes is owed nothing.
+                Some(host) if self.hosts.contains(&host) => slice.push(host),
+                Some(_) => {}
+                None => break,
+            }
+        }
+        slice.is_empty() || self.publish(&slice)
     }
 
     /// Takes the latest workspace; returns the hosts to read (all of them when the tls dir
@@ -424,7 +475,8 @@ impl Reader {
         let timed = tracing::enabled!(tracing::Level::DEBUG);
         let cpu = timed.then(crate::clock::thread_cpu_time);
         let now = self.clock.unix();
-        let batch = read_pairs(&dir, hosts, |host, raw| raw.parse(host, now));
+        let parse = &self.parse;
+        let batch = read_pairs(&dir, hosts, |host, raw| parse(host, raw, now));
         if let Some(cpu) = cpu {
             tracing::debug!(
                 hosts = hosts.len(),
@@ -441,6 +493,11 @@ impl Reader {
 }
 
 type PairRead = Result<Certificate, CertError>;
+
+/// How many pairs of a backlog are read between two looks at the inputs: about 40 µs of CPU
+/// each, so a rotation waits a few milliseconds at most behind a slice, and the loop takes up
+/// each slice in a fraction of a millisecond.
+const REREAD_SLICE: usize = 128;
 
 /// From this many pairs on, reading is spread over threads: parsing and checking a pair is CPU
 /// work (about 40 µs), and a cold start reads every route's pair before anything is served.
@@ -591,5 +648,124 @@ mod tests {
             vec![host("b.z")]
         );
         assert!(watched.remove("b.z").is_some());
+    }
+
+    /// Writes a self-signed pair for `host` under `tls/<host>/`; returns its certificate.
+    fn write_pair(tls: &Path, host: &str, key: &rcgen::KeyPair, serial: u64) -> String {
+        let mut params = rcgen::CertificateParams::new(vec![host.to_owned()]).unwrap();
+        params.serial_number = Some(serial.into());
+        let crt = params.self_signed(key).unwrap().pem();
+        let dir = tls.join(host);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
+        std::fs::write(dir.join("tls.crt"), &crt).unwrap();
+        crt
+    }
+
+    /// Everything read again goes a slice at a time, and a pair that changes meanwhile is read
+    /// and published before the rest: held inside the second slice, the reader takes up a
+    /// rotation queued meanwhile right after that slice, not after the whole backlog.
+    #[test]
+    fn a_rotation_is_read_between_the_slices_of_a_reread() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let tls = tempfile::tempdir().unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let hosts: Vec<String> = (0..3 * REREAD_SLICE)
+            .map(|i| format!("h{i:04}.in.example.org"))
+            .collect();
+        for host in &hosts {
+            write_pair(tls.path(), host, &key, 1);
+        }
+        // The first host of the second slice holds its read until the test lets it go.
+        let held = hosts[REREAD_SLICE].clone();
+        let (entered_tx, entered) = channel::<()>();
+        let (release, released) = channel::<()>();
+        let (entered_tx, released) = (
+            std::sync::Mutex::new(entered_tx),
+            std::sync::Mutex::new(released),
+        );
+        let holding = Arc::new(AtomicBool::new(false));
+        let hold = holding.clone();
+        let parse: Parse = Arc::new(move |host, raw, now| {
+            if host == held && hold.swap(false, Ordering::SeqCst) {
+                entered_tx.lock().unwrap().send(()).unwrap();
+                released.lock().unwrap().recv().unwrap();
+            }
+            raw.parse(host, now)
+        });
+        let (facts, mut published) = tokio::sync::mpsc::unbounded_channel();
+        let reader = Reader {
+            override_dir: Some(tls.path().to_owned()),
+            tls_dir: None,
+            hosts: BTreeSet::new(),
+            backlog: BTreeSet::new(),
+            watched: Watched::default(),
+            watches: dir_watch::start("reread-test", |_| true).unwrap(),
+            facts,
+            clock: Arc::new(crate::clock::SystemClock),
+            parse,
+        };
+        let (inputs, received) = channel();
+        let thread = std::thread::spawn(move || reader.run(received));
+        let mut next = || match published.blocking_recv() {
+            Some(Fact::Pairs(batch)) => batch,
+            Some(_) => panic!("a fact other than pairs"),
+            None => panic!("the reader ended"),
+        };
+        let routes = hosts
+            .iter()
+            .map(|h| {
+                crate::workspace::test_route(
+                    h,
+                    crate::workspace::Upstream::Ip {
+                        address: "127.0.0.1:80".parse().unwrap(),
+                    },
+                )
+            })
+            .collect();
+        let workspace = crate::workspace::test_workspace(tls.path(), routes);
+        inputs
+            .send(Input::Workspace(Some(Arc::new(workspace))))
+            .unwrap();
+        assert_eq!(
+            next().len(),
+            hosts.len(),
+            "a start reads every pair at once"
+        );
+
+        holding.store(true, Ordering::SeqCst);
+        inputs.send(Input::Reread).unwrap();
+        let first = next();
+        assert_eq!(first.len(), REREAD_SLICE);
+        assert_eq!(first[0].0, hosts[0]);
+        entered.recv().unwrap();
+        // Rotated while the reader is inside the second slice: the last host, owed by the third.
+        let rotated = hosts.last().unwrap().clone();
+        let new_crt = write_pair(tls.path(), &rotated, &key, 2);
+        inputs.send(Input::Host(rotated.clone())).unwrap();
+        release.send(()).unwrap();
+
+        let second = next();
+        assert_eq!(second.len(), REREAD_SLICE);
+        assert_eq!(second[0].0, hosts[REREAD_SLICE]);
+        let rotation = next();
+        assert_eq!(
+            rotation.len(),
+            1,
+            "the rotation comes before the rest of the backlog"
+        );
+        assert_eq!(rotation[0].0, rotated);
+        let served = rotation[0].1.as_ref().expect("the rotated pair is valid");
+        assert_eq!(served.chain[0].trim(), new_crt.trim());
+        let third = next();
+        assert_eq!(
+            third.len(),
+            REREAD_SLICE - 1,
+            "a host read for its rotation is not read again"
+        );
+        assert!(third.iter().all(|(h, _)| *h != rotated));
+
+        drop(inputs);
+        thread.join().unwrap();
     }
 }
