@@ -13,7 +13,7 @@ fn check_prints_a_one_line_summary() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.lines().count(), 1, "{out}");
     assert!(
-        out.contains("5 routes in zone in.librecloud.online, tls_rotation csi_driver"),
+        out.contains("7 routes in zone in.librecloud.online, tls_rotation csi_driver"),
         "{out}"
     );
 }
@@ -433,7 +433,7 @@ fn a_workspace_on_standard_input_is_read_once() {
         assert_eq!(code, 0, "{name}: {err}");
         assert_eq!(
             out,
-            "ok: <stdin> — 5 routes in zone in.librecloud.online, tls_rotation csi_driver\n"
+            "ok: <stdin> — 7 routes in zone in.librecloud.online, tls_rotation csi_driver\n"
         );
         // A regular file as standard input: the evaluating child has a standard input of its own.
         let (code, out, err) = run(bin()

@@ -221,6 +221,7 @@ fn one_csi_volume_and_one_mount_per_route_host() {
         .filter(|v| v.get("csi").is_some())
         .collect();
     let hosts = [
+        "git.in.librecloud.online",
         "grafana.in.librecloud.online",
         "longhorn.in.librecloud.online",
         "ntfy.in.librecloud.online",
@@ -571,7 +572,7 @@ fn sozu_managed_mode_has_a_memory_tls_dir_a_state_claim_and_the_credentials_as_f
 fn the_mounted_configmap_is_the_same_workspace() {
     let deeper = tempfile::tempdir().unwrap();
     for (workspace, summary) in [
-        (reference(), "5 routes in zone in.librecloud.online"),
+        (reference(), "7 routes in zone in.librecloud.online"),
         (
             repo().join("schema/examples/modular/workspace.ncl"),
             "4 routes in zone in.example.org, tls_rotation reloader",
@@ -664,10 +665,11 @@ fn the_pod_is_restricted_and_gets_net_bind_service_only_for_a_low_port() {
                 )
             })
             .collect();
+        // The reference's SSH route listens on 2222 of the ingress and of the pod alike.
         let expected = if low {
-            [(80, 80), (443, 443)]
+            vec![(80, 80), (443, 443), (2222, 2222)]
         } else {
-            [(80, 8080), (443, 8443)]
+            vec![(80, 8080), (443, 8443)]
         };
         assert_eq!(targets, expected);
     }
@@ -1064,7 +1066,7 @@ fn parse_zone(text: &str, origin: &str) -> Result<Vec<(String, String, String)>,
 fn the_dns_fragment_parses_with_dnspython() {
     let records = parse_zone(&render(&reference(), "dns"), "in.librecloud.online.").unwrap();
     let expected: Vec<(String, String, String)> =
-        ["grafana", "longhorn", "ntfy", "otlp", "prometheus"]
+        ["git", "grafana", "longhorn", "ntfy", "otlp", "prometheus"]
             .iter()
             .map(|h| {
                 (
@@ -1386,7 +1388,7 @@ fn the_justfile_recipes_run() {
     let (code, stdout, err) = just(out, &["check"]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        stdout.contains("ok: ") && stdout.contains("5 routes"),
+        stdout.contains("ok: ") && stdout.contains("7 routes"),
         "{stdout}"
     );
 
