@@ -357,6 +357,8 @@ fn reference_example_passes_with_defaults_applied() {
     assert_eq!(
             summary,
             [
+                "git.in.librecloud.online/ -> gitea-http.gitea.svc.libre-wuji.local:3000",
+                "git.in.librecloud.online -> gitea-ssh.gitea.svc.libre-wuji.local:22",
                 "grafana.in.librecloud.online/ -> grafana.observability.svc.libre-wuji.local:3000",
                 "longhorn.in.librecloud.online/ -> longhorn-frontend.longhorn-system.svc.libre-wuji.local:80",
                 "ntfy.in.librecloud.online/ -> ntfy.ntfy.svc.libre-wuji.local:80",
