@@ -67,6 +67,10 @@ fn main() {
             report.stream_bytes, report.stream_opened
         );
         println!(
+            "  websockets: {} messages echoed, opened {} time(s) (once, and after each sozu kill)",
+            report.websocket_messages, report.websockets_opened
+        );
+        println!(
             "  the slowest after: {}",
             report.slowest_after.join("\n                     ")
         );

@@ -7,7 +7,10 @@
 //! host removed from the workspace no longer presents its certificate. A TCP stream is held open
 //! through a `'tcp` route all along: each checkpoint sends it bytes and reads them back, so a
 //! byte lost, or a connection the agent's work broke (a rotation, an edit, the agent's own
-//! restart), shows; only sozu's death ends it, and it is opened again then.
+//! restart), shows; only sozu's death ends it, and it is opened again then. Two WebSockets are
+//! held open the same way through an HTTPS route whose certificate and policy the soak rotates
+//! and edits with the others' (Python's `websockets`, echoing a message every 100 ms each): a
+//! message lost or a WebSocket closed without sozu's death is a failure.
 //!
 //! Periodic resyncs are off by default, so a lost event shows as a failure instead of being
 //! repaired a minute later; `resync` turns them on, every few seconds, to put the resync's read
@@ -19,8 +22,10 @@
 //! routes back within a second, whatever back-off the agent was in.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use crate::live::{
@@ -53,6 +58,10 @@ pub struct SoakReport {
     pub stream_bytes: u64,
     /// Times the stream was opened: once, then again after each time sozu was killed.
     pub stream_opened: u32,
+    /// Messages echoed over the WebSockets held open through the HTTPS route `ws.in.example.org`.
+    pub websocket_messages: u64,
+    /// Times the WebSockets were opened: once, then again after each time sozu was killed.
+    pub websockets_opened: u32,
     /// For each checkpoint after a sozu restart (the agent not restarted since): from the last
     /// restart to every route served again.
     pub after_sozu_restart: Vec<Duration>,
@@ -83,6 +92,78 @@ struct TcpProbe {
     listen_port: u16,
     backend: SocketAddr,
     conn: Option<TcpStream>,
+}
+
+/// The WebSocket route's host, its backend and clients (`tests/python/protocols.py`).
+const WS_HOST: &str = "ws.in.example.org";
+const WS_CONNECTIONS: usize = 2;
+
+/// A `protocols.py` process, killed on drop; its standard output read line by line.
+struct Python {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+}
+
+impl Python {
+    fn spawn(args: &[&str]) -> Result<Python, String> {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/protocols.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("python3 {script}: {e}"))?;
+        let stdout = child.stdout.take().ok_or("no standard output")?;
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        Ok(Python {
+            child,
+            stdin,
+            lines,
+        })
+    }
+
+    /// The next line, or why there is none within `timeout`.
+    fn line(&mut self, timeout: Duration) -> Result<String, String> {
+        self.lines.recv_timeout(timeout).map_err(|_| {
+            let status = self.child.try_wait().ok().flatten();
+            format!("no line from protocols.py within {timeout:?} (exited: {status:?})")
+        })
+    }
+
+    fn send(&mut self, command: &str) -> Result<(), String> {
+        let stdin = self.stdin.as_mut().ok_or("standard input closed")?;
+        writeln!(stdin, "{command}").map_err(|e| format!("protocols.py's input: {e}"))
+    }
+}
+
+impl Drop for Python {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The WebSockets held open through the HTTPS route of [`WS_HOST`].
+struct WsProbe {
+    port: u16,
+    _server: Python,
+    clients: Option<Python>,
+    /// The messages echoed as of the clients' last report.
+    echoed: u64,
+    /// The route's certificate and policy version, rotated and edited with host 0's.
+    latest: String,
+    generation: u32,
+    policy: u32,
 }
 
 /// xorshift64*: small, seeded, the same sequence everywhere.
@@ -129,6 +210,7 @@ struct Soak {
     /// down while the agent runs, whatever sozu does (`None` after the agent restarts).
     records_floor: Option<f64>,
     stream: TcpProbe,
+    websockets: WsProbe,
     /// When sozu was last started, while no restart of the agent has come since.
     sozu_started: Option<Instant>,
     /// The agent's `--resync-interval`.
@@ -149,6 +231,16 @@ pub fn run(config: &SoakConfig) -> SoakReport {
         .step_by(2)
         .map(|i| (i, Backend::start(&format!("backend-{i}-spare"))))
         .collect();
+    let ws_port = free_port();
+    let mut ws_server = Python::spawn(&["ws-server", &ws_port.to_string(), "ws-backend"])
+        .unwrap_or_else(|e| panic!("the WebSocket backend: {e}"));
+    match ws_server.line(Duration::from_secs(60)) {
+        Ok(line) if line == "ready" => {}
+        other => panic!(
+            "the WebSocket backend did not start (python3 with websockets is needed; \
+             scripts/test installs it): {other:?}"
+        ),
+    }
     let mut soak = Soak {
         stack,
         _backends: backends,
@@ -170,6 +262,15 @@ pub fn run(config: &SoakConfig) -> SoakReport {
             backend: echo_backend(),
             conn: None,
         },
+        websockets: WsProbe {
+            port: ws_port,
+            _server: ws_server,
+            clients: None,
+            echoed: 0,
+            latest: String::new(),
+            generation: 0,
+            policy: 0,
+        },
         sozu_started: None,
         resync: config.resync.to_string(),
     };
@@ -177,6 +278,7 @@ pub fn run(config: &SoakConfig) -> SoakReport {
         let fingerprint = soak.write_good(host);
         soak.latest.push(fingerprint);
     }
+    soak.rotate_websocket_host();
     soak.write_workspace();
     soak.stack.start_sozu();
     soak.start_agent();
@@ -224,6 +326,10 @@ impl Soak {
                 let fingerprint = self.write_good(host);
                 self.latest[host] = fingerprint;
                 self.note("rotate", self.hosts[host].clone());
+                if host == 0 {
+                    self.rotate_websocket_host();
+                    self.note("rotate", WS_HOST.into());
+                }
             }
             30..=34 => {
                 // Drain one upstream of an even host and put the other back.
@@ -243,6 +349,7 @@ impl Soak {
                 for h in 0..self.hosts.len() {
                     self.latest[h] = self.write_good(h);
                 }
+                self.rotate_websocket_host();
                 self.note("renew all", String::new());
             }
             60..=64 => {
@@ -252,6 +359,11 @@ impl Soak {
                     "policy edit",
                     format!("{} X-Soak {}", self.hosts[host], self.policy[host]),
                 );
+                if host == 0 {
+                    self.websockets.policy += 1;
+                    let v = self.websockets.policy;
+                    self.note("policy edit", format!("{WS_HOST} X-Soak {v}"));
+                }
                 self.write_workspace();
             }
             65..=71 => {
@@ -269,6 +381,7 @@ impl Soak {
                 self.sozu_started = Some(Instant::now());
                 // sozu's workers died with it, and the connections they held.
                 self.stream.conn = None;
+                self.websockets.clients = None;
                 self.note("kill sozu", String::new());
             }
             80..=89 => {
@@ -315,6 +428,20 @@ impl Soak {
         let (crt, key) = (pair.cert.pem(), pair.signing_key.serialize_pem());
         self.swap(host, &crt, &key);
         fingerprint_of_pem(&crt)
+    }
+
+    /// A new good pair for the WebSocket route's host.
+    fn rotate_websocket_host(&mut self) {
+        let pair = rcgen::generate_simple_self_signed(vec![WS_HOST.into()]).expect("a certificate");
+        let (crt, key) = (pair.cert.pem(), pair.signing_key.serialize_pem());
+        self.websockets.generation += 1;
+        atomic_write(
+            &self.stack.tls_dir().join(WS_HOST),
+            &crt,
+            &key,
+            self.websockets.generation,
+        );
+        self.websockets.latest = fingerprint_of_pem(&crt);
     }
 
     fn write_bad(&mut self, host: usize, kind: &str) {
@@ -393,6 +520,14 @@ impl Soak {
             .collect();
         let mut routes = routes;
         routes.push(format!(
+            "{{ host = \"{WS_HOST}\", upstream = \"127.0.0.1\", port = {}{} }}",
+            self.websockets.port,
+            match self.websockets.policy {
+                0 => String::new(),
+                v => format!(", headers.response.set = {{ \"X-Soak\" = \"{v}\" }}"),
+            }
+        ));
+        routes.push(format!(
             "{{ host = \"stream.in.example.org\", protocol = 'tcp, listen_port = {}, upstream = \"{}\", port = {} }}",
             self.stream.listen_port,
             self.stream.backend.ip(),
@@ -432,6 +567,7 @@ impl Soak {
                 }
                 self.check_traffic();
                 self.check_stream();
+                self.check_websockets();
                 return;
             }
             if started.elapsed() > bound {
@@ -493,6 +629,80 @@ impl Soak {
         }
     }
 
+    /// The WebSockets through the HTTPS route echo every message: opened if sozu was killed (or
+    /// at the first checkpoint), else the same two as before, none closed or failed since, and
+    /// messages echoed since the last checkpoint.
+    fn check_websockets(&mut self) {
+        let Some(clients) = self.websockets.clients.as_mut() else {
+            let port = self.stack.https.port().to_string();
+            let count = WS_CONNECTIONS.to_string();
+            let opened =
+                Python::spawn(&["ws-client", &port, WS_HOST, &count, "100"]).and_then(|mut p| {
+                    match p.line(Duration::from_secs(30))? {
+                        line if line == "ready" => Ok(p),
+                        other => Err(format!("ws-client: {other}")),
+                    }
+                });
+            match opened {
+                Ok(clients) => {
+                    self.websockets.clients = Some(clients);
+                    self.websockets.echoed = 0;
+                    self.report.websockets_opened += 1;
+                }
+                Err(e) => self.fail(format!("no WebSocket opens through {WS_HOST}: {e}")),
+            }
+            return;
+        };
+        // Messages go every 100 ms: two checkpoints back to back may see none in between, so
+        // the report is asked again until one more is echoed (a failure ends the wait).
+        let waited = std::time::Instant::now();
+        let echoed = loop {
+            let report = clients
+                .send("report")
+                .and_then(|()| clients.line(Duration::from_secs(15)))
+                .and_then(|line| {
+                    serde_json::from_str::<serde_json::Value>(&line)
+                        .map_err(|e| format!("{e}: {line}"))
+                });
+            let report = match report {
+                Ok(report) => report,
+                Err(e) => {
+                    self.websockets.clients = None;
+                    return self.fail(format!("the WebSocket clients gave no report: {e}"));
+                }
+            };
+            let segments = report["segments"].as_array().cloned().unwrap_or_default();
+            let sum = |key: &str| segments.iter().filter_map(|s| s[key].as_u64()).sum::<u64>();
+            let (echoed, failed) = (sum("echoed"), sum("failed"));
+            let alive = report["alive"].as_u64().unwrap_or(0);
+            if failed > 0 || alive != WS_CONNECTIONS as u64 {
+                let errors: Vec<String> = segments
+                    .iter()
+                    .flat_map(|s| s["errors"].as_array().cloned().unwrap_or_default())
+                    .map(|e| e.to_string())
+                    .collect();
+                self.websockets.clients = None;
+                return self.fail(format!(
+                    "a WebSocket through {WS_HOST} failed without sozu's death ({alive} of \
+                     {WS_CONNECTIONS} open, {failed} failed): {}",
+                    errors.join("; ")
+                ));
+            }
+            if echoed > self.websockets.echoed {
+                break echoed;
+            }
+            if waited.elapsed() > Duration::from_secs(15) {
+                return self.fail(format!(
+                    "no message echoed over the WebSockets through {WS_HOST} for 15 s \
+                     ({echoed} in all)"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        self.report.websocket_messages += echoed.saturating_sub(self.websockets.echoed);
+        self.websockets.echoed = echoed;
+    }
+
     /// The agent's count of sozu's records never goes down while it runs: not when sozu is
     /// killed, not when the workspace changes.
     fn check_traffic(&mut self) {
@@ -519,14 +729,14 @@ impl Soak {
 
     fn mismatches(&self) -> Vec<String> {
         let mut wrong = Vec::new();
+        let version = |headers: &[(String, String)]| {
+            headers
+                .iter()
+                .find(|(n, _)| n == "x-soak")
+                .map_or(0, |(_, v)| v.parse().unwrap_or(u32::MAX))
+        };
         for (i, host) in self.hosts.iter().enumerate() {
             let seen = https_get_with_headers(self.stack.https, host, "/");
-            let version = |headers: &[(String, String)]| {
-                headers
-                    .iter()
-                    .find(|(n, _)| n == "x-soak")
-                    .map_or(0, |(_, v)| v.parse().unwrap_or(u32::MAX))
-            };
             if self.routed.contains(&i) {
                 match seen {
                     Ok((s, h))
@@ -540,6 +750,14 @@ impl Soak {
                     wrong.push(format!("{host} is out of the workspace but still served"));
                 }
             }
+        }
+        // The WebSocket backend answers a plain GET with 426: the certificate and the policy's
+        // header are what is checked.
+        match https_get_with_headers(self.stack.https, WS_HOST, "/") {
+            Ok((s, h))
+                if s.fingerprint == self.websockets.latest
+                    && version(&h) == self.websockets.policy => {}
+            other => wrong.push(format!("{WS_HOST}: {other:?}")),
         }
         wrong
     }

@@ -49,7 +49,7 @@ pub mod state;
 
 pub use ops::{scope_of, summary, Op, Outcome, Scope};
 pub use order::{depends_on, phase};
-pub use shadow::apply;
+pub use shadow::{apply, refusal};
 
 /// Every request that turns `actual` into `desired`.
 pub fn plan(actual: &Actual, desired: &Desired) -> Vec<Op> {
@@ -401,8 +401,12 @@ fn plan_listener_frontends(present: &[&Frontend], wanted: &[&Frontend], ops: &mu
         }
         return;
     }
-    // A swap, to the other spelling (to the exact one from a mixed state).
-    let alias = spelling.is_some_and(|s| !s);
+    // A swap, to the other spelling; from a mixed state, to the spelling with fewest frontends
+    // in the way (see `swap_target`).
+    let (alias, blockers) = match spelling {
+        Some(from) => (!from, Vec::new()),
+        None => swap_target(present, wanted),
+    };
     let mut new: Vec<Frontend> = wanted
         .iter()
         .map(|w| w.spelled(alias))
@@ -411,8 +415,18 @@ fn plan_listener_frontends(present: &[&Frontend], wanted: &[&Frontend], ops: &mu
     let mut old: Vec<Frontend> = present
         .iter()
         .filter(|p| !new.contains(p) && !wanted.iter().any(|w| w.spelled(alias) == ***p))
+        .filter(|p| !blockers.contains(p))
         .map(|p| (*p).clone())
         .collect();
+    // What stands in the way goes first: sozu refuses a frontend under a key it holds.
+    let first = u16::from(!blockers.is_empty());
+    for frontend in blockers {
+        ops.push(Op::SwapFrontend {
+            frontend,
+            add: false,
+            step: 0,
+        });
+    }
     let specificity = |f: &Frontend| f.path_prefix.len();
     if alias {
         // The exact spelling empties least specific first.
@@ -432,12 +446,12 @@ fn plan_listener_frontends(present: &[&Frontend], wanted: &[&Frontend], ops: &mu
         }
         steps
     };
-    let last_add = steps(&new, !alias).last().copied().unwrap_or(0);
+    let last_add = first + steps(&new, !alias).last().copied().unwrap_or(0);
     for (frontend, step) in new.iter().zip(steps(&new, !alias)) {
         ops.push(Op::SwapFrontend {
             frontend: frontend.clone(),
             add: true,
-            step,
+            step: first + step,
         });
     }
     for (frontend, step) in old.iter().zip(steps(&old, alias)) {
@@ -446,6 +460,44 @@ fn plan_listener_frontends(present: &[&Frontend], wanted: &[&Frontend], ops: &mu
             add: false,
             step: last_add.saturating_add(1).saturating_add(step),
         });
+    }
+}
+
+/// Where a host's frontends on one listener go from a mixed state, some under each spelling:
+/// a swap cut short (the agent killed between its additions and its removals) leaves one. sozu
+/// keys a frontend by its spelling and path and refuses a second under the same key, so a
+/// present frontend of the target spelling whose path is wanted with other settings stands in
+/// the way of its successor and must go before it comes, leaving a moment in which that path is
+/// served by the other spelling's frontend, if any. The spelling with fewest such blockers is
+/// the target (an interrupted swap's own target has none), then the one already holding most of
+/// what is wanted, then the exact one. Returns whether the target is the pattern spelling, and
+/// the blockers.
+fn swap_target(present: &[&Frontend], wanted: &[&Frontend]) -> (bool, Vec<Frontend>) {
+    let judge = |alias: bool| {
+        let blockers: Vec<Frontend> = present
+            .iter()
+            .filter(|p| p.alias == alias)
+            .filter(|p| {
+                wanted
+                    .iter()
+                    .any(|w| w.path_prefix == p.path_prefix && w.spelled(alias) != ***p)
+            })
+            .map(|p| (*p).clone())
+            .collect();
+        let held = wanted
+            .iter()
+            .filter(|w| present.contains(&&w.spelled(alias)))
+            .count();
+        (blockers, held)
+    };
+    let (exact, exact_held) = judge(false);
+    let (pattern, pattern_held) = judge(true);
+    if (pattern.len(), std::cmp::Reverse(pattern_held))
+        < (exact.len(), std::cmp::Reverse(exact_held))
+    {
+        (true, pattern)
+    } else {
+        (false, exact)
     }
 }
 

@@ -172,6 +172,39 @@ pub fn apply(actual: &mut Actual, op: &Op) {
     }
 }
 
+/// Why sozu would refuse `op` given what it holds, where that can be told beforehand: sozu keys
+/// an HTTP or HTTPS frontend by its listener, its hostname as spelled and its path, and refuses
+/// a second one under a key it holds, whatever the two carry ("HttpsFrontend … already
+/// exists"). The tests' in-memory sozu refuses as sozu does, and the plan's tests check that no
+/// plan asks it.
+pub fn refusal(actual: &Actual, op: &Op) -> Option<String> {
+    let (Op::AddFrontend(new)
+    | Op::SwapFrontend {
+        frontend: new,
+        add: true,
+        ..
+    }) = op
+    else {
+        return None;
+    };
+    crate::plan::state::frontends_of(&actual.frontends, &new.hostname)
+        .find(|f| {
+            f.protocol == new.protocol
+                && f.address == new.address
+                && f.alias == new.alias
+                && f.path_prefix == new.path_prefix
+        })
+        .map(|_| {
+            format!(
+                "{:?} frontend {}{} on {} already exists",
+                new.protocol,
+                new.sozu_hostname(),
+                new.path_prefix,
+                new.address
+            )
+        })
+}
+
 fn add_summary(actual: &mut Actual, address: SocketAddr, certificate: &Certificate) {
     actual
         .certificates

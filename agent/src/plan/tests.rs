@@ -55,6 +55,9 @@ pub(crate) fn desired(ws: &Workspace, certs: &[Certificate]) -> Desired {
 fn converge(actual: &mut Actual, desired: &Desired) -> Vec<Op> {
     let ops = plan(actual, desired);
     for op in &ops {
+        if let Some(reason) = crate::plan::refusal(actual, op) {
+            panic!("sozu would refuse {}: {reason}\n{ops:#?}", op.describe());
+        }
         apply(actual, op);
     }
     ops
@@ -652,4 +655,63 @@ fn a_port_of_its_own_has_a_listener_made_and_removed_with_its_routes() {
         "{ops:?}"
     );
     assert!(!ops.contains(&Op::RemoveStreamFrontend(theirs)), "{ops:?}");
+}
+
+/// A swap cut short (the agent killed between its additions and its removals) leaves a host's
+/// frontends under both spellings. The next agent finishes it without asking sozu for a
+/// frontend under a key it holds (sozu refuses one: `converge` checks), whether the workspace
+/// still says what the swap was for or has moved on since.
+#[test]
+fn a_swap_cut_short_is_finished_without_a_frontend_sozu_refuses() {
+    let c = cert("a.in.example.org", 1);
+    let mut ws = workspace(&[("a.in.example.org", "/", "10.0.0.1:80")]);
+    let mut actual = Actual::default();
+    converge(&mut actual, &desired(&ws, std::slice::from_ref(&c)));
+    ws.headers.response.set.insert("X-A".into(), "1".into());
+    let swap = plan(&actual, &desired(&ws, std::slice::from_ref(&c)));
+    // Only the additions reach sozu.
+    let mut cut = actual.clone();
+    for op in swap
+        .iter()
+        .filter(|o| matches!(o, Op::SwapFrontend { add: true, .. }))
+    {
+        apply(&mut cut, op);
+    }
+    let https = |a: &Actual| -> Vec<(bool, bool)> {
+        a.frontends
+            .iter()
+            .filter(|f| f.protocol == Protocol::Https)
+            .map(|f| (f.alias, f.policy.is_some()))
+            .collect()
+    };
+    assert_eq!(
+        https(&cut),
+        [(false, false), (true, true)],
+        "both spellings"
+    );
+
+    // The same workspace: the old frontend goes, nothing is added.
+    let mut same = cut.clone();
+    let ops = converge(&mut same, &desired(&ws, std::slice::from_ref(&c)));
+    assert!(
+        ops.iter()
+            .all(|o| matches!(o, Op::SwapFrontend { add: false, frontend, .. } if !frontend.alias)),
+        "{ops:#?}"
+    );
+    assert_eq!(https(&same), [(true, true)]);
+    assert!(plan(&same, &desired(&ws, std::slice::from_ref(&c))).is_empty());
+
+    // Edited again meanwhile: both spellings hold a frontend in the way; one goes first, the
+    // new one takes its key, the other goes.
+    ws.headers.response.set.insert("X-A".into(), "2".into());
+    let mut moved = cut;
+    let want = desired(&ws, std::slice::from_ref(&c));
+    converge(&mut moved, &want);
+    let held: Vec<_> = moved
+        .frontends
+        .iter()
+        .filter(|f| f.protocol == Protocol::Https)
+        .collect();
+    assert_eq!(held.len(), 1, "{held:#?}");
+    assert!(plan(&moved, &want).is_empty(), "converged");
 }

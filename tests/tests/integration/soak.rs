@@ -24,17 +24,24 @@ fn a_seeded_soak_of_rotations_edits_and_kills_converges_at_every_checkpoint() {
     });
     eprintln!(
         "soak seed {seed}, {seconds} s: {} checkpoints, slowest convergence {:?}, actions {:?}, \
-         {} bytes echoed whole over a TCP stream opened {} time(s)",
+         {} bytes echoed whole over a TCP stream opened {} time(s), {} WebSocket messages echoed \
+         over WebSockets opened {} time(s)",
         report.checkpoints,
         report.slowest_convergence,
         report.actions,
         report.stream_bytes,
-        report.stream_opened
+        report.stream_opened,
+        report.websocket_messages,
+        report.websockets_opened
     );
     assert!(report.checkpoints >= 3, "{report:?}");
     assert!(
         report.stream_bytes > 0,
         "no byte went through the 'tcp route: {report:?}"
+    );
+    assert!(
+        report.websocket_messages > 0,
+        "no WebSocket message went through the HTTPS route: {report:?}"
     );
     assert!(
         report.failures.is_empty(),

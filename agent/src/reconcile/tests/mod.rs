@@ -197,6 +197,9 @@ impl Proxy for Fake {
                     return Err(SendError::Refused(reason.clone()));
                 }
             }
+            if let Some(reason) = plan::refusal(&s.actual, op) {
+                return Err(SendError::Refused(reason));
+            }
             plan::apply(&mut s.actual, op);
             Ok(matches!(op, Op::CloseSessions { .. }).then_some(0))
         }))
