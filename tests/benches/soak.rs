@@ -70,6 +70,14 @@ fn main() {
             "  websockets: {} messages echoed, opened {} time(s) (once, and after each sozu kill)",
             report.websocket_messages, report.websockets_opened
         );
+        if let Some((after, actions, log)) = &report.slowest_restart {
+            println!(
+                "  the slowest sozu restart ({:.0} ms) after: {}",
+                after.as_secs_f64() * 1e3,
+                actions.join("\n                     ")
+            );
+            println!("  the agent's log from that restart to the checkpoint:\n{log}");
+        }
         println!(
             "  the slowest after: {}",
             report.slowest_after.join("\n                     ")

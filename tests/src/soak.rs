@@ -65,6 +65,9 @@ pub struct SoakReport {
     /// For each checkpoint after a sozu restart (the agent not restarted since): from the last
     /// restart to every route served again.
     pub after_sozu_restart: Vec<Duration>,
+    /// The slowest of those: the actions before it, and what the agent logged from sozu's
+    /// restart to that checkpoint.
+    pub slowest_restart: Option<(Duration, Vec<String>, String)>,
 }
 
 /// A TCP echo server on loopback: the backend of the soak's `'tcp` route.
@@ -211,8 +214,9 @@ struct Soak {
     records_floor: Option<f64>,
     stream: TcpProbe,
     websockets: WsProbe,
-    /// When sozu was last started, while no restart of the agent has come since.
-    sozu_started: Option<Instant>,
+    /// When sozu was last started, while no restart of the agent has come since, and how much
+    /// the agent had logged then.
+    sozu_started: Option<(Instant, usize)>,
     /// The agent's `--resync-interval`.
     resync: String,
 }
@@ -378,7 +382,7 @@ impl Soak {
             72..=79 => {
                 self.stack.kill_sozu();
                 self.stack.start_sozu();
-                self.sozu_started = Some(Instant::now());
+                self.sozu_started = Some((Instant::now(), self.stack.current_agent_log().len()));
                 // sozu's workers died with it, and the connections they held.
                 self.stream.conn = None;
                 self.websockets.clients = None;
@@ -557,8 +561,23 @@ impl Soak {
             if wrong.is_empty() {
                 let took = started.elapsed();
                 self.report.convergences.push(took);
-                if let Some(sozu) = self.sozu_started.take() {
-                    self.report.after_sozu_restart.push(sozu.elapsed());
+                if let Some((sozu, logged)) = self.sozu_started.take() {
+                    let after = sozu.elapsed();
+                    self.report.after_sozu_restart.push(after);
+                    if self
+                        .report
+                        .slowest_restart
+                        .as_ref()
+                        .is_none_or(|(slowest, _, _)| after > *slowest)
+                    {
+                        let recent = self.log.len().saturating_sub(8);
+                        let log = self.stack.current_agent_log();
+                        self.report.slowest_restart = Some((
+                            after,
+                            self.log.iter().skip(recent).cloned().collect(),
+                            log.get(logged..).unwrap_or_default().to_owned(),
+                        ));
+                    }
                 }
                 if took > self.report.slowest_convergence {
                     self.report.slowest_convergence = took;

@@ -257,13 +257,16 @@ pub fn rotate(
         generation += 1;
         let dir = ours.certs.path().join(host(*i));
         let swapped = Instant::now();
+        let swapped_at = std::time::SystemTime::now();
         atomic_write(&dir, &pair.crt, &pair.key, generation);
         // Long enough that a stall is measured, not cut short.
         let deadline = swapped + Duration::from_secs(120);
         loop {
             match handshake(https, &host(*i)) {
                 Ok((fp, done)) if fp == pair.fingerprint => {
-                    latencies.push(done.duration_since(swapped));
+                    let took = done.duration_since(swapped);
+                    report_slow(&host(*i), swapped_at, took);
+                    latencies.push(took);
                     break;
                 }
                 _ if Instant::now() > deadline => {
@@ -282,6 +285,31 @@ pub fn rotate(
         });
     }
     Ok(latencies)
+}
+
+/// `ROTATION_SLOW_MS=M`: each rotation served after more than M ms is printed with the time of
+/// its swap (UTC, as the agent's log writes it) and its host, to be found in the agent's log.
+fn report_slow(host: &str, swapped_at: std::time::SystemTime, took: Duration) {
+    let Some(slow) = std::env::var("ROTATION_SLOW_MS")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+    else {
+        return;
+    };
+    if took.as_secs_f64() * 1e3 > slow {
+        let at = swapped_at
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let (secs, micros) = (at.as_secs(), at.subsec_micros());
+        let (day, rest) = (secs / 86_400, secs % 86_400);
+        println!(
+            "slow rotation: {host} swapped at day {day} {:02}:{:02}:{:02}.{micros:06}Z, served {:.1} ms after",
+            rest / 3600,
+            rest / 60 % 60,
+            rest % 60,
+            took.as_secs_f64() * 1e3
+        );
+    }
 }
 
 /// One `/metrics` body as sent: gzip-encoded when `gzip` (not decoded here).
