@@ -41,6 +41,7 @@ use crate::plan::state::{
 use crate::workspace::ID_PREFIX;
 
 pub mod desired;
+pub mod edit;
 mod ops;
 mod order;
 pub mod route_policy;

@@ -19,6 +19,17 @@ pub struct WorkspaceTracker {
 }
 
 impl WorkspaceTracker {
+    /// Takes a workspace that evaluated; `same` when it equals the live one. Returns whether
+    /// the live workspace changed.
+    pub fn take(&mut self, workspace: Arc<Workspace>, same: bool) -> bool {
+        self.last_error = None;
+        if same {
+            return false;
+        }
+        self.current = Some(workspace);
+        true
+    }
+
     /// Returns whether the live workspace changed. A rejected edit leaves the last good one live.
     pub fn absorb(
         &mut self,
@@ -183,10 +194,10 @@ impl CertTracker {
     }
 
     /// Forgets hosts no longer routed.
-    pub fn retain(&mut self, hosts: &BTreeSet<&str>) {
-        self.last_good.retain(|h, _| hosts.contains(h.as_str()));
-        self.failures.retain(|h, _| hosts.contains(h.as_str()));
-        self.replaced.retain(|h, _| hosts.contains(h.as_str()));
+    pub fn retain(&mut self, hosts: &BTreeSet<String>) {
+        self.last_good.retain(|h, _| hosts.contains(h));
+        self.failures.retain(|h, _| hosts.contains(h));
+        self.replaced.retain(|h, _| hosts.contains(h));
         self.rotations.retain(|h, _| hosts.contains(h.as_str()));
         self.expiry.retain(|(_, h)| hosts.contains(h.as_str()));
     }

@@ -78,6 +78,9 @@ fn spawn_thread(
 pub enum Fact {
     /// The workspace was evaluated: the model, or why it was rejected (the diagnostic).
     Workspace(Result<Arc<Workspace>, String>),
+    /// The workspace was evaluated, and what it changes worked out beside the loop
+    /// ([`crate::plan::edit`]): what the workspace source sends.
+    Edit(Box<crate::plan::edit::Edit>),
     /// A DNS name's answer or failure changed.
     Dns(NameFact),
     /// Certificate pairs read and validated, by host.

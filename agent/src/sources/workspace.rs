@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use super::{watcher, Fact, WatchError};
 use crate::evaluate::sandbox::{self, Limits, SandboxError};
+use crate::plan::edit::Edit;
 use crate::workspace::Workspace;
 
 /// Evaluating the workspace with the contract, isolated.
@@ -122,14 +123,16 @@ async fn evaluate<L: LoadWorkspace>(
     let fact = match loaded {
         Ok(workspace) => {
             let workspace = Arc::new(workspace);
-            let changed = latest.borrow().as_deref() != Some(&*workspace);
-            if changed {
+            // Worked out here rather than in the loop, which a rotation may be waiting for.
+            let previous = latest.borrow().clone();
+            let edit = Edit::prepare(previous, workspace.clone());
+            if !edit.same {
                 tracing::info!(routes = workspace.routes.len(), zone = %workspace.zone,
                     workspace = %path.display(), "workspace loaded");
-                latest.send_replace(Some(workspace.clone()));
+                latest.send_replace(Some(workspace));
             }
             *last_error = None;
-            Ok(workspace)
+            return facts.send(Fact::Edit(Box::new(edit))).is_ok();
         }
         Err(e) => {
             let text = e.to_string();

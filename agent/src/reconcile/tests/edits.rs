@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::document::{Counters, RouteStatus};
+use crate::plan::edit::Edit;
 use crate::plan::state::{Hsts, Probe};
 use crate::reconcile::model::Model;
 use crate::reconcile::route_policy_files::PolicyFilesTracker;
@@ -151,7 +152,13 @@ fn an_edited_model_equals_one_built_from_scratch() {
         for step in 0..40 {
             edit(&mut rng, &mut routes, true);
             let ws = workspace_of(&routes);
-            let scope = model.update(ws.clone(), &dns_tracker, &certs, &files, &actual);
+            // Every other edit comes worked out beside the loop, as the workspace source sends
+            // it; the others are worked out by the model.
+            let prepared = (step % 2 == 0).then(|| {
+                let edit = Edit::prepare(Some(model.workspace().clone()), ws.clone());
+                (edit.scope, edit.index)
+            });
+            let scope = model.update(ws.clone(), prepared, &dns_tracker, &certs, &files, &actual);
             let fresh = Model::build(ws.clone(), &dns_tracker, &certs, &files, &actual);
             let at = format!("seed {seed}, step {step}, scope {scope:?}");
             assert!(
@@ -233,6 +240,8 @@ async fn edits_end_where_a_fresh_agent_would_in_sozu_and_in_the_status() {
         let mut routes = BTreeMap::new();
         let mut facts: Vec<Fact> = Vec::new();
         let mut last_ws = None;
+        // The last workspace sent to the agent under test, as its source remembers it.
+        let mut sent: Option<Arc<Workspace>> = None;
         let mut pairs: BTreeMap<String, Certificate> = BTreeMap::new();
         // Every name resolves from the start: a route whose names never resolved keeps what
         // sozu held for it, which a fresh agent (a fresh sozu) has not.
@@ -271,10 +280,17 @@ async fn edits_end_where_a_fresh_agent_would_in_sozu_and_in_the_status() {
                     .map(|(h, c)| (h.clone(), Ok(c.clone())))
                     .collect(),
             ));
-            // The agent under test takes the facts as they come; what it already had, it
+            // The agent under test takes the facts as they come, the workspace as its source
+            // sends it (worked out against the one it sent before); what it already had, it
             // keeps.
             for fact in facts.iter().map(clone_fact) {
-                h.send(fact);
+                match fact {
+                    Fact::Workspace(Ok(ws)) => {
+                        let edit = Edit::prepare(sent.replace(ws.clone()), ws);
+                        h.send(Fact::Edit(Box::new(edit)));
+                    }
+                    fact => h.send(fact),
+                }
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
             let fresh = start(Settings::default());
