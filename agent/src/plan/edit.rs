@@ -31,6 +31,9 @@ pub struct Edit {
     /// The upstream names and TLS hosts the new workspace uses: what the trackers keep.
     pub upstream_names: BTreeSet<String>,
     pub tls_hosts: BTreeSet<String>,
+    /// The TLS hosts the previous workspace had and this one has not: what the certificate
+    /// tracker forgets.
+    pub gone_hosts: Vec<String>,
     pub index: RouteIndex,
 }
 
@@ -49,17 +52,30 @@ impl Edit {
             }
             None => (Scope::everything(), workspace.routes.len(), 0),
         };
+        let upstream_names = desired::upstream_names(&workspace);
+        let tls_hosts: BTreeSet<String> = workspace
+            .tls_hosts()
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        let gone_hosts = previous
+            .as_deref()
+            .map(|old| {
+                old.tls_hosts()
+                    .into_iter()
+                    .filter(|h| !tls_hosts.contains(*h))
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
         Edit {
             same,
             scope,
             added,
             removed,
-            upstream_names: desired::upstream_names(&workspace),
-            tls_hosts: workspace
-                .tls_hosts()
-                .into_iter()
-                .map(str::to_owned)
-                .collect(),
+            upstream_names,
+            tls_hosts,
+            gone_hosts,
             index: RouteIndex::of(&workspace),
             previous,
             workspace,

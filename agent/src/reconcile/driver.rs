@@ -650,7 +650,9 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             removed,
             upstream_names,
             tls_hosts,
+            gone_hosts,
             index,
+            ..
         } = edit;
         work.publish = true;
         if !self.workspace.take(workspace.clone(), same) {
@@ -662,8 +664,17 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         // share changed), here rather than only from the pass's scope: a pass that breaks off
         // after updating the model publishes too.
         self.dirty.scope(&scope);
+        // The names are few: those the workspace does not use are dropped. The hosts are as
+        // many as the routes: those the previous workspace had and this one has not are
+        // forgotten one by one (the first workspace keeps only its own).
         self.dns.retain(&upstream_names);
-        self.certs.retain(&tls_hosts);
+        if previous.is_some() {
+            self.certs.forget(&gone_hosts);
+        } else {
+            self.certs.retain(&tls_hosts);
+        }
+        // The sets are freed beside the loop (10,000 strings each at that size).
+        tokio::task::spawn_blocking(move || drop((upstream_names, tls_hosts)));
         // For the model, while it holds the workspace the scope was worked out against: edits
         // taken up between two passes add up.
         self.prepared = match (self.prepared.take(), previous) {

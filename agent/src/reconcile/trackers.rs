@@ -194,6 +194,21 @@ impl CertTracker {
     }
 
     /// Forgets hosts no longer routed.
+    /// Forgets `gone`, hosts no route has any more: what an edit removed, looked up one by one
+    /// rather than every host kept walked.
+    pub fn forget(&mut self, gone: &[String]) {
+        if gone.is_empty() {
+            return;
+        }
+        for host in gone {
+            self.last_good.remove(host);
+            self.failures.remove(host);
+            self.replaced.remove(host);
+            self.rotations.remove(host);
+        }
+        self.expiry.retain(|(_, h)| !gone.contains(h));
+    }
+
     pub fn retain(&mut self, hosts: &BTreeSet<String>) {
         self.last_good.retain(|h, _| hosts.contains(h));
         self.failures.retain(|h, _| hosts.contains(h));
