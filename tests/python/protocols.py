@@ -37,11 +37,15 @@ async def ws_server(port, addresses, name, tls=None):
     import websockets
 
     async def echo(ws):
-        async for message in ws:
-            if message == "who":
-                await ws.send(name)
-            else:
-                await ws.send(message)
+        try:
+            async for message in ws:
+                if message == "who":
+                    await ws.send(name)
+                else:
+                    await ws.send(message)
+        except websockets.exceptions.ConnectionClosed:
+            # Broken under it (sozu killed, a drain): the client sees that; no error of the echo's.
+            pass
 
     ctx = None
     if tls:
