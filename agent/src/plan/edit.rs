@@ -39,7 +39,22 @@ pub struct Edit {
 
 impl Edit {
     pub fn prepare(previous: Option<Arc<Workspace>>, workspace: Arc<Workspace>) -> Edit {
-        let same = previous.as_deref() == Some(&*workspace);
+        if previous.as_deref() == Some(&*workspace) {
+            // Evaluated again, unchanged (a file touched, a directory event): nothing to work out.
+            return Edit {
+                workspace,
+                previous,
+                same: true,
+                scope: Scope::default(),
+                added: 0,
+                removed: 0,
+                upstream_names: BTreeSet::new(),
+                tls_hosts: BTreeSet::new(),
+                gone_hosts: Vec::new(),
+                index: RouteIndex::default(),
+            };
+        }
+        let same = false;
         let (scope, added, removed) = match previous.as_deref() {
             Some(old) => {
                 let now = by_id(&workspace);

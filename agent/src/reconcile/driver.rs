@@ -652,7 +652,6 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             tls_hosts,
             gone_hosts,
             index,
-            ..
         } = edit;
         work.publish = true;
         if !self.workspace.take(workspace.clone(), same) {
