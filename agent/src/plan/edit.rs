@@ -28,9 +28,8 @@ pub struct Edit {
     /// Routes added and removed, by id, for the edit's announcement.
     pub added: usize,
     pub removed: usize,
-    /// The upstream names and TLS hosts the new workspace uses: what the trackers keep.
+    /// The upstream names the new workspace uses: what the DNS tracker keeps.
     pub upstream_names: BTreeSet<String>,
-    pub tls_hosts: BTreeSet<String>,
     /// The TLS hosts the previous workspace had and this one has not: what the certificate
     /// tracker forgets.
     pub gone_hosts: Vec<String>,
@@ -49,47 +48,32 @@ impl Edit {
                 added: 0,
                 removed: 0,
                 upstream_names: BTreeSet::new(),
-                tls_hosts: BTreeSet::new(),
                 gone_hosts: Vec::new(),
                 index: RouteIndex::default(),
             };
         }
-        let same = false;
-        let (scope, added, removed) = match previous.as_deref() {
+        let (scope, added, removed, gone_hosts) = match previous.as_deref() {
             Some(old) => {
-                let now = by_id(&workspace);
-                let before = by_id(old);
+                let (before, now) = (by_id(old), by_id(&workspace));
+                let tls_hosts = workspace.tls_hosts();
                 (
-                    changes(old, &workspace),
+                    changes_by_id(old, &workspace, &before, &now),
                     now.keys().filter(|id| !before.contains_key(*id)).count(),
                     before.keys().filter(|id| !now.contains_key(*id)).count(),
+                    old.tls_hosts()
+                        .difference(&tls_hosts)
+                        .map(|h| (*h).to_owned())
+                        .collect(),
                 )
             }
-            None => (Scope::everything(), workspace.routes.len(), 0),
+            None => (Scope::everything(), workspace.routes.len(), 0, Vec::new()),
         };
-        let upstream_names = desired::upstream_names(&workspace);
-        let tls_hosts: BTreeSet<String> = workspace
-            .tls_hosts()
-            .into_iter()
-            .map(str::to_owned)
-            .collect();
-        let gone_hosts = previous
-            .as_deref()
-            .map(|old| {
-                old.tls_hosts()
-                    .into_iter()
-                    .filter(|h| !tls_hosts.contains(*h))
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default();
         Edit {
-            same,
+            same: false,
             scope,
             added,
             removed,
-            upstream_names,
-            tls_hosts,
+            upstream_names: desired::upstream_names(&workspace),
             gone_hosts,
             index: RouteIndex::of(&workspace),
             previous,
@@ -150,6 +134,16 @@ impl RouteIndex {
 /// everything when what every route shares changed or a route of its own port did (those are
 /// planned whole: a port's listener is shared by its routes).
 pub fn changes(old: &Workspace, new: &Workspace) -> Scope {
+    changes_by_id(old, new, &by_id(old), &by_id(new))
+}
+
+/// [`changes`], given each workspace's routes by id.
+fn changes_by_id(
+    old: &Workspace,
+    new: &Workspace,
+    before: &BTreeMap<&str, &Route>,
+    after: &BTreeMap<&str, &Route>,
+) -> Scope {
     if old.listeners != new.listeners
         || old.listener_policy != new.listener_policy
         || old.zone != new.zone
@@ -159,7 +153,6 @@ pub fn changes(old: &Workspace, new: &Workspace) -> Scope {
     {
         return Scope::everything();
     }
-    let (before, after) = (by_id(old), by_id(new));
     let mut scope = Scope::default();
     for (id, route) in before.iter().chain(after.iter()) {
         if before.get(id) != after.get(id) {

@@ -494,7 +494,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                     .find(|l| !l.trim().is_empty())
                     .unwrap_or("")
                     .to_owned();
-                self.workspace.absorb(Err(diagnostic), &mut self.counters);
+                self.workspace.reject(diagnostic, &mut self.counters);
                 self.events.emit(
                     crate::document::EventKind::WorkspaceRejected,
                     None,
@@ -649,7 +649,6 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             added,
             removed,
             upstream_names,
-            tls_hosts,
             gone_hosts,
             index,
         } = edit;
@@ -665,15 +664,9 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         self.dirty.scope(&scope);
         // The names are few: those the workspace does not use are dropped. The hosts are as
         // many as the routes: those the previous workspace had and this one has not are
-        // forgotten one by one (the first workspace keeps only its own).
+        // forgotten one by one (before the first workspace there are none).
         self.dns.retain(&upstream_names);
-        if previous.is_some() {
-            self.certs.forget(&gone_hosts);
-        } else {
-            self.certs.retain(&tls_hosts);
-        }
-        // The sets are freed beside the loop (10,000 strings each at that size).
-        tokio::task::spawn_blocking(move || drop((upstream_names, tls_hosts)));
+        self.certs.forget(&gone_hosts);
         // For the model, while it holds the workspace the scope was worked out against: edits
         // taken up between two passes add up.
         self.prepared = match (self.prepared.take(), previous) {

@@ -10,8 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::plan::desired::{self, Held};
-pub use crate::plan::edit::changes;
-use crate::plan::edit::RouteIndex;
+use crate::plan::edit::{changes, RouteIndex};
 use crate::plan::state::{Actual, Desired};
 use crate::plan::Scope;
 use crate::workspace::{Route, Workspace};

@@ -178,14 +178,12 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             }
         };
         let mut scope = scope;
-        let followed = Instant::now();
         if let Some(model) = &mut self.model {
             if model.follow_client_auth(&self.client_auth) {
                 scope = Scope::everything();
             }
             scope.extend(model.follow_policy_files(&self.policy_files));
         }
-        step_took(followed, "client auth and policy files followed");
         step_took(started, "desired state updated");
         let Some(model) = &self.model else {
             return Ok(scope);

@@ -30,27 +30,10 @@ impl WorkspaceTracker {
         true
     }
 
-    /// Returns whether the live workspace changed. A rejected edit leaves the last good one live.
-    pub fn absorb(
-        &mut self,
-        fact: Result<Arc<Workspace>, String>,
-        counters: &mut Counters,
-    ) -> bool {
-        match fact {
-            Ok(workspace) => {
-                self.last_error = None;
-                if self.current.as_deref() == Some(&*workspace) {
-                    return false;
-                }
-                self.current = Some(workspace);
-                true
-            }
-            Err(diagnostic) => {
-                counters.workspace_errors += 1;
-                self.last_error = Some(diagnostic);
-                false
-            }
-        }
+    /// Takes an edit that was rejected: the last good workspace stays live.
+    pub fn reject(&mut self, diagnostic: String, counters: &mut Counters) {
+        counters.workspace_errors += 1;
+        self.last_error = Some(diagnostic);
     }
 }
 
@@ -207,14 +190,6 @@ impl CertTracker {
             self.rotations.remove(host);
         }
         self.expiry.retain(|(_, h)| !gone.contains(h));
-    }
-
-    pub fn retain(&mut self, hosts: &BTreeSet<String>) {
-        self.last_good.retain(|h, _| hosts.contains(h));
-        self.failures.retain(|h, _| hosts.contains(h));
-        self.replaced.retain(|h, _| hosts.contains(h));
-        self.rotations.retain(|h, _| hosts.contains(h.as_str()));
-        self.expiry.retain(|(_, h)| hosts.contains(h.as_str()));
     }
 
     pub fn last_good(&self) -> &BTreeMap<String, Certificate> {

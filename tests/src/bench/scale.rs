@@ -297,16 +297,11 @@ fn report_slow(host: &str, swapped_at: std::time::SystemTime, took: Duration) {
         return;
     };
     if took.as_secs_f64() * 1e3 > slow {
-        let at = swapped_at
-            .duration_since(std::time::UNIX_EPOCH)
+        let at = time::OffsetDateTime::from(swapped_at)
+            .format(&time::format_description::well_known::Rfc3339)
             .unwrap_or_default();
-        let (secs, micros) = (at.as_secs(), at.subsec_micros());
-        let (day, rest) = (secs / 86_400, secs % 86_400);
         println!(
-            "slow rotation: {host} swapped at day {day} {:02}:{:02}:{:02}.{micros:06}Z, served {:.1} ms after",
-            rest / 3600,
-            rest / 60 % 60,
-            rest % 60,
+            "slow rotation: {host} swapped at {at}, served {:.1} ms after",
             took.as_secs_f64() * 1e3
         );
     }

@@ -243,6 +243,9 @@ async fn edits_end_where_a_fresh_agent_would_in_sozu_and_in_the_status() {
         let mut last_ws = None;
         // The last workspace sent to the agent under test, as its source remembers it.
         let mut sent: Option<Arc<Workspace>> = None;
+        // A workspace the agent under test is sent just before the step's own (the fresh
+        // agent never sees it).
+        let mut between: Option<Arc<Workspace>> = None;
         let mut pairs: BTreeMap<String, Certificate> = BTreeMap::new();
         // Every name resolves from the start: a route whose names never resolved keeps what
         // sozu held for it, which a fresh agent (a fresh sozu) has not.
@@ -264,6 +267,12 @@ async fn edits_end_where_a_fresh_agent_would_in_sozu_and_in_the_status() {
                     pairs.insert(name.clone(), certificate(&name, h.clock.now(), 90));
                 }
                 _ => {
+                    // Now and then an edit comes right after another, both taken up before
+                    // one pass: what the first changed must be planned too.
+                    if rng.u8(..3) == 0 {
+                        edit(&mut rng, &mut routes, false);
+                        between = Some(workspace_of(&routes));
+                    }
                     edit(&mut rng, &mut routes, false);
                     last_ws = Some(workspace_of(&routes));
                 }
@@ -287,6 +296,10 @@ async fn edits_end_where_a_fresh_agent_would_in_sozu_and_in_the_status() {
             for fact in facts.iter().map(clone_fact) {
                 match fact {
                     Fact::Workspace(Ok(ws)) => {
+                        if let Some(first) = between.take() {
+                            let edit = Edit::prepare(sent.replace(first.clone()), first);
+                            h.send(Fact::Edit(Box::new(edit)));
+                        }
                         let edit = Edit::prepare(sent.replace(ws.clone()), ws);
                         h.send(Fact::Edit(Box::new(edit)));
                     }
