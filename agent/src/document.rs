@@ -118,6 +118,38 @@ pub struct WorkspaceStatus {
     /// certificates sozu holds. Absent from an older agent, and before a workspace is loaded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listeners: Option<ListenersStatus>,
+    /// With a `traefik` record: each Traefik file and endpoint read, and the routers not
+    /// served. Absent from an older agent, and without the record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traefik: Option<TraefikStatus>,
+}
+
+/// The workspace's `traefik` record as the agent reads it: each source's state, and the
+/// routers it does not serve, each with its file, line and name, and why.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TraefikStatus {
+    /// Each file (of the directory, or the one file) and the endpoint, in name order.
+    pub sources: Vec<TraefikSourceStatus>,
+    /// The routes served from them.
+    pub routes: usize,
+    /// Routers not served: `<file>:<line>: http router `name`: not served: <reason>`.
+    #[serde(default)]
+    pub refused: Vec<String>,
+}
+
+/// One Traefik file or endpoint.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TraefikSourceStatus {
+    /// The file's path, or the endpoint's URL.
+    pub source: String,
+    /// `file` or `endpoint`.
+    pub kind: String,
+    /// `ok`; `error` (its last good version, if any, is what serves); `pending` (never read).
+    pub state: String,
+    /// Unix seconds of the last good read.
+    pub last_good: Option<i64>,
+    /// Why the latest read was not taken, with the file's line where it can be told.
+    pub error: Option<String>,
 }
 
 /// The workspace's listeners and their policy, as the workspace in force declares them.
@@ -217,8 +249,14 @@ pub struct ClientCrlStatus {
 pub struct RouteStatus {
     pub id: String,
     pub host: String,
-    /// An HTTPS route's path prefix; empty for a route of its own port.
+    /// An HTTPS route's path prefix; empty for a route matched another way, or of its own
+    /// port.
     pub path_prefix: String,
+    /// How an HTTPS route matched other than by its prefix alone matches requests: its path
+    /// field, method and header matches (`exact /v2 method GET header x-canary=1`); empty for
+    /// the others.
+    #[serde(rename = "match", default, skip_serializing_if = "String::is_empty")]
+    pub matches: String,
     /// How sozu carries the route: `https`, `tcp`, `tls_passthrough` or `udp`.
     #[serde(default = "https")]
     pub protocol: String,
@@ -248,6 +286,15 @@ pub struct RouteStatus {
     /// error pages); empty for none.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub policy: String,
+    /// What the route does that its author should keep in mind though the workspace allows it:
+    /// a route of its own port open without a client certificate while the https listener
+    /// requires one (`client_auth_exempt`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// Where a route not written in the workspace comes from:
+    /// `traefik: dynamic/orca-web.yaml:3: http router `orca-web``.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
 }
 
 /// What a route written before routes had kinds is.
@@ -256,11 +303,12 @@ fn https() -> String {
 }
 
 impl RouteStatus {
-    /// What tells the route apart from its host's others: its path prefix, or its protocol and
-    /// port (`tcp:2222`).
+    /// What tells the route apart from its host's others: its path prefix or its match (as
+    /// [`crate::workspace::Route::place`] writes them), or its protocol and port (`tcp:2222`).
     pub fn place(&self) -> String {
         match self.listen_port {
             Some(port) => format!("{}:{port}", self.protocol),
+            None if !self.matches.is_empty() => self.matches.clone(),
             None => self.path_prefix.clone(),
         }
     }
@@ -362,17 +410,23 @@ pub struct CertificateStatus {
     /// Why the pair on disk was refused, as a stable name (see `CertError::reason`).
     pub error_reason: Option<String>,
     /// Names of the pair on disk besides the host's own (another route host, a wildcard): sozu
-    /// is told the host's name alone, so the pair is served for this host only.
+    /// is told the host's name alone, so the pair is served for this host only. For a pair of
+    /// `certificates`, the names it has besides the route hosts it serves.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub other_names: Vec<String>,
+    /// The certificate file of the pair of `certificates` the host's certificate is read from;
+    /// absent for the host's pair in the tls dir.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
     /// Certificates replaced in sozu for this host since the agent started.
     pub rotations: u64,
     /// Unix seconds of the last replacement.
     pub last_rotation: Option<u64>,
 }
 
-/// One upstream DNS name, as the DNS source last saw it.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+/// One upstream DNS name, as the DNS source last saw it: the source keeps these, and
+/// `/v1/state` and `/metrics` show them as they are.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct DnsNameStatus {
     pub name: String,
     /// The addresses in use: the last good answer, kept while lookups fail.
@@ -423,6 +477,15 @@ pub struct Counters {
     /// Resync reads of sozu's state that failed (rotations went on from what the agent knew).
     #[serde(default)]
     pub sozu_read_failures: u64,
+    /// Queries resyncs sent to sozu's workers (cluster hashes, clusters by id, served
+    /// certificates): each has every worker answer on the thread that serves its traffic. None
+    /// while nobody but the agent changes sozu.
+    #[serde(default)]
+    pub resync_worker_queries: u64,
+    /// Resyncs that had sozu's main process list every frontend: only when its census counted
+    /// a frontend request the agent did not send, or the agent cannot be sure of its own count.
+    #[serde(default)]
+    pub resync_frontend_listings: u64,
 }
 
 /// With `tls_rotation = 'sozu_managed`: the ACME issuer, per host.

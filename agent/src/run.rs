@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, watch};
 use crate::api::{Heartbeat, Views};
 use crate::cli::{LogFormat, RunArgs};
 use crate::clock::{Clock, SystemClock};
-use crate::reconcile::{Agent, Settings};
+use crate::reconcile::{Driver, Settings};
 use crate::sources::dns::DnsSettings;
 use crate::sources::resolver::SystemResolver;
 use crate::sources::workspace::SandboxLoader;
@@ -98,7 +98,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let loader = SandboxLoader {
         exe,
         path: args.workspace.clone(),
-        limits: args.eval.limits(),
+        limits: args.eval.limits(args.admin_address),
     };
     let peer = crate::sozu::SozuPeer { uid: args.sozu_uid };
     sources::sozu_events::spawn(
@@ -137,6 +137,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
             args.sozu_socket.clone(),
             timeout,
             views.traffic.handshakes().clone(),
+            views.traffic.capacity().clone(),
         ),
     );
     tasks.spawn(
@@ -180,7 +181,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let router = crate::api::admin::router(views.clone(), allowed);
     tasks.spawn(
         "admin",
-        crate::api::admin::serve(listener, router, admin_stopped),
+        crate::api::admin::serve(listener, router, views.connections.clone(), admin_stopped),
     );
 
     // Bulk changes go as a state file beside the socket: the one directory sozu surely shares.
@@ -195,7 +196,6 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         expiry_warning: Duration::from_secs(args.expiry_warning_days.saturating_mul(86_400)),
         seed: instance_seed(),
         readiness: args.readiness.into(),
-        ..Settings::default()
     };
     let events = views.events.clone();
     views.issuer.watch(Box::new(move |old, new| {
@@ -207,7 +207,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     }));
     #[cfg(feature = "test-hooks")]
     flood_events(&views.events);
-    let agent = Agent::new(proxy, certs.clone(), settings, views.status.clone(), clock)
+    let agent = Driver::new(proxy, certs.clone(), settings, views.status.clone(), clock)
         .with_heartbeat(views.heartbeat.clone())
         .with_events(views.events.clone())
         .with_issuer(Arc::new(views.issuer.clone()));

@@ -19,6 +19,22 @@ pub fn clean_line(text: &str, max: usize) -> String {
     clean_keeping(text, max, |c| c == '\t')
 }
 
+/// A JSON document (`serde_json`'s output) with the control characters it leaves raw in its
+/// strings, DEL and the C1 range (U+0080 to U+009F, U+009B being a terminal's CSI), written as
+/// `\u` escapes: the same JSON to a parser, nothing for a terminal to act on. serde_json
+/// escapes only U+0000 to U+001F, which are whitespace when raw (outside any string) and stay.
+pub fn json_for_terminal(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if c.is_control() && u32::from(c) >= 0x7f {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// `error` and its causes on one line, each said once: `error: cause: cause's cause`. A cause
 /// whose text its error already shows (many crates' errors print their source and return it too)
 /// is not repeated.
@@ -111,6 +127,25 @@ mod tests {
         assert_eq!(
             error_chain(chained.as_ref()),
             "cannot read the workspace: no such directory"
+        );
+    }
+
+    #[test]
+    fn json_keeps_its_meaning_and_loses_its_c1_controls() {
+        let value = serde_json::json!({ "subject": "CN=a\u{9b}2Jb\u{7f}\u{1b}[0m", "n": [1, 2] });
+        let raw = serde_json::to_string_pretty(&value).unwrap();
+        assert!(raw.contains('\u{9b}'), "serde_json leaves it raw: {raw}");
+        let shown = json_for_terminal(&raw);
+        assert!(
+            !shown
+                .chars()
+                .any(|c| c.is_control() && !c.is_ascii_whitespace()),
+            "{shown}"
+        );
+        assert!(shown.contains("\\u009b2Jb\\u007f\\u001b[0m"), "{shown}");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&shown).unwrap(),
+            value
         );
     }
 

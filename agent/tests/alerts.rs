@@ -71,7 +71,7 @@ fn the_rules_pass_promtool_check_rules() {
     std::fs::write(dir.path().join("rules.yaml"), rules(&[])).unwrap();
     let (code, out) = promtool(&["check", "rules", "rules.yaml"], dir.path());
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("SUCCESS: 14 rules found"), "{out}");
+    assert!(out.contains("SUCCESS: 15 rules found"), "{out}");
 }
 
 /// Each alert fires when it should and stays silent when it should not, on synthetic series,
@@ -123,7 +123,10 @@ fn the_for_scale_shortens_every_for_to_whole_seconds() {
         .collect();
     assert_eq!(
         fors,
-        ["9s", "6s", "6s", "9s", "9s", "3s", "6s", "9s", "9s", "6s", "6s", "6s", "6s", "6s"],
+        [
+            "9s", "6s", "6s", "9s", "9s", "3s", "6s", "9s", "9s", "6s", "6s", "3s", "6s", "6s",
+            "6s"
+        ],
         "{fast}"
     );
     let (code, _, err) = run(bin()

@@ -554,3 +554,160 @@ fn a_closed_pipe_on_stdout_is_no_error() {
         );
     }
 }
+
+/// A workspace in `dir` of one route of its own port, `protocol` on `listen_port`, images
+/// named so that `render --format k8s` renders it.
+fn port_route_workspace(dir: &Path, name: &str, protocol: &str, listen_port: u16) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        format!(
+            "{{\n  zone = \"in.example.org\",\n  cluster_issuer = \"internal-ca\",\n  deploy = {{ sozu_image = \"registry.example.org/sozu@sha256:{0}\", agent_image = \"registry.example.org/private-ingress@sha256:{0}\" }},\n  routes = [\n    {{ host = \"git.in.example.org\", protocol = '{protocol}, listen_port = {listen_port}, upstream = \"10.0.0.1\", port = 22 }},\n  ],\n}}\n",
+            "0".repeat(64)
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// No route may listen on a port the pod itself uses: the agent's admin port, as `check` and
+/// `render` take it from the same `--admin-address` / PRIVATE_INGRESS_ADMIN_ADDRESS that `run`
+/// reads (9180 unless given), and the access-log receiver's (`traffic.listen`, 9181). Each is
+/// refused at the route's `listen_port`, with file and line; `render --format k8s` refuses the
+/// rendered pod's own admin port, 9180, whatever the flag says.
+#[test]
+fn a_route_on_a_port_the_pod_uses_is_refused_with_its_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let on_admin = port_route_workspace(dir.path(), "admin.ncl", "tcp", 9180);
+    let refused = |command: &mut std::process::Command, message: &str, file: &str| {
+        let (code, out, err) = run(command);
+        assert_eq!(code, 1, "{command:?}: {out}{err}");
+        assert!(out.is_empty(), "{out}");
+        assert!(err.contains(message), "{command:?}: {err}");
+        assert!(
+            err.contains(&format!("{file}:6:67")),
+            "with its position: {err}"
+        );
+    };
+    let admin = "routes[0]: listen_port 9180 is the agent's admin port";
+    refused(bin().arg("check").arg(&on_admin), admin, "admin.ncl");
+    for format in ["sozu-toml", "k8s", "json"] {
+        refused(
+            bin().args(["render", "--format", format]).arg(&on_admin),
+            admin,
+            "admin.ncl",
+        );
+    }
+    // The agent elsewhere, by flag or environment: 9180 is free for a route, and the agent's
+    // port is not.
+    let (code, _, err) = run(bin()
+        .arg("check")
+        .arg(&on_admin)
+        .args(["--admin-address", "127.0.0.1:9280"]));
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run(bin()
+        .arg("check")
+        .arg(&on_admin)
+        .env("PRIVATE_INGRESS_ADMIN_ADDRESS", "0.0.0.0:9280"));
+    assert_eq!(code, 0, "{err}");
+    let on_9280 = port_route_workspace(dir.path(), "moved.ncl", "udp", 9280);
+    for format in [None, Some("sozu-toml")] {
+        let mut command = bin();
+        match format {
+            None => command.arg("check"),
+            Some(format) => command.args(["render", "--format", format]),
+        };
+        refused(
+            command
+                .arg(&on_9280)
+                .env("PRIVATE_INGRESS_ADMIN_ADDRESS", "0.0.0.0:9280"),
+            "routes[0]: listen_port 9280 is the agent's admin port",
+            "moved.ncl",
+        );
+    }
+    // The rendered pod's agent listens on 9180, whatever the flag says.
+    refused(
+        bin()
+            .args(["render", "--format", "k8s"])
+            .arg(&on_admin)
+            .args(["--admin-address", "127.0.0.1:9280"]),
+        "routes[0]: listen_port 9180 is the rendered pod's admin port",
+        "admin.ncl",
+    );
+    let on_records = port_route_workspace(dir.path(), "records.ncl", "udp", 9181);
+    refused(
+        bin().arg("check").arg(&on_records),
+        "routes[0]: listen_port 9181 is the access-log receiver's port (traffic.listen)",
+        "records.ncl",
+    );
+}
+
+/// An admin server's `/v1/state` whose texts carry terminal controls, as a CA's subject, a
+/// file's name or an error can: U+009B (a C1 CSI, which serde_json writes raw), ESC, DEL.
+fn state_with_controls() -> serde_json::Value {
+    let mut state: serde_json::Value = serde_json::from_str(&state(false)).unwrap();
+    state["sozu"]["last_error"] = "sozu \u{9b}2J gone".into();
+    state["sozu"]["client_auth"] = serde_json::json!({
+        "mode": "required",
+        "ca": { "file": "/devices/ca\u{1b}[31m.crt", "subject": "CN=devices\u{9b}31m", "not_after": null, "problem": null },
+        "crls": [],
+    });
+    state["readiness"] = serde_json::json!({
+        "mode": "serving", "ready": false, "routes_not_served": 0, "reason": "sozu: \u{9b}2J\u{7f}",
+    });
+    state
+}
+
+/// Every text `status` prints is cleaned as `top` cleans it: its table shows no control
+/// character but its line feeds, and `--json` escapes U+009B and DEL (which serde_json leaves
+/// raw) so that it stays JSON and reads as the same document.
+#[test]
+fn status_prints_no_terminal_control_in_its_table_or_its_json() {
+    let state = state_with_controls();
+    let raw = state.to_string();
+    assert!(
+        raw.contains('\u{9b}'),
+        "serde_json writes U+009B raw: {raw:?}"
+    );
+    let admin = admin_answering(Some(raw)).to_string();
+    let controls = |text: &str| -> Vec<char> {
+        text.chars()
+            .filter(|c| c.is_control() && *c != '\n')
+            .collect()
+    };
+    let (code, out, err) = run(bin().args(["status", "--admin-address", &admin]));
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(controls(&out), Vec::<char>::new(), "{out:?}");
+    assert!(out.contains("CN=devices\\u{9b}31m"), "{out}");
+    let (code, out, err) = run(bin().args(["status", "--json", "--admin-address", &admin]));
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(controls(&out), Vec::<char>::new(), "{out:?}");
+    assert!(out.contains("CN=devices\\u009b31m"), "{out}");
+    let read: serde_json::Value = serde_json::from_str(&out).expect("still JSON");
+    assert_eq!(read, state);
+}
+
+/// `check`'s summary and every error name a file as the user gave it, its controls escaped.
+#[test]
+fn check_and_its_errors_print_no_terminal_control() {
+    let dir = tempfile::tempdir().unwrap();
+    let named = dir.path().join("ws\u{1b}]0;owned\u{7}\u{9b}2J.ncl");
+    std::fs::copy(examples().join("librecloud.ncl"), &named).unwrap();
+    let controls = |text: &str| -> Vec<char> {
+        text.chars()
+            .filter(|c| c.is_control() && *c != '\n')
+            .collect()
+    };
+    let (code, out, err) = run(bin().arg("check").arg(&named));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(controls(&out), Vec::<char>::new(), "{out:?}");
+    assert!(
+        out.contains("ws\\u{1b}]0;owned\\u{7}\\u{9b}2J.ncl"),
+        "{out}"
+    );
+    let missing = dir.path().join("gone\u{9b}2J/ws.ncl");
+    let (code, out, err) = run(bin().arg("check").arg(&missing));
+    assert_eq!(code, 2, "{out}{err}");
+    assert_eq!(controls(&err), Vec::<char>::new(), "{err:?}");
+    assert!(err.contains("gone\\u{9b}2J"), "{err}");
+}

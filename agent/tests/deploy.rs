@@ -188,12 +188,31 @@ fn every_rendered_manifest_passes_kubernetes_validate_strict() {
             .map(|d| d["kind"].as_str().unwrap().to_lowercase())
             .collect();
         assert_eq!(passed, core, "{}", workspace.display());
+        assert_service_ports_are_unique(&docs);
         for resource in docs.iter().filter(custom) {
             assert_eq!(
                 resource["metadata"]["namespace"],
                 docs[0]["metadata"]["name"]
             );
             assert!(resource["spec"].is_object(), "{resource}");
+        }
+    }
+}
+
+/// What the API server checks of a Service's ports and kubernetes-validate does not: each
+/// (port, protocol) once, each name once.
+fn assert_service_ports_are_unique(docs: &[Value]) {
+    for service in find(docs, "Service") {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut names = std::collections::BTreeSet::new();
+        for port in service["spec"]["ports"].as_array().unwrap() {
+            let key = format!("{}/{}", port["port"], port["protocol"].as_str().unwrap());
+            assert!(seen.insert(key.clone()), "{key} twice in {service}");
+            let name = port["name"].as_str().unwrap().to_owned();
+            assert!(
+                names.insert(name.clone()),
+                "port name {name} twice in {service}"
+            );
         }
     }
 }
@@ -888,7 +907,8 @@ fn every_upstream_port_and_a_health_check_port_are_open() {
 }
 
 /// A Service whose target port differs from its port is reached on the target port after the
-/// network plugin's translation: the workspace names such ports.
+/// network plugin's translation: the workspace names such ports, without a protocol, so both
+/// are open (NodeLocal DNSCache's 53 is asked over UDP first).
 #[test]
 fn extra_egress_ports_join_the_upstream_ports() {
     let docs = k8s_of(
@@ -896,7 +916,103 @@ fn extra_egress_ports_join_the_upstream_ports() {
         &[GRAFANA],
     );
     let egress = &network_policy(&docs)["egress"][1];
-    assert_eq!(ports(egress), ["3000/TCP", "8000/TCP"]);
+    assert_eq!(
+        ports(egress),
+        ["3000/TCP", "3000/UDP", "8000/TCP", "8000/UDP"]
+    );
+}
+
+const SYSLOG: &str = r#"{ host = "syslog.in.librecloud.online", protocol = 'udp, listen_port = 5514, upstream = "syslog.logging.svc.libre-wuji.local", port = 514 }"#;
+const GIT_SSH: &str = r#"{ host = "git.in.librecloud.online", protocol = 'tcp, listen_port = 2222, upstream = "gitea-ssh.gitea.svc.libre-wuji.local", port = 22 }"#;
+
+/// A 'udp route's datagrams reach its upstream over UDP: an enforcing network plugin drops
+/// what the NetworkPolicy does not admit, so its port is open as UDP (and as TCP only where a
+/// route dials it so); the route's own port is admitted in as UDP, and the manifests pass
+/// kubernetes-validate.
+#[test]
+fn a_udp_routes_upstream_port_is_open_as_udp() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = workspace_file(dir.path(), "udp.ncl", "", &[GRAFANA, SYSLOG, GIT_SSH]);
+    let yaml = render(&workspace, "k8s");
+    kubernetes_validate(&yaml).unwrap_or_else(|report| panic!("{report}"));
+    let docs = documents(&yaml);
+    let policy = network_policy(&docs);
+    assert_eq!(
+        ports(&policy["egress"][1]),
+        ["22/TCP", "514/UDP", "3000/TCP"]
+    );
+    assert_eq!(
+        ports(&policy["ingress"][0]),
+        ["http/TCP", "https/TCP", "2222/TCP", "5514/UDP"]
+    );
+
+    // A 'udp route's health check is a TCP connection to the same port: both are let out.
+    let checked = SYSLOG.replacen(" }", ", health = { mode = 'tcp } }", 1);
+    let workspace = workspace_file(dir.path(), "udp-health.ncl", "", &[GRAFANA, &checked]);
+    let docs = documents(&render(&workspace, "k8s"));
+    let policy = network_policy(&docs);
+    assert_eq!(
+        ports(&policy["egress"][1]),
+        ["514/TCP", "514/UDP", "3000/TCP"]
+    );
+}
+
+/// The Service takes the listeners' clients on 80 and 443 whatever ports the listeners have in
+/// the pod, and each route of its own port at its `listen_port`: a `'tcp` route on 443 beside
+/// listeners on 8443 and 8080 would give the Service `443/TCP` twice, which the API server
+/// refuses. `render --format k8s` refuses it at the route's port, with file and line; `check`
+/// (which knows no Service) and the manifests of a route on another port are fine, and each
+/// Service port is one (port, protocol) with one name.
+#[test]
+fn a_route_on_the_load_balancers_https_port_is_refused_for_k8s() {
+    let dir = tempfile::tempdir().unwrap();
+    let listeners = "  listeners = { https = \"0.0.0.0:8443\", http = \"0.0.0.0:8080\" },\n";
+    let on_443 = r#"{ host = "git.in.librecloud.online", protocol = 'tcp, listen_port = 443, upstream = "10.0.0.1", port = 22 }"#;
+    let workspace = workspace_file(dir.path(), "on443.ncl", listeners, &[GRAFANA, on_443]);
+    let (code, out, err) = run(bin().args(["render", "--format", "k8s"]).arg(&workspace));
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("routes[1]: listen_port 443 is the load balancer's https port"),
+        "{err}"
+    );
+    assert!(err.contains("on443.ncl:"), "with its position: {err}");
+    let (code, _, err) = run(bin().arg("check").arg(&workspace));
+    assert_eq!(code, 0, "{err}");
+
+    let workspace = workspace_file(
+        dir.path(),
+        "on2222.ncl",
+        listeners,
+        &[GRAFANA, GIT_SSH, SYSLOG],
+    );
+    let yaml = render(&workspace, "k8s");
+    kubernetes_validate(&yaml).unwrap_or_else(|report| panic!("{report}"));
+    let docs = documents(&yaml);
+    assert_service_ports_are_unique(&docs);
+    let service = find(&docs, "Service")[0];
+    let service_ports: Vec<String> = service["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            format!(
+                "{}/{} {}",
+                p["port"],
+                p["protocol"].as_str().unwrap(),
+                p["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        service_ports,
+        [
+            "80/TCP http",
+            "443/TCP https",
+            "2222/TCP tcp-2222",
+            "5514/UDP udp-5514"
+        ]
+    );
 }
 
 /// Deleted, sozu keeps accepting through the preStop wait, then stops softly; the grace period

@@ -7,6 +7,12 @@ mod common;
 /// Exit codes, messages, limits and output files of every subcommand.
 mod cli;
 
+/// `import ingress` and `import gateway`: what `check` accepts, what is left out, bad inputs.
+mod import;
+
+/// `import traefik`: Orca's directory and Atlas's answer, what is left out, bad inputs.
+mod import_traefik;
+
 /// Colour on a terminal, and NO_COLOR.
 mod terminal;
 

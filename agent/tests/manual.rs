@@ -4,9 +4,10 @@
 use crate::common::{bin, run};
 use std::path::Path;
 
-const SUBCOMMANDS: [&str; 8] = [
+const SUBCOMMANDS: [&str; 9] = [
     "check",
     "render",
+    "import",
     "run",
     "status",
     "top",

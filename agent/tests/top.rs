@@ -77,6 +77,7 @@ fn document(routes: Vec<RouteStatus>) -> Document {
                     .map(|(k, v)| (k.to_owned(), v))
                     .collect(),
             }),
+            traefik: None,
         },
         sozu: SozuStatus {
             connected: true,

@@ -8,7 +8,12 @@
 //! for this build and, with `PRIVATE_INGRESS_BASELINE_BIN`, another in the same run, the agent's
 //! reads of sozu's state over `--seconds` (p50 and max, from its debug log), with each buffer.
 //!
+//! With `--scrapes`, only what `/metrics` scrapes cost each build at each size (20 plain, then 20
+//! gzip, one after the other, a resync every 2 s meanwhile): p50 and max of their wall time, the
+//! agent's CPU per scrape, and the body's size.
+//!
 //!     cargo bench -p private-ingress-tests --bench reads -- 1000 10000 [--seconds 20]
+//!     cargo bench -p private-ingress-tests --bench reads -- --scrapes 10000
 //!     PRIVATE_INGRESS_BASELINE_BIN=old/private-ingress cargo bench -p private-ingress-tests \
 //!         --bench reads -- 1000 10000
 
@@ -21,6 +26,7 @@ use private_ingress_tests::live::Backend;
 fn main() {
     let mut sizes = Vec::new();
     let mut seconds = 20u64;
+    let mut scrapes_only = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -30,6 +36,7 @@ fn main() {
                     .and_then(|v| v.parse().ok())
                     .expect("--seconds S")
             }
+            "--scrapes" => scrapes_only = true,
             "--bench" => {}
             other => sizes.push(other.parse::<usize>().expect("a number of routes")),
         }
@@ -46,6 +53,10 @@ fn main() {
             .enumerate()
             .map(|(i, p)| (host(i), p))
             .collect();
+        if scrapes_only {
+            scrapes(n, &hosts, baseline.as_deref(), backend.address);
+            continue;
+        }
 
         println!("\n{n} routes: sozu's listings (its buffer sized for the workspace)\n");
         println!(
@@ -104,5 +115,48 @@ fn main() {
                 );
             }
         }
+    }
+}
+
+/// The scrapes table at `n` routes: the baseline first (when given), then this build.
+fn scrapes(
+    n: usize,
+    hosts: &[(String, &Pair)],
+    baseline: Option<&std::path::Path>,
+    backend: std::net::SocketAddr,
+) {
+    const COUNT: usize = 20;
+    println!("\n{n} routes: /metrics, {COUNT} scrapes each way, one after the other\n");
+    println!("| agent | plain p50 / max | CPU per scrape | bytes | gzip p50 / max | CPU per scrape | bytes |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    let builds = baseline
+        .map(|b| ("baseline", Some(b)))
+        .into_iter()
+        .chain(std::iter::once(("this build", None)));
+    for (name, bin) in builds {
+        let measured = reads::serve(bin, hosts, backend, false)
+            .and_then(|served| reads::scrapes(&served, COUNT));
+        let s = match measured {
+            Ok(s) => s,
+            Err(e) => {
+                println!("| {name} | failed: {e} |");
+                continue;
+            }
+        };
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let cells: Vec<String> = (0..2)
+            .map(|k| {
+                let mut took = s.took[k].clone();
+                took.sort();
+                format!(
+                    "{:.1} / {:.1} ms | {:.1} ms | {:.2} MB",
+                    ms(took[took.len().saturating_sub(1) / 2]),
+                    ms(took[took.len() - 1]),
+                    ms(s.cpu[k]),
+                    s.bytes[k] as f64 / 1e6
+                )
+            })
+            .collect();
+        println!("| {name} | {} | {} |", cells[0], cells[1]);
     }
 }

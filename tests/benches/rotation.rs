@@ -4,8 +4,8 @@
 //! Without `--peers` (ours only): N rotations idle and N under HTTPS load, p50/p99/max; then the
 //! mass renewal of `--hosts` hosts (each its own certificate directory), until all are served.
 //!
-//! With `--peers`: the same workload under load through private-ingress + sozu, envoy, haproxy
-//! and nginx, one table with ratios to ours, written with a plot of the distributions to
+//! With `--peers`: the same workload under load through private-ingress + sozu, envoy, haproxy,
+//! nginx and Traefik, one table with ratios to ours, written with a plot of the distributions to
 //! `--out` (default docs/) as rotation-peers.md and rotation-peers.svg. bench/run-peers installs
 //! the peers and runs this.
 //!
@@ -25,6 +25,11 @@
 //! every 5 s (see `bench::busy`); with `PRIVATE_INGRESS_BASELINE_BIN`, that build runs the same
 //! before this one at each size.
 //!
+//! With `--drift` and sizes (`--drift 10 10000`): for each, a frontend and then a backend of
+//! random routes removed with sozu's own command line, `--rotations` times each (default 5
+//! here), and the time until the route answers again (see `bench::drift`); with
+//! `PRIVATE_INGRESS_BASELINE_BIN`, that build runs the same before this one at each size.
+//!
 //! With `--hops`: where each rotation's time goes, hop by hop (see `bench::hops`), at one route
 //! or at each size given (`--hops 10 10000`); with `PRIVATE_INGRESS_BASELINE_BIN`, that build is
 //! timed too, before this one at each size.
@@ -33,6 +38,7 @@
 //!     cargo bench -p private-ingress-tests --bench rotation -- 10 1000 10000 [--rotations 30]
 //!     cargo bench -p private-ingress-tests --bench rotation -- --top [--rotations 100] [--rounds 5]
 //!     cargo bench -p private-ingress-tests --bench rotation -- --busy 1000 10000 [--rotations 200]
+//!     cargo bench -p private-ingress-tests --bench rotation -- --drift 10 10000 [--rotations 5]
 //!     bench/run-peers [--rotations 100] [--rounds 5] [--out DIR]
 //!     PRIVATE_INGRESS_BASELINE_BIN=old/private-ingress cargo bench -p private-ingress-tests \
 //!         --bench rotation -- --baseline [--rotations 100] [--rounds 5]
@@ -55,6 +61,7 @@ struct Args {
     baseline: bool,
     hops: bool,
     busy: bool,
+    drift: bool,
     sizes: Vec<usize>,
     rotations: usize,
     rounds: usize,
@@ -70,6 +77,7 @@ fn args() -> Args {
         baseline: false,
         hops: false,
         busy: false,
+        drift: false,
         sizes: Vec::new(),
         rotations: 100,
         rounds: 5,
@@ -86,6 +94,7 @@ fn args() -> Args {
             "--baseline" => args.baseline = true,
             "--hops" => args.hops = true,
             "--busy" => args.busy = true,
+            "--drift" => args.drift = true,
             "--rotations" => args.rotations = value("--rotations").parse().expect("--rotations N"),
             "--hosts" => args.hosts = value("--hosts").parse().expect("--hosts N"),
             "--rounds" => args.rounds = value("--rounds").parse().expect("--rounds N"),
@@ -124,6 +133,10 @@ fn main() {
     let _ = private_ingress_tests::agent_bin();
     if args.busy {
         busy(&args);
+        return;
+    }
+    if args.drift {
+        drift(&args);
         return;
     }
     let started = Instant::now();
@@ -378,6 +391,57 @@ fn hops_of(
 }
 
 /// Rotation at each size, one table (see the module).
+fn drift(args: &Args) {
+    use private_ingress_tests::bench::drift;
+    let sizes = if args.sizes.is_empty() {
+        vec![10, 10_000]
+    } else {
+        args.sizes.clone()
+    };
+    // Each removal waits for a repair (a backend's for a resync): 5 unless told.
+    let repeats = if std::env::args().any(|a| a == "--rotations") {
+        args.rotations
+    } else {
+        5
+    };
+    let baseline = ours::baseline_bin();
+    let mut rows = Vec::new();
+    for &n in &sizes {
+        for (name, bin) in ours::builds(baseline.as_deref()) {
+            let started = Instant::now();
+            let outcome = drift::run(bin, n, repeats, 0xd21f7 + n as u64)
+                .unwrap_or_else(|e| panic!("{name}, {n} routes: {e}"));
+            println!("{name}, {n} routes measured in {:.0?}", started.elapsed());
+            rows.push((name, outcome));
+        }
+    }
+    println!(
+        "\n| build | routes | frontend removed → served p50 / max | backend removed → served p50 / max | resyncs | queries to sozu's workers by resyncs |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let p = |v: &[Duration], q| percentile(v, q).map_or(f64::NAN, ms);
+    for (name, r) in &rows {
+        println!(
+            "| {name} | {} | {:.0} / {:.0} ms | {:.0} / {:.0} ms | {} | {} |",
+            r.routes,
+            p(&r.frontend, 50.0),
+            p(&r.frontend, 100.0),
+            p(&r.backend, 50.0),
+            p(&r.backend, 100.0),
+            r.resyncs.map_or("–".to_owned(), |v| format!("{v:.0}")),
+            r.worker_queries
+                .map_or("– (no such metric)".to_owned(), |v| format!("{v:.0}")),
+        );
+    }
+    println!(
+        "drift: {repeats} frontends, then {repeats} backends, of routes drawn from a seed, removed \
+         with sozu's command line; from its return to the route's first 200 from its backend; \
+         the agent with --resync-interval {}",
+        drift::RESYNC_EVERY
+    );
+}
+
 fn busy(args: &Args) {
     let sizes = if args.sizes.is_empty() {
         vec![1_000, 10_000]
@@ -397,12 +461,7 @@ fn busy(args: &Args) {
     let baseline = ours::baseline_bin();
     let mut rows = Vec::new();
     for &n in &sizes {
-        let builds = baseline
-            .as_deref()
-            .map(|b| ("baseline", Some(b)))
-            .into_iter()
-            .chain([("this build", None)]);
-        for (name, bin) in builds {
+        for (name, bin) in ours::builds(baseline.as_deref()) {
             let started = Instant::now();
             let outcome = busy::run(bin, n, args.rotations, 0x5eed + n as u64)
                 .unwrap_or_else(|e| panic!("{name}, {n} routes: {e}"));

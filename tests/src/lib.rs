@@ -166,6 +166,7 @@ pub fn run(cmd: &mut Command) -> (i32, String, String) {
 }
 
 pub mod acme;
+pub mod admin_clients;
 pub mod bench;
 pub mod corpus;
 pub mod devices;

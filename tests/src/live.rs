@@ -82,7 +82,8 @@ impl Process {
         Process { child }
     }
 
-    fn pid(&self) -> u32 {
+    /// Its process id (for `/proc`).
+    pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
@@ -314,6 +315,55 @@ impl Drop for Backend {
     }
 }
 
+/// The name of a backend that echoes every request ([`Backend::start_echo`]) starts with this.
+const ECHO_EVERY_REQUEST: &str = "echo:";
+
+impl Backend {
+    /// A backend that answers every request with `echo:NAME`, a blank line and the request head
+    /// it got (request line, host, headers), as the Gateway API conformance suite's echo server
+    /// reports which Service answered and what the request was. [`Echoed::of`] reads it.
+    pub fn start_echo(name: &str) -> Backend {
+        Backend::start(&format!("{ECHO_EVERY_REQUEST}{name}"))
+    }
+}
+
+/// What an echo backend ([`Backend::start_echo`]) says it got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Echoed {
+    /// The backend's name.
+    pub backend: String,
+    pub method: String,
+    /// The request target, as the backend got it.
+    pub path: String,
+    /// Each header line, name lowercased.
+    pub headers: Vec<(String, String)>,
+}
+
+impl Echoed {
+    /// The echo in a response's body, `None` when the body is no echo.
+    pub fn of(body: &str) -> Option<Echoed> {
+        let rest = body.strip_prefix(ECHO_EVERY_REQUEST)?;
+        let (name, head) = rest.split_once('\n')?;
+        let mut lines = head.lines();
+        let request_line = lines.next()?;
+        let mut parts = request_line.split_whitespace();
+        let method = parts.next()?.to_owned();
+        let path = parts.next()?.to_owned();
+        let headers = lines
+            .filter_map(|l| {
+                let (n, v) = l.split_once(':')?;
+                Some((n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+            })
+            .collect();
+        Some(Echoed {
+            backend: name.to_owned(),
+            method,
+            path,
+            headers,
+        })
+    }
+}
+
 /// Answers requests on one connection until the client closes it (keep-alive).
 fn serve(mut stream: TcpStream, body: &str, healthy: &AtomicBool, delayed: &AtomicUsize) {
     let _ = stream.set_nonblocking(false);
@@ -351,8 +401,19 @@ fn serve(mut stream: TcpStream, body: &str, healthy: &AtomicBool, delayed: &Atom
         }
         // `GET /headers` (with a query string or not), and any path with the query `?echo`,
         // answer with the request head it got: what sozu sent the backend.
-        let echo = path.split('?').next() == Some("/headers") || path.ends_with("?echo");
-        let body = if echo { head.as_str() } else { body };
+        let echo = path.split('?').next() == Some("/headers")
+            || path.ends_with("?echo")
+            || body.starts_with(ECHO_EVERY_REQUEST);
+        // An echo backend's answer names it first: which Service answered.
+        let named;
+        let body = if body.starts_with(ECHO_EVERY_REQUEST) {
+            named = format!("{body}\n{head}");
+            named.as_str()
+        } else if echo {
+            head.as_str()
+        } else {
+            body
+        };
         // `GET /respond/<name>/<value>` answers with that header besides: a backend's own
         // header, for a policy to replace.
         let extra = path
@@ -622,6 +683,22 @@ pub fn https_get_sending(
     https_exchange_full(tls_config(), address, host, path, &[], &lines)
 }
 
+/// One HTTPS request of `method` (an empty body) to `host` on a new connection, sending
+/// `headers` (name, value): what it saw, and the response's header fields.
+pub fn https_request(
+    address: SocketAddr,
+    host: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<(Seen, Vec<(String, String)>), String> {
+    let lines: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
+    https_exchange_method(tls_config(), address, host, method, path, &[], &lines)
+}
+
 /// How long a one-off request waits for the server to answer. Not a measure of speed: on a
 /// loaded machine the host can stall a proxy for seconds (two pods' handshakes once waited over
 /// 5 s together), and a test that needs an answer should not fail for that.
@@ -677,6 +754,19 @@ fn https_exchange_full(
     prefix: &[u8],
     headers: &str,
 ) -> Result<(Seen, Vec<(String, String)>), String> {
+    https_exchange_method(config, address, host, "GET", path, prefix, headers)
+}
+
+/// [`https_exchange_full`] with `method` (a request without a body).
+fn https_exchange_method(
+    config: Arc<rustls::ClientConfig>,
+    address: SocketAddr,
+    host: &str,
+    method: &str,
+    path: &str,
+    prefix: &[u8],
+    headers: &str,
+) -> Result<(Seen, Vec<(String, String)>), String> {
     let server_name =
         rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
     let mut conn = rustls::ClientConnection::new(config, server_name).map_err(|e| e.to_string())?;
@@ -689,8 +779,15 @@ fn https_exchange_full(
             .map_err(|e| format!("write the PROXY header: {e}"))?;
     }
     let mut tls = rustls::Stream::new(&mut conn, &mut sock);
-    let request =
-        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{headers}Connection: close\r\n\r\n");
+    // A method other than GET and HEAD says it sends no body.
+    let length = if matches!(method, "GET" | "HEAD") {
+        ""
+    } else {
+        "Content-Length: 0\r\n"
+    };
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\n{headers}{length}Connection: close\r\n\r\n"
+    );
     tls.write_all(request.as_bytes())
         .map_err(|e| format!("handshake or write: {e}{}", stalled(started)))?;
     let mut response = Vec::new();
@@ -894,6 +991,27 @@ pub struct RouteSpec {
     pub host: String,
     pub upstream: String,
     pub port: Option<u16>,
+}
+
+/// A TCP echo server on loopback, each connection on a thread of its own: the backend of a
+/// `'tcp` route whose bytes a test checks.
+pub fn echo_backend() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind the echo backend");
+    let address = listener.local_addr().expect("the echo backend's address");
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 || stream.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    address
 }
 
 /// sozu, the agent and their files in one short temporary directory.
@@ -1499,6 +1617,31 @@ fn sozu_request(
             ResponseStatus::Failure => return Err(response.message),
         }
     }
+}
+
+/// Replaces the certificate of fingerprint `old` on the listener at `address` with `chain` and
+/// `key`, as someone else with access to sozu's socket would.
+pub fn sozu_replace_certificate(
+    socket: &Path,
+    address: SocketAddr,
+    old: &str,
+    chain: &str,
+    key: &str,
+) -> Result<(), String> {
+    use sozu_command_lib::proto::command::{
+        request::RequestType, CertificateAndKey, ReplaceCertificate,
+    };
+    let request = RequestType::ReplaceCertificate(ReplaceCertificate {
+        address: address.into(),
+        new_certificate: CertificateAndKey {
+            certificate: chain.to_owned(),
+            key: key.to_owned(),
+            ..Default::default()
+        },
+        old_fingerprint: old.to_owned(),
+        new_expired_at: None,
+    });
+    sozu_request(socket, request)
 }
 
 pub fn sozu_add_backend(

@@ -24,7 +24,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
@@ -69,26 +69,6 @@ pub struct SoakReport {
     /// The slowest of those: the actions before it, and what the agent logged from sozu's
     /// restart to that checkpoint.
     pub slowest_restart: Option<(Duration, Vec<String>, String)>,
-}
-
-/// A TCP echo server on loopback: the backend of the soak's `'tcp` route.
-fn echo_backend() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind the echo backend");
-    let address = listener.local_addr().expect("the echo backend's address");
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                while let Ok(n) = stream.read(&mut buf) {
-                    if n == 0 || stream.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    address
 }
 
 /// The stream held open through the `'tcp` route, and where it goes.
@@ -264,7 +244,7 @@ pub fn run(config: &SoakConfig) -> SoakReport {
         records_floor: None,
         stream: TcpProbe {
             listen_port: free_port(),
-            backend: echo_backend(),
+            backend: crate::live::echo_backend(),
             conn: None,
         },
         websockets: WsProbe {

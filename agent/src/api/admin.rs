@@ -6,11 +6,17 @@
 //! a reconcile.
 //!
 //! The server is bounded, so that no client can stall or starve the agent:
-//! - **at most [`MAX_CONNECTIONS`] connections**; one more is closed at once;
+//! - **at most [`MAX_CONNECTIONS`] connections**, counted per client (an address): when they
+//!   are all open, a new one is made room for by closing the connection that has waited longest
+//!   for a request of the client holding the most ([`super::clients`]). One client holding
+//!   hundreds of idle connections loses its own, never the kubelet's probe; a connection is
+//!   refused only when none is idle;
 //! - **deadlines**: a request's head must arrive within [`HEADER_TIMEOUT`], and a connection
 //!   lives at most [`CONNECTION_DEADLINE`], whatever it is doing (a client that never reads its
 //!   answer holds it no longer), but for an event stream, which ends when its client goes or the
-//!   agent stops, and of which at most [`super::events::MAX_STREAMS`] are open;
+//!   agent stops, when its client reads nothing for [`super::events::STALL`], or when a newer
+//!   stream takes its slot (at most [`super::events::MAX_STREAMS_PER_CLIENT`] per client,
+//!   [`super::events::MAX_STREAMS`] in all);
 //! - **bodies rendered once** per state of what they show, on the blocking pool, and shared by
 //!   every request until it changes: a hundred clients of a 9 MB `/v1/state` hold one copy;
 //! - **the probes first**: `/healthz` and `/readyz` read two atomics' worth of state and answer
@@ -40,11 +46,16 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
+use super::clients::{Client, Closer, Closing, Slot, Slots};
 use super::{StateBody, Views};
 
 /// Connections open at once. Prometheus and the kubelet keep a few; the rest are people. A
-/// connection that sends no request is closed after [`HEADER_TIMEOUT`].
+/// connection that sends no request is closed after [`HEADER_TIMEOUT`], or sooner when its
+/// slot is wanted ([`super::clients`]).
 pub const MAX_CONNECTIONS: usize = 512;
+/// How long a connection told to close gracefully (an event stream whose slot went to a newer
+/// one) may take to finish its response.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(1);
 /// `/metrics` and `/v1/state` responses being written at once.
 pub const MAX_DATA_RESPONSES: usize = 16;
 /// A request's head must have arrived by then.
@@ -121,20 +132,20 @@ async fn limit_data(State(slots): State<Arc<Semaphore>>, request: Request, next:
     let (parts, body) = next.run(request).await.into_parts();
     Response::from_parts(
         parts,
-        axum::body::Body::new(Held {
+        axum::body::Body::new(GuardedBody {
             body,
-            _permit: permit,
+            _guard: permit,
         }),
     )
 }
 
-/// A body that holds a data slot until it is done.
-struct Held {
+/// A body that holds something (a data slot, its connection's busy mark) until it is done.
+struct GuardedBody<G> {
     body: axum::body::Body,
-    _permit: tokio::sync::OwnedSemaphorePermit,
+    _guard: G,
 }
 
-impl http_body::Body for Held {
+impl<G: Send + Unpin + 'static> http_body::Body for GuardedBody<G> {
     type Data = bytes::Bytes;
     type Error = axum::Error;
 
@@ -172,10 +183,15 @@ async fn check_host(allowed: AllowedHosts, request: Request, next: Next) -> Resp
 }
 
 /// Serves `router` on `listener` until `stop` turns true; then lets the exchanges in flight
-/// finish (the caller bounds how long it waits).
-pub async fn serve(listener: TcpListener, router: Router, mut stop: watch::Receiver<bool>) {
-    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    let mut connections = JoinSet::new();
+/// finish (the caller bounds how long it waits). `connections` is the table of who holds which
+/// connection ([`super::clients`]), at most [`MAX_CONNECTIONS`].
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    connections: Slots,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tasks = JoinSet::new();
     let (closing, closed) = watch::channel(false);
     loop {
         let stopped = async {
@@ -185,57 +201,91 @@ pub async fn serve(listener: TcpListener, router: Router, mut stop: watch::Recei
             accepted = listener.accept() => accepted,
             () = stopped => break,
             // Reaped as they end, so the set does not grow.
-            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
         };
-        let Ok((stream, _)) = accepted else {
+        let Ok((stream, peer)) = accepted else {
             continue;
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            tracing::debug!("admin connection refused: {MAX_CONNECTIONS} already open");
+        let client = Client::of(peer.ip());
+        // A full table makes room from the client holding the most idle connections (the newest
+        // comer's own, if that is it); refused only when nothing may give way.
+        let Some(slot) = connections.take(client, false, Closing::Abort) else {
+            tracing::debug!(%client, "admin connection refused: {MAX_CONNECTIONS} open, none idle");
             continue;
         };
-        let streaming = Streaming::default();
-        let service = {
-            let (inner, streaming) = (TowerToHyperService::new(router.clone()), streaming.clone());
-            hyper::service::service_fn(move |mut request: Request<hyper::body::Incoming>| {
-                request.extensions_mut().insert(streaming.clone());
-                hyper::service::Service::call(&inner, request)
-            })
-        };
-        let mut closed = closed.clone();
-        connections.spawn(async move {
-            let _permit = permit;
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT);
-            let connection = builder.serve_connection(TokioIo::new(stream), service);
-            let mut connection = std::pin::pin!(connection);
-            let closing = async {
-                let _ = closed.wait_for(|c| *c).await;
-            };
-            let served = async {
-                tokio::select! {
-                    _ = connection.as_mut() => {}
-                    () = closing => {
-                        connection.as_mut().graceful_shutdown();
-                        let _ = connection.as_mut().await;
-                    }
-                }
-            };
-            let mut served = std::pin::pin!(served);
-            // An event stream ends when its client goes or the agent stops (`Events::close`).
-            if tokio::time::timeout(CONNECTION_DEADLINE, served.as_mut())
-                .await
-                .is_err()
-                && streaming.0.load(std::sync::atomic::Ordering::Relaxed)
-            {
-                served.await;
-            }
-        });
+        tasks.spawn(connection(stream, slot, router.clone(), closed.clone()));
+        // The new connection's task reads its request before the next one is taken: a probe
+        // that comes while a client floods the port is answered before the flood can make it
+        // the oldest idle connection.
+        tokio::task::yield_now().await;
     }
     let _ = closing.send(true);
-    while connections.join_next().await.is_some() {}
+    while tasks.join_next().await.is_some() {}
+}
+
+/// Serves one connection until it ends, its deadline passes, the server stops or its slot is
+/// taken for another.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    slot: Slot,
+    router: Router,
+    mut closed: watch::Receiver<bool>,
+) {
+    let slot = Arc::new(slot);
+    let streaming = Streaming::default();
+    let service = {
+        let inner = TowerToHyperService::new(router);
+        let info = Connection {
+            client: slot.client(),
+            closer: slot.closer(),
+            streaming: streaming.clone(),
+        };
+        let slot = slot.clone();
+        hyper::service::service_fn(move |mut request: Request<hyper::body::Incoming>| {
+            request.extensions_mut().insert(info.clone());
+            // Busy until the response's last byte is written: not idle, so not taken.
+            let busy = slot.busy();
+            let response = hyper::service::Service::call(&inner, request);
+            async move {
+                let response = response.await?;
+                Ok::<_, std::convert::Infallible>(
+                    response.map(|body| axum::body::Body::new(GuardedBody { body, _guard: busy })),
+                )
+            }
+        })
+    };
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT);
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    let mut connection = std::pin::pin!(connection);
+    let served = async {
+        tokio::select! {
+            _ = connection.as_mut() => {}
+            () = async { let _ = closed.wait_for(|c| *c).await; } => {
+                connection.as_mut().graceful_shutdown();
+                let _ = connection.as_mut().await;
+            }
+            how = slot.closing() => {
+                if how == Closing::Graceful {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(CLOSE_GRACE, connection.as_mut()).await;
+                }
+                // Aborted: dropped, closed now.
+            }
+        }
+    };
+    let mut served = std::pin::pin!(served);
+    // An event stream ends when its client goes or the agent stops (`Events::close`), or when
+    // its client does not read (`events::STALL`) or its slot goes to a newer stream.
+    if tokio::time::timeout(CONNECTION_DEADLINE, served.as_mut())
+        .await
+        .is_err()
+        && streaming.0.load(std::sync::atomic::Ordering::Relaxed)
+    {
+        served.await;
+    }
 }
 
 async fn healthz(State(views): State<Views>) -> impl IntoResponse {
@@ -308,11 +358,15 @@ async fn state(State(views): State<Views>, headers: axum::http::HeaderMap) -> Re
 /// [`CONNECTION_DEADLINE`]: a stream is meant to last.
 async fn events(
     State(views): State<Views>,
-    streaming: Option<axum::Extension<Streaming>>,
+    connection: Option<axum::Extension<Connection>>,
     headers: axum::http::HeaderMap,
 ) -> Response {
     let last = headers.get("last-event-id").and_then(|v| v.to_str().ok());
-    let Some(frames) = views.events.stream(last) else {
+    let (client, closer) = match &connection {
+        Some(axum::Extension(c)) => (c.client, Some(c.closer.clone())),
+        None => (Client::default(), None),
+    };
+    let Some(frames) = views.events.stream(last, client, closer) else {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             [(header::RETRY_AFTER, "2")],
@@ -320,8 +374,9 @@ async fn events(
         )
             .into_response();
     };
-    if let Some(axum::Extension(streaming)) = streaming {
-        streaming
+    if let Some(axum::Extension(connection)) = connection {
+        connection
+            .streaming
             .0
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
@@ -340,6 +395,15 @@ async fn events(
 /// [`CONNECTION_DEADLINE`].
 #[derive(Clone, Default)]
 struct Streaming(Arc<std::sync::atomic::AtomicBool>);
+
+/// What a request knows of the connection it came on: its client, what closes it, and its
+/// streaming mark.
+#[derive(Clone)]
+struct Connection {
+    client: Client,
+    closer: Closer,
+    streaming: Streaming,
+}
 
 /// `/metrics`, gzipped when the scraper accepts it (Prometheus does).
 async fn metrics(State(views): State<Views>, headers: axum::http::HeaderMap) -> Response {
@@ -535,5 +599,98 @@ mod tests {
         }
         let (encoding, body) = scrape(Some("gzip;q=0, identity")).await;
         assert_eq!((encoding, body), (None, plain));
+    }
+
+    /// What a scraper gets, plain or gzip (decoded), through the router as a client sends it.
+    async fn scrape_text(router: &Router, gzip: bool) -> (Vec<u8>, String) {
+        use http_body_util::BodyExt;
+        use std::io::Read;
+        use tower::ServiceExt;
+        let mut request = http::Request::get("/metrics").header(header::HOST, "127.0.0.1:9180");
+        if gzip {
+            request = request.header(header::ACCEPT_ENCODING, "gzip");
+        }
+        let response = router
+            .clone()
+            .oneshot(request.body(axum::body::Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let mut text = String::new();
+        if gzip {
+            flate2::read::GzDecoder::new(&body[..])
+                .read_to_string(&mut text)
+                .unwrap();
+        } else {
+            text = String::from_utf8(body.to_vec()).unwrap();
+        }
+        (body.to_vec(), text)
+    }
+
+    /// The agent's own families are deflated once and kept until what they show changes: the
+    /// loop's snapshot or the DNS names. A gzip scrape after either change shows it, as the
+    /// plain one does; with nothing changed, the same bytes.
+    #[tokio::test]
+    async fn a_gzip_scrape_shows_every_change_a_plain_one_shows() {
+        use crate::api::{RouteView, Snapshot};
+        use crate::document::{DnsNameStatus, RouteState, RouteStatus};
+        let views = Views::default();
+        let router = router(views.clone(), AllowedHosts::default());
+        let publish = |state: RouteState| {
+            let route = RouteStatus {
+                id: "pi-a.in.example.org".into(),
+                host: "a.in.example.org".into(),
+                path_prefix: "/".into(),
+                state,
+                ..RouteStatus::default()
+            };
+            let mut routes = imbl::OrdMap::new();
+            routes.insert(
+                (route.host.clone(), route.path_prefix.clone()),
+                std::sync::Arc::new(RouteView {
+                    status: route,
+                    host_wide: true,
+                }),
+            );
+            views.status.store(Snapshot {
+                routes,
+                ..Snapshot::default()
+            });
+        };
+        let ok = |v: u8| {
+            format!(
+                "private_ingress_route_ok{{host=\"a.in.example.org\",route=\"pi-a.in.example.org\"}} {v}\n"
+            )
+        };
+        let dns = "private_ingress_dns_lookup_ok{name=\"a.svc\"} 1\n";
+
+        publish(RouteState::Pending);
+        let (first, gzipped) = scrape_text(&router, true).await;
+        assert!(gzipped.contains(&ok(0)), "{gzipped}");
+        assert_eq!(gzipped, scrape_text(&router, false).await.1);
+        assert_eq!(scrape_text(&router, true).await.0, first, "nothing changed");
+
+        publish(RouteState::Ok);
+        let (_, gzipped) = scrape_text(&router, true).await;
+        assert!(gzipped.contains(&ok(1)), "{gzipped}");
+        assert!(!gzipped.contains(&ok(0)), "{gzipped}");
+        assert_eq!(gzipped, scrape_text(&router, false).await.1);
+
+        {
+            let mut table = views.dns.lock().unwrap();
+            table.names.insert(
+                "a.svc".into(),
+                DnsNameStatus {
+                    name: "a.svc".into(),
+                    resolved: true,
+                    ..DnsNameStatus::default()
+                },
+            );
+            table.version += 1;
+        }
+        let (_, gzipped) = scrape_text(&router, true).await;
+        assert!(gzipped.contains(dns), "{gzipped}");
+        assert_eq!(gzipped, scrape_text(&router, false).await.1);
     }
 }

@@ -11,6 +11,19 @@
 //! it does: the ring, its place in it, and the few frames queued for its connection
 //! ([`FRAMES_QUEUED`]).
 //!
+//! A client that reads nothing at all is another matter: it holds a stream slot. Streams are
+//! counted per client ([`super::clients`]: an address): at most [`MAX_STREAMS_PER_CLIENT`] each,
+//! [`MAX_STREAMS`] in all, and a client's new stream beyond its share ends its oldest one (with
+//! a last comment saying why), so that no client can take every slot and a newcomer is never
+//! refused for slots that silent clients hold. And a stream whose connection has taken nothing
+//! for [`STALL`] while a frame waits for it is ended and its connection closed: its client does
+//! not read. A client that reads slowly but steadily takes something within that time and keeps
+//! its stream (skipping what it fell behind on, as above). What TCP cannot tell is a silent
+//! client from an attentive one while there is little to send: the client's kernel acknowledges
+//! whatever fits in its receive buffer (some 170 KB with Linux's defaults, measured; megabytes
+//! if the client enlarges it) whether or not anything reads it, so a silent client on a quiet
+//! agent is only found out when events fill its buffers, or when its slot is wanted.
+//!
 //! Event ids count from 1 at each start of the agent; the SSE `id:` line is
 //! `<instance>-<id>`, the instance being the agent's start time in milliseconds, so that a
 //! client resuming with `Last-Event-ID` from a previous agent gets the new agent's whole backlog
@@ -24,6 +37,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::{broadcast, mpsc, watch};
 
+use super::clients::{Client, Closer, Closing, Slots};
 use crate::document::{Event, EventKind};
 
 /// Events kept for a client that joins late: a screenful and more of `top`'s events pane, and a
@@ -33,8 +47,18 @@ pub const BACKLOG: usize = 512;
 pub const CLIENT_QUEUE: usize = 1024;
 /// Frames written for one client and not yet taken by its connection.
 pub const FRAMES_QUEUED: usize = 16;
-/// Event streams open at once; more are refused with 503, as `/metrics` beyond its limit.
+/// Event streams open at once. A stream beyond makes room as [`super::clients`] says, or is
+/// refused with 503 when nothing may give way.
 pub const MAX_STREAMS: usize = 32;
+/// Event streams of one client (an address; every `kubectl port-forward` user of a pod is one
+/// client, 127.0.0.1): a few people watching `top` through the same forward. Its next stream
+/// ends its oldest.
+pub const MAX_STREAMS_PER_CLIENT: usize = 8;
+/// How long a stream's connection may take nothing while a frame waits for it: then its client
+/// is taken not to read, the stream ends and the connection is closed. A reader that takes a
+/// frame within this time keeps its stream; twice the keep-alive interval, so that a client is
+/// never judged on a single quiet period.
+pub const STALL: Duration = Duration::from_secs(30);
 /// A comment line every so often: a port-forward or a proxy that closes idle connections
 /// keeps the stream, and a client gone is noticed at the next write.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -50,7 +74,9 @@ struct Hub {
     dropped: AtomicU64,
     /// Turns true when the agent stops: every stream ends, after saying so.
     closed: watch::Sender<bool>,
-    streams: Arc<tokio::sync::Semaphore>,
+    streams: Slots,
+    /// Streams ended because their client took nothing for [`STALL`].
+    stalled: AtomicU64,
 }
 
 struct Backlog {
@@ -69,7 +95,8 @@ impl Default for Events {
             sender,
             dropped: AtomicU64::new(0),
             closed: watch::channel(false).0,
-            streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
+            streams: Slots::new(MAX_STREAMS_PER_CLIENT, MAX_STREAMS),
+            stalled: AtomicU64::new(0),
         }))
     }
 }
@@ -145,75 +172,165 @@ impl Events {
         self.0.closed.send_replace(true);
     }
 
-    /// The stream for one client, as SSE frames: `None` when [`MAX_STREAMS`] are open, or the
-    /// agent is stopping. `last_event_id` is the client's `Last-Event-ID`, if any.
-    pub fn stream(&self, last_event_id: Option<&str>) -> Option<mpsc::Receiver<Bytes>> {
+    /// Streams open now.
+    pub fn streams(&self) -> usize {
+        self.0.streams.held()
+    }
+
+    /// Streams ended to make room for another (a client beyond its share, or all slots taken),
+    /// and streams ended because their client read nothing for [`STALL`], since the start.
+    pub fn streams_closed(&self) -> (u64, u64) {
+        (
+            self.0.streams.evicted(),
+            self.0.stalled.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The stream for one client, as SSE frames: `None` when no slot may be had (see the
+    /// module's header), or the agent is stopping. `last_event_id` is the client's
+    /// `Last-Event-ID`, if any; `client`, who it is; `connection`, what closes the connection
+    /// the stream goes on, when its client does not read or its slot goes to another.
+    pub fn stream(
+        &self,
+        last_event_id: Option<&str>,
+        client: Client,
+        connection: Option<Closer>,
+    ) -> Option<mpsc::Receiver<Bytes>> {
         if *self.0.closed.borrow() {
             return None;
         }
-        let permit = self.0.streams.clone().try_acquire_owned().ok()?;
+        let slot = self.0.streams.take(client, true, Closing::Graceful)?;
         let last = last_event_id.and_then(resume_after);
-        let (backlog, mut live) = self.subscribe(last);
+        let (backlog, live) = self.subscribe(last);
         let (frames, taken) = mpsc::channel(FRAMES_QUEUED);
         let hub = self.0.clone();
-        let mut closed = self.0.closed.subscribe();
+        let closed = self.0.closed.subscribe();
         tokio::spawn(async move {
-            let _permit = permit;
-            // How long to wait before reconnecting, for a client that follows the spec.
-            if frames
-                .send(Bytes::from_static(b"retry: 2000\n\n"))
-                .await
-                .is_err()
-            {
-                return;
-            }
-            for event in backlog {
-                if frames.send(frame(&event)).await.is_err() {
-                    return;
+            let sink = Sink {
+                frames: &frames,
+                slot: &slot,
+            };
+            match follow(&hub, sink, backlog, live, closed).await {
+                End::Gone => {}
+                End::Stopping => {
+                    let _ = frames.send(Bytes::from_static(STOPPING)).await;
+                }
+                End::Replaced => {
+                    // Said if there is room for it; the connection ends after the response.
+                    let _ = frames.try_send(Bytes::from_static(REPLACED));
+                    drop(frames);
+                    if let Some(connection) = connection {
+                        connection.close(Closing::Graceful);
+                    }
+                }
+                End::Stalled => {
+                    hub.stalled.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(%client, "event stream ended: its client read nothing for {} s", STALL.as_secs());
+                    drop(frames);
+                    if let Some(connection) = connection {
+                        connection.close(Closing::Abort);
+                    }
                 }
             }
-            // What a client that wants the backlog alone (`top --once`) waits for.
-            if frames
-                .send(Bytes::from_static(b": live\n\n"))
-                .await
-                .is_err()
-            {
-                return;
-            }
-            let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
-            keep_alive.tick().await;
-            loop {
-                let next = tokio::select! {
-                    biased;
-                    // (The arm holds the watch's guard: the frame is sent after the select.)
-                    _ = closed.wait_for(|c| *c) => None,
-                    received = live.recv() => Some(match received {
-                        Ok(event) => frame(&event),
-                        Err(broadcast::error::RecvError::Lagged(skipped)) => {
-                            hub.dropped.fetch_add(skipped, Ordering::Relaxed);
-                            Bytes::from(format!(
-                                "event: dropped\ndata: {{\"dropped\":{skipped},\"message\":\"{skipped} events skipped: this client read too slowly\"}}\n\n"
-                            ))
-                        }
-                        Err(broadcast::error::RecvError::Closed) => return,
-                    }),
-                    _ = keep_alive.tick() => Some(Bytes::from_static(b": keep-alive\n\n")),
-                    () = frames.closed() => return,
-                };
-                let Some(next) = next else {
-                    let _ = frames
-                        .send(Bytes::from_static(
-                            b"event: stopping\ndata: {\"message\":\"the agent is stopping\"}\n\n",
-                        ))
-                        .await;
-                    return;
-                };
-                if frames.send(next).await.is_err() {
-                    return;
-                }
-            }
+            drop(slot);
         });
         Some(taken)
+    }
+}
+
+const STOPPING: &[u8] = b"event: stopping\ndata: {\"message\":\"the agent is stopping\"}\n\n";
+const REPLACED: &[u8] = b": closed to make room for a newer stream (at most 8 per client address, 32 in all); reconnect to resume\n\n";
+
+/// Why a stream ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// The client went.
+    Gone,
+    /// The agent stops: said, then the stream ends.
+    Stopping,
+    /// Its slot went to a newer stream.
+    Replaced,
+    /// Its connection took nothing for [`STALL`] while a frame waited.
+    Stalled,
+}
+
+/// Where one stream's frames go, and the slot it holds.
+#[derive(Clone, Copy)]
+struct Sink<'a> {
+    frames: &'a mpsc::Sender<Bytes>,
+    slot: &'a super::clients::Slot,
+}
+
+impl Sink<'_> {
+    /// Hands one frame to the connection; why the stream ends instead, if it does.
+    async fn send(self, frame: Bytes) -> Result<(), End> {
+        tokio::select! {
+            sent = tokio::time::timeout(STALL, self.frames.send(frame)) => match sent {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(_)) => Err(End::Gone),
+                Err(_) => Err(End::Stalled),
+            },
+            _ = self.slot.closing() => Err(End::Replaced),
+        }
+    }
+}
+
+/// One stream: the retry hint, the backlog, `: live`, then each event as it comes, until the
+/// client goes, the agent stops, the slot goes to another or the client stalls.
+async fn follow(
+    hub: &Hub,
+    sink: Sink<'_>,
+    backlog: Vec<Arc<Event>>,
+    live: broadcast::Receiver<Arc<Event>>,
+    closed: watch::Receiver<bool>,
+) -> End {
+    match stream_frames(hub, sink, backlog, live, closed).await {
+        Ok(never) => match never {},
+        Err(end) => end,
+    }
+}
+
+async fn stream_frames(
+    hub: &Hub,
+    sink: Sink<'_>,
+    backlog: Vec<Arc<Event>>,
+    mut live: broadcast::Receiver<Arc<Event>>,
+    mut closed: watch::Receiver<bool>,
+) -> Result<std::convert::Infallible, End> {
+    {
+        // How long to wait before reconnecting, for a client that follows the spec.
+        sink.send(Bytes::from_static(b"retry: 2000\n\n")).await?;
+        for event in backlog {
+            sink.send(frame(&event)).await?;
+        }
+        // What a client that wants the backlog alone (`top --once`) waits for.
+        sink.send(Bytes::from_static(b": live\n\n")).await?;
+        let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
+        keep_alive.tick().await;
+        loop {
+            let next = tokio::select! {
+                biased;
+                // (The arm holds the watch's guard: the frame is sent after the select.)
+                _ = closed.wait_for(|c| *c) => None,
+                _ = sink.slot.closing() => return Err(End::Replaced),
+                received = live.recv() => Some(match received {
+                    Ok(event) => frame(&event),
+                    Err(broadcast::error::RecvError::Lagged(skipped)) => {
+                        hub.dropped.fetch_add(skipped, Ordering::Relaxed);
+                        Bytes::from(format!(
+                            "event: dropped\ndata: {{\"dropped\":{skipped},\"message\":\"{skipped} events skipped: this client read too slowly\"}}\n\n"
+                        ))
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return Err(End::Gone),
+                }),
+                _ = keep_alive.tick() => Some(Bytes::from_static(b": keep-alive\n\n")),
+                () = sink.frames.closed() => return Err(End::Gone),
+            };
+            let Some(next) = next else {
+                return Err(End::Stopping);
+            };
+            sink.send(next).await?;
+        }
     }
 }
 
@@ -343,7 +460,9 @@ mod tests {
     #[tokio::test]
     async fn a_client_that_does_not_read_skips_events_and_they_are_counted() {
         let events = Events::default();
-        let mut frames = events.stream(None).expect("a stream");
+        let mut frames = events
+            .stream(None, Client::default(), None)
+            .expect("a stream");
         // The retry hint and the (empty) backlog's end.
         assert_eq!(
             frames.recv().await.unwrap(),
@@ -377,13 +496,98 @@ mod tests {
     #[tokio::test]
     async fn streams_end_when_the_agent_stops_and_none_start_after() {
         let events = Events::default();
-        let mut frames = events.stream(None).expect("a stream");
+        let mut frames = events
+            .stream(None, Client::default(), None)
+            .expect("a stream");
         events.close();
         let mut last = String::new();
         while let Some(frame) = frames.recv().await {
             last = String::from_utf8_lossy(&frame).into_owned();
         }
         assert!(last.starts_with("event: stopping"), "{last}");
-        assert!(events.stream(None).is_none());
+        assert!(events.stream(None, Client::default(), None).is_none());
+    }
+
+    async fn next_frame(frames: &mut mpsc::Receiver<Bytes>) -> String {
+        String::from_utf8_lossy(&frames.recv().await.expect("a frame")).into_owned()
+    }
+
+    /// One client cannot take every slot: its ninth stream ends its first (which says why), and
+    /// another client still gets a stream when 32 are open.
+    #[tokio::test]
+    async fn streams_are_per_client_and_the_newest_of_a_client_wins() {
+        let events = Events::default();
+        let silent = Client::of([127, 0, 0, 1].into());
+        let mut held: Vec<_> = (0..MAX_STREAMS_PER_CLIENT)
+            .map(|_| events.stream(None, silent, None).expect("a stream"))
+            .collect();
+        assert_eq!(events.streams(), MAX_STREAMS_PER_CLIENT);
+        let _newest = events.stream(None, silent, None).expect("a stream");
+        assert_eq!(events.streams(), MAX_STREAMS_PER_CLIENT);
+        let mut first = held.remove(0);
+        let mut seen = Vec::new();
+        while let Some(frame) = first.recv().await {
+            seen.push(String::from_utf8_lossy(&frame).into_owned());
+        }
+        assert!(
+            seen.last()
+                .is_some_and(|f| f.starts_with(": closed to make room")),
+            "{seen:?}"
+        );
+        assert_eq!(events.streams_closed(), (1, 0));
+        // Every slot taken, by four clients; a fifth still gets one, from one of the biggest.
+        let _others: Vec<_> = (2..5u8)
+            .flat_map(|i| (0..MAX_STREAMS_PER_CLIENT).map(move |_| i))
+            .map(|i| events.stream(None, Client::of([127, 0, 0, i].into()), None))
+            .collect();
+        assert_eq!(events.streams(), MAX_STREAMS);
+        let mut newcomer = events
+            .stream(None, Client::of([127, 0, 0, 9].into()), None)
+            .expect("a stream for a new client");
+        assert_eq!(next_frame(&mut newcomer).await, "retry: 2000\n\n");
+        assert_eq!(events.streams(), MAX_STREAMS);
+    }
+
+    /// A client that takes nothing while frames wait is dropped after [`STALL`]: its frames end.
+    /// One that takes a frame now and then, slower than events come, keeps its stream and is
+    /// told what it skipped.
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_takes_nothing_is_dropped_and_a_slow_one_is_not() {
+        let events = Events::default();
+        let mut silent = events
+            .stream(None, Client::of([127, 0, 0, 1].into()), None)
+            .expect("a stream");
+        let mut slow = events
+            .stream(None, Client::of([127, 0, 0, 2].into()), None)
+            .expect("a stream");
+        assert_eq!(next_frame(&mut slow).await, "retry: 2000\n\n");
+        assert_eq!(next_frame(&mut slow).await, ": live\n\n");
+        let started = tokio::time::Instant::now();
+        let mut slow_frames = Vec::new();
+        for _ in 0..12 {
+            emit(&events, CLIENT_QUEUE / 4);
+            // Far slower than the events: four frames every 10 s.
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            for _ in 0..4 {
+                slow_frames.push(next_frame(&mut slow).await);
+            }
+        }
+        assert!(started.elapsed() >= STALL * 3);
+        assert_eq!(
+            events.streams(),
+            1,
+            "the silent stream is gone, the slow one stays"
+        );
+        assert_eq!(events.streams_closed(), (0, 1));
+        assert!(
+            slow_frames.iter().any(|f| f.starts_with("event: dropped")),
+            "{slow_frames:?}"
+        );
+        // What the silent client had queued, then the end.
+        let mut queued = 0;
+        while silent.recv().await.is_some() {
+            queued += 1;
+        }
+        assert!(queued <= FRAMES_QUEUED, "{queued}");
     }
 }

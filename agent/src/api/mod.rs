@@ -3,11 +3,13 @@
 //! `/v1/state` document's types are [`crate::document`]'s.
 
 pub mod admin;
+pub mod clients;
 pub mod events;
 pub mod gzip;
 pub mod low_priority;
 pub mod metrics;
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, RwLock};
 
 use serde::Serialize;
@@ -17,11 +19,13 @@ use crate::document::{
     TrafficStatus, WorkspaceStatus,
 };
 
-/// A route's status, with its metric lines rendered when it changed.
+/// A route's status, and whether its lines in `/metrics` carry its host's certificate families.
+/// The lines themselves are written from the status at each scrape ([`metrics::render`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RouteView {
     pub status: RouteStatus,
-    pub metrics: metrics::RouteMetrics,
+    /// The first HTTPS route of its host: its lines carry the host's certificate families.
+    pub host_wide: bool,
 }
 
 /// Routes by (host, path prefix): the workspace's own order.
@@ -105,27 +109,12 @@ impl Serialize for RoutesRef<'_> {
     }
 }
 
-/// A name as the document shows it.
-fn name_status(name: &crate::sources::dns::NameState) -> DnsNameStatus {
-    DnsNameStatus {
-        name: name.name.clone(),
-        addresses: name.addresses.clone(),
-        resolved: name.resolved,
-        last_error: name.last_error.clone(),
-        consecutive_failures: name.consecutive_failures,
-        failures: name.failures,
-        last_success: name.last_success,
-        ttl_seconds: name.ttl_seconds,
-        dropped_addresses: name.dropped_addresses.clone(),
-    }
-}
-
 /// The loop's published status.
 pub type SharedStatus = Arc<Published>;
 
 /// What the admin endpoints read: the loop's snapshots and heartbeat, the DNS source's table,
 /// and the ACME issuer's status; and the bodies last rendered from them.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Views {
     pub status: SharedStatus,
     pub heartbeat: Heartbeat,
@@ -134,17 +123,39 @@ pub struct Views {
     pub traffic: crate::traffic::TrafficHandle,
     /// What the agent did and why, for `/v1/events`.
     pub events: events::Events,
+    /// Who holds the admin server's connections ([`clients`]).
+    pub connections: clients::Slots,
     pub bodies: Arc<Bodies>,
 }
 
-/// The families of `/metrics` that move with every request (traffic) or every event (the
-/// events dropped for slow clients), as they are now.
-fn traffic_metrics(traffic: &crate::traffic::TrafficHandle, events: &events::Events) -> String {
-    let mut text = String::new();
-    metrics::write_traffic(&mut text, &traffic.table().snapshot(), &traffic.figures());
-    metrics::write_handshake_failures(&mut text, &traffic.handshakes().snapshot());
-    metrics::write_events(&mut text, events.dropped());
-    text
+impl Default for Views {
+    fn default() -> Views {
+        Views {
+            status: SharedStatus::default(),
+            heartbeat: Heartbeat::default(),
+            dns: Default::default(),
+            issuer: Default::default(),
+            traffic: Default::default(),
+            events: events::Events::default(),
+            connections: clients::Slots::new(admin::MAX_CONNECTIONS, admin::MAX_CONNECTIONS),
+            bodies: Arc::default(),
+        }
+    }
+}
+
+/// Writes the families of `/metrics` that move with every request (traffic) or every event
+/// (the events dropped for slow clients), as they are now.
+fn write_traffic_metrics(
+    text: &mut String,
+    traffic: &crate::traffic::TrafficHandle,
+    events: &events::Events,
+    connections: &clients::Slots,
+) {
+    metrics::write_traffic(text, &traffic.table().snapshot(), &traffic.figures());
+    metrics::write_handshake_failures(text, &traffic.handshakes().snapshot());
+    metrics::write_capacity(text, &traffic.capacity().snapshot());
+    metrics::write_events(text, events);
+    metrics::write_admin_connections(text, connections);
 }
 
 /// `/v1/state` and `/metrics` as last rendered, with what they were rendered from: a request
@@ -161,10 +172,14 @@ pub struct Bodies {
     /// and each new body is that front with the traffic appended ([`compose`]). A `top` reading
     /// every refresh costs the agent the traffic's part, not the whole document.
     state_front: tokio::sync::Mutex<Option<(Version, bytes::Bytes)>>,
-    metrics: tokio::sync::Mutex<Option<(Version, bytes::Bytes)>>,
-    /// The agent's own families of `/metrics`, deflated ([`gzip`]), with
-    /// what it was deflated from (compared by identity: the bytes of one rendering).
-    metrics_deflated: tokio::sync::Mutex<Option<(bytes::Bytes, Arc<gzip::Deflated>)>>,
+    /// The agent's own families of `/metrics`, deflated ([`gzip`]), with what they were
+    /// rendered from (the traffic's version aside, which they do not show). Only the deflated
+    /// bytes are kept, a tenth of the text: the text is written again for each plain scrape.
+    metrics_deflated: tokio::sync::Mutex<Option<(Version, Arc<gzip::Deflated>)>>,
+    /// The length of the last `/metrics` text (plain) and of its own families alone: the next
+    /// one's buffer is sized from them, not grown by doubling.
+    metrics_len: std::sync::atomic::AtomicUsize,
+    own_metrics_len: std::sync::atomic::AtomicUsize,
 }
 
 /// What a body was rendered from: the loop's snapshot, and the DNS table's, the issuer's and
@@ -299,7 +314,7 @@ impl Views {
         let mut counters = counters.clone();
         counters.dns_failures = dns.failures_total;
         counters.dns_dropped_addresses = dns.dropped_total;
-        (dns.names.values().map(name_status).collect(), counters)
+        (dns.names.values().cloned().collect(), counters)
     }
 
     /// One consistent document: the loop's status with each DNS name's state.
@@ -367,38 +382,45 @@ impl Views {
         })
     }
 
-    /// `/metrics` as bytes to send: the agent's own families rendered once per change, and the
-    /// traffic families, which move with every request, as they are now; both on the
-    /// low-priority thread ([`low_priority`]).
+    /// `/metrics` as bytes to send: the agent's own families and the traffic families written
+    /// into one buffer, on the low-priority thread ([`low_priority`]). Nothing of it is kept:
+    /// the routes' lines are written from their status ([`metrics::render`]).
     pub async fn metrics_body(&self) -> Result<bytes::Bytes, serde_json::Error> {
-        let own = self.own_metrics().await?;
-        let (traffic, events) = (self.traffic.clone(), self.events.clone());
+        let views = self.clone();
         let body = low_priority::run(move || {
-            let text = traffic_metrics(&traffic, &events);
-            let mut body = bytes::BytesMut::with_capacity(own.len() + text.len());
-            body.extend_from_slice(&own);
-            body.extend_from_slice(text.as_bytes());
-            body.freeze()
+            let last = &views.bodies.metrics_len;
+            let mut text = views.own_metrics_sized(last.load(Relaxed));
+            write_traffic_metrics(&mut text, &views.traffic, &views.events, &views.connections);
+            last.store(text.len() + text.len() / 16, Relaxed);
+            bytes::Bytes::from(text)
         })
         .await;
         Ok(body)
     }
 
     /// [`Self::metrics_body`] as one gzip member: the agent's own families deflated once per
-    /// change, the traffic families at each scrape. `None` when deflating failed (the caller
-    /// sends the text as it is).
+    /// change of what they show, the traffic families at each scrape. `None` when deflating
+    /// failed (the caller sends the text as it is).
+    ///
+    /// What was deflated is known by what it was rendered from ([`Version`], the traffic's
+    /// aside): the snapshot (by identity), the DNS table's and the issuer's versions. The text
+    /// itself is not kept to compare with.
     pub async fn metrics_gzip(&self) -> Result<Option<bytes::Bytes>, serde_json::Error> {
-        let own = self.own_metrics().await?;
+        // Held while deflating: a second scraper waits for the first's front.
         let mut slot = self.bodies.metrics_deflated.lock().await;
+        let version = self.version();
+        let own = Version(version.0, version.1, version.2, 0);
         let front = match slot.as_ref() {
-            Some((source, front))
-                if source.as_ptr() == own.as_ptr() && source.len() == own.len() =>
-            {
-                front.clone()
-            }
+            Some((deflated_from, front)) if *deflated_from == own => front.clone(),
             _ => {
-                let text = own.clone();
-                let deflated = low_priority::run(move || gzip::Deflated::new(&text)).await;
+                let views = self.clone();
+                let deflated = low_priority::run(move || {
+                    let last = &views.bodies.own_metrics_len;
+                    let text = views.own_metrics_sized(last.load(Relaxed));
+                    last.store(text.len() + text.len() / 16, Relaxed);
+                    gzip::Deflated::new(text.as_bytes())
+                })
+                .await;
                 let Ok(front) = deflated.map(Arc::new) else {
                     return Ok(None);
                 };
@@ -407,38 +429,17 @@ impl Views {
             }
         };
         drop(slot);
-        let (traffic, events) = (self.traffic.clone(), self.events.clone());
+        let (traffic, events, connections) = (
+            self.traffic.clone(),
+            self.events.clone(),
+            self.connections.clone(),
+        );
         let body = low_priority::run(move || {
-            front
-                .finish(traffic_metrics(&traffic, &events).as_bytes())
-                .ok()
+            let mut text = String::new();
+            write_traffic_metrics(&mut text, &traffic, &events, &connections);
+            front.finish(text.as_bytes()).ok()
         })
         .await;
-        Ok(body)
-    }
-
-    /// The agent's own families, rendered once per change.
-    async fn own_metrics(&self) -> Result<bytes::Bytes, serde_json::Error> {
-        let views = self.clone();
-        self.cached(&self.bodies.metrics, move || Ok(views.metrics().into()))
-            .await
-    }
-
-    async fn cached(
-        &self,
-        slot: &tokio::sync::Mutex<Option<(Version, bytes::Bytes)>>,
-        render: impl FnOnce() -> Result<bytes::Bytes, serde_json::Error> + Send + 'static,
-    ) -> Result<bytes::Bytes, serde_json::Error> {
-        // Held while rendering: a second request waits for the first's bytes.
-        let mut slot = slot.lock().await;
-        let version = self.version();
-        if let Some((rendered, body)) = slot.as_ref() {
-            if *rendered == version {
-                return Ok(body.clone());
-            }
-        }
-        let body = low_priority::run(render).await?;
-        *slot = Some((version, body.clone()));
         Ok(body)
     }
 
@@ -484,19 +485,24 @@ impl Views {
         })
     }
 
-    /// `/metrics`.
+    /// `/metrics`'s own families (the loop's, the DNS names', the issuer's): all but the
+    /// traffic's.
     pub fn metrics(&self) -> String {
+        self.own_metrics_sized(0)
+    }
+
+    /// [`Self::metrics`], in a buffer of `capacity` bytes to begin with.
+    fn own_metrics_sized(&self, capacity: usize) -> String {
         let snapshot = self.status.load();
         let (dns, counters) = self.dns(&snapshot.head.counters);
-        let mut text = metrics::render(&snapshot, &counters, &dns);
+        let mut text = String::with_capacity(capacity);
+        metrics::render(&mut text, &snapshot, &counters, &dns);
         if let Some(issuer) = self.issuer.snapshot() {
             metrics::write_issuer(&mut text, &issuer);
         }
         if let Some(client_auth) = &snapshot.head.sozu.client_auth {
             metrics::write_client_auth(&mut text, client_auth);
         }
-        // Kept until the next change: no room to spare in it.
-        text.shrink_to_fit();
         text
     }
 }
@@ -546,7 +552,7 @@ mod tests {
         routes.insert(
             (route.host.clone(), route.path_prefix.clone()),
             Arc::new(RouteView {
-                metrics: metrics::RouteMetrics::of(&route, true),
+                host_wide: true,
                 status: route,
             }),
         );
@@ -565,7 +571,7 @@ mod tests {
             let mut dns = views.dns.lock().unwrap();
             dns.names.insert(
                 "a.svc".into(),
-                crate::sources::dns::NameState {
+                DnsNameStatus {
                     name: "a.svc".into(),
                     failures: 2,
                     ..Default::default()

@@ -14,14 +14,17 @@ use super::CertError;
 use super::{Certificate, KeyPem};
 
 /// The label of a PEM private key block the key loader does not know (`DSA PRIVATE KEY`, ...).
+/// A block of a label it knows that still does not load is cut short or damaged (a key written
+/// in place and read half-way): that is no key, not an unsupported one.
 fn other_key_label(pem: &[u8]) -> Option<String> {
+    const KNOWN: [&str; 3] = ["PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY"];
     let text = std::str::from_utf8(pem).ok()?;
     text.lines().find_map(|line| {
         let label = line
             .trim()
             .strip_prefix("-----BEGIN ")?
             .strip_suffix("-----")?;
-        label.ends_with("PRIVATE KEY").then(|| label.to_owned())
+        (label.ends_with("PRIVATE KEY") && !KNOWN.contains(&label)).then(|| label.to_owned())
     })
 }
 
@@ -35,6 +38,47 @@ pub fn parse(
     host: &str,
     now: i64,
 ) -> Result<Certificate, CertError> {
+    let (mut certificate, leaf_der) = parse_pair(crt, crt_path, key, key_path, now)?;
+    if !valid_for(&leaf_der, host) {
+        return Err(CertError::WrongName {
+            path: crt_path.to_owned(),
+            host: host.to_owned(),
+            names: certificate.other_names.join(", "),
+        });
+    }
+    certificate.names = BTreeSet::from([host.to_owned()]).into();
+    certificate.other_names = certificate
+        .other_names
+        .iter()
+        .filter(|n| *n != host)
+        .cloned()
+        .collect();
+    Ok(certificate)
+}
+
+/// [`parse`] for a pair named by path (`certificates`), which serves whichever route hosts its
+/// names cover: validated as every pair is, and returned with no `names` yet and every DNS
+/// subject alternative name in `other_names` (the caller picks the hosts it serves,
+/// [`super::names::covers`]).
+pub fn parse_named(
+    crt: &[u8],
+    crt_path: &Path,
+    key: &[u8],
+    key_path: &Path,
+    now: i64,
+) -> Result<Certificate, CertError> {
+    parse_pair(crt, crt_path, key, key_path, now).map(|(certificate, _)| certificate)
+}
+
+/// Everything [`parse`] checks but the host: the certificate with no `names` and every DNS SAN
+/// in `other_names`, and the leaf's DER.
+fn parse_pair(
+    crt: &[u8],
+    crt_path: &Path,
+    key: &[u8],
+    key_path: &Path,
+    now: i64,
+) -> Result<(Certificate, CertificateDer<'static>), CertError> {
     let ders: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(crt)
         .collect::<Result<_, _>>()
         .map_err(|_| CertError::NoCertificate {
@@ -119,13 +163,6 @@ pub fn parse(
             path: crt_path.to_owned(),
         });
     }
-    if !valid_for(leaf_der, host) {
-        return Err(CertError::WrongName {
-            path: crt_path.to_owned(),
-            host: host.to_owned(),
-            names: names.iter().cloned().collect::<Vec<_>>().join(", "),
-        });
-    }
 
     // Re-encode from the DER that parsed, so what sozu receives is exactly what was checked.
     let chain: std::sync::Arc<[String]> = ders
@@ -137,16 +174,18 @@ pub fn parse(
         PrivateKeyDer::Sec1(_) => "EC PRIVATE KEY",
         _ => "PRIVATE KEY",
     };
-    Ok(Certificate {
+    let certificate = Certificate {
         fingerprint: fingerprint(leaf_der.as_ref()),
         chain,
         key: KeyPem::new(pem(key_label, key_der.secret_der())),
         not_before: validity.not_before.timestamp(),
         not_after: validity.not_after.timestamp(),
-        names: BTreeSet::from([host.to_owned()]).into(),
-        other_names: names.into_iter().filter(|n| n != host).collect(),
+        names: Default::default(),
+        other_names: names.into_iter().collect(),
         issuer: leaf.issuer().to_string().into(),
-    })
+        listed: None,
+    };
+    Ok((certificate, leaf_der.clone().into_owned()))
 }
 
 /// Whether the leaf is valid for `host` the way TLS clients decide it: webpki's subject-name

@@ -26,6 +26,11 @@ pub struct RawPair {
 }
 
 impl RawPair {
+    /// [`super::parse_named`] of these bytes: a pair named by path, for the hosts it covers.
+    pub fn parse_named(&self, now: i64) -> Result<Certificate, CertError> {
+        super::parse_named(&self.crt, &self.crt_path, &self.key, &self.key_path, now)
+    }
+
     pub fn parse(&self, host: &str, now: i64) -> Result<Certificate, CertError> {
         parse(
             &self.crt,
@@ -96,6 +101,31 @@ pub fn read_pair(dir: &Path) -> Result<RawPair, CertError> {
     }
     Err(CertError::Unstable {
         dir: dir.to_owned(),
+    })
+}
+
+/// Reads a pair named by path (`certificates`): `crt_path`, then `key_path`, then `crt_path`
+/// again, until the certificate read before the key is the one read after it. A renewal that
+/// swaps links or renames files between the two reads (certbot re-points its `live/` links one
+/// by one) is read again rather than paired with the other's key; what is still mismatched
+/// after [`READ_ATTEMPTS`] is refused by the validation ([`RawPair::parse`]), and read again at
+/// the next change.
+pub fn read_files(crt_path: &Path, key_path: &Path) -> Result<RawPair, CertError> {
+    for _ in 0..READ_ATTEMPTS {
+        let crt = read_bounded(crt_path)?;
+        let key = read_bounded(key_path)?;
+        if read_bounded(crt_path)? != crt {
+            continue;
+        }
+        return Ok(RawPair {
+            crt,
+            key: key.into(),
+            crt_path: crt_path.to_owned(),
+            key_path: key_path.to_owned(),
+        });
+    }
+    Err(CertError::Unstable {
+        dir: crt_path.parent().unwrap_or(crt_path).to_owned(),
     })
 }
 

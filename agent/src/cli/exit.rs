@@ -20,7 +20,8 @@ pub const CODES: &[(u8, &str)] = &[
     (
         INVALID,
         "The workspace is invalid: syntax, contract, an evaluation error, or an evaluation limit \
-         hit; for status and top --once, the agent answered and is not ready.",
+         hit; for status and top --once, the agent answered and is not ready; for import, \
+         something was left out (the workspace is written all the same).",
     ),
     (
         IO,

@@ -1,8 +1,13 @@
 //! Command-line interface: the arguments of every subcommand ([`status`] is `status`'s own
 //! code). Every flag documented here is public interface: keep names stable.
 
+pub mod check;
+pub mod evaluation;
 pub mod exit;
+pub mod import;
 pub mod manual;
+pub mod output;
+pub mod render;
 pub mod status;
 pub mod top;
 
@@ -31,39 +36,10 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Check a workspace against the contract and print a one-line summary.
-    Check {
-        /// The workspace file (.ncl, or plain .json/.yaml/.toml data); `-` reads standard input.
-        workspace: PathBuf,
-        #[command(flatten)]
-        eval: EvalArgs,
-    },
+    Check(CheckArgs),
     /// Render a workspace: its normalised model, a sozu configuration, Kubernetes manifests, DNS
     /// records or alert rules.
-    Render {
-        /// The workspace file (.ncl, or plain .json/.yaml/.toml data); `-` reads standard input.
-        workspace: PathBuf,
-        /// What to produce.
-        #[arg(long, value_enum)]
-        format: Format,
-        /// Write here (atomically: a failure leaves the previous file untouched) instead of stdout;
-        /// `-` is stdout.
-        #[arg(long, short)]
-        output: Option<PathBuf>,
-        /// sozu-toml: the control socket path written into the configuration.
-        #[arg(
-            long,
-            env = "PRIVATE_INGRESS_SOZU_SOCKET",
-            default_value = "/var/run/sozu/sozu.sock"
-        )]
-        sozu_socket: PathBuf,
-        /// prometheus-rules, k8s: multiply every alert's `for:` by this factor (at least 1 s
-        /// each). 1 in production; a small factor makes alerts fire in seconds, for a test or a
-        /// staging Prometheus.
-        #[arg(long, default_value_t = 1.0, value_parser = for_scale)]
-        alert_for_scale: f64,
-        #[command(flatten)]
-        eval: EvalArgs,
-    },
+    Render(RenderArgs),
     /// Keep a running sozu equal to the workspace, and serve the admin endpoints.
     Run(RunArgs),
     /// Show, per route, what the agent wants and what sozu holds (reads a running agent's
@@ -95,8 +71,8 @@ pub enum Command {
         #[arg(long)]
         once: bool,
         /// The pane to show first (and the one `--once` prints).
-        #[arg(long, value_enum, default_value_t = TopPane::Routes)]
-        pane: TopPane,
+        #[arg(long, value_enum, default_value_t = top::model::Pane::Routes)]
+        pane: top::model::Pane,
         /// ASCII alone: no box-drawing or block characters (for terminals and fonts without
         /// them).
         #[arg(long, env = "PRIVATE_INGRESS_TOP_ASCII")]
@@ -108,6 +84,12 @@ pub enum Command {
         #[arg(long, value_parser = frame_size)]
         size: Option<(u16, u16)>,
     },
+    /// Write a workspace from Kubernetes routes: `Ingress` objects with their ingress-nginx
+    /// annotations, or Gateway API routes. What cannot be carried is left out, said object by
+    /// object on stderr and in the workspace; exit 1 when anything was, 2 when an input cannot
+    /// be read.
+    #[command(subcommand)]
+    Import(ImportCommand),
     /// Print the bundled contract, to vendor next to a workspace for editor support.
     Schema,
     /// Print the completion script for a shell.
@@ -130,8 +112,97 @@ pub enum Command {
         /// The workspace is rendered as sozu's configuration file, which holds less.
         #[arg(long)]
         for_sozu_toml: bool,
+        /// The workspace is rendered as Kubernetes manifests.
+        #[arg(long, conflicts_with = "for_sozu_toml")]
+        for_k8s: bool,
+        /// The agent's admin port, which no route may take.
+        #[arg(long, default_value_t = crate::evaluate::contract::DEFAULT_ADMIN_PORT)]
+        admin_port: u16,
         workspace: PathBuf,
     },
+}
+
+/// The route languages `import` reads.
+#[derive(Debug, Subcommand)]
+pub enum ImportCommand {
+    /// `Ingress` objects (networking.k8s.io/v1) as `kubectl get ingress -A -o yaml` writes them,
+    /// with the Services (named ports) and Secrets (basic-auth users) they refer to.
+    Ingress(ImportArgs),
+    /// Gateway API v1 `Gateway`s and their `HTTPRoute`, `GRPCRoute`, `TLSRoute`, `TCPRoute` and
+    /// `UDPRoute`s, with the Services, Namespaces and ReferenceGrants they refer to.
+    Gateway(ImportArgs),
+    /// Traefik 3.x dynamic configuration: the file provider's YAML or TOML files (a directory
+    /// is read as the file provider reads it), or an HTTP provider's saved answer (JSON).
+    Traefik(TraefikImportArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct TraefikImportArgs {
+    /// Files (YAML, TOML, or JSON as an HTTP provider answers) or directories (every `.yml`,
+    /// `.yaml` and `.toml` under them, as the file provider reads them); `-` reads standard
+    /// input (YAML or JSON).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// The workspace's zone: a host outside it is left out.
+    #[arg(long)]
+    pub zone: String,
+    /// The host of TCP `HostSNI(`*`)` and UDP routers, which name none.
+    #[arg(long)]
+    pub host: Option<String>,
+    /// The workspace's `cluster_issuer` (`internal-ca`, a placeholder, when not given).
+    #[arg(long)]
+    pub cluster_issuer: Option<String>,
+    /// What an entry point is, as `NAME=https`, `NAME=http` or `NAME=PORT` (the port of the
+    /// ingress a TCP or UDP router listens on); repeated. `websecure=https` and `web=http`
+    /// unless given.
+    #[arg(long = "entry-point", value_parser = entry_point)]
+    pub entry_points: Vec<(String, crate::translate::traefik::EntryPoint)>,
+    /// Write the workspace here (atomically); by default it goes to stdout.
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+}
+
+/// `NAME=https|http|PORT`.
+fn entry_point(s: &str) -> Result<(String, crate::translate::traefik::EntryPoint), String> {
+    use crate::translate::traefik::EntryPoint;
+    let (name, what) = s
+        .split_once('=')
+        .ok_or("expected NAME=https, NAME=http or NAME=PORT")?;
+    let point = match what {
+        "https" => EntryPoint::Https,
+        "http" => EntryPoint::Http,
+        port => EntryPoint::Port(
+            port.parse::<u16>()
+                .ok()
+                .filter(|p| *p > 0)
+                .ok_or_else(|| format!("`{port}` is not https, http or a port from 1 to 65535"))?,
+        ),
+    };
+    if name.is_empty() {
+        return Err("the entry point has no name".into());
+    }
+    Ok((name.to_owned(), point))
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ImportArgs {
+    /// YAML files of Kubernetes objects (several documents, `List`s); `-` reads standard input.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// The workspace's zone: a host outside it is left out.
+    #[arg(long)]
+    pub zone: String,
+    /// The host of the routes that name none (and whose listener names none).
+    #[arg(long)]
+    pub host: Option<String>,
+    /// The workspace's `cluster_issuer` (by default the objects' `cert-manager.io/cluster-issuer`
+    /// when they agree).
+    #[arg(long)]
+    pub cluster_issuer: Option<String>,
+    /// Write the workspace here (atomically), and the basic-auth users files beside it; by
+    /// default the workspace goes to stdout and the users files to the current directory.
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
 }
 
 /// The longest interval a duration flag takes: a day. Every interval becomes an instant on a
@@ -226,24 +297,49 @@ impl From<Readiness> for crate::document::ReadinessMode {
     }
 }
 
-/// `top`'s panes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum TopPane {
-    Routes,
-    Certificates,
-    Listeners,
-    Events,
+/// `check`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// The workspace file (.ncl, or plain .json/.yaml/.toml data); `-` reads standard input.
+    pub workspace: PathBuf,
+    /// The admin address the agent runs with (`run --admin-address`): no route may listen on
+    /// its port.
+    #[arg(long, env = "PRIVATE_INGRESS_ADMIN_ADDRESS", default_value = DEFAULT_ADMIN_ADDRESS)]
+    pub admin_address: std::net::SocketAddr,
+    #[command(flatten)]
+    pub eval: EvalArgs,
 }
 
-impl From<TopPane> for top::model::Pane {
-    fn from(pane: TopPane) -> Self {
-        match pane {
-            TopPane::Routes => top::model::Pane::Routes,
-            TopPane::Certificates => top::model::Pane::Certificates,
-            TopPane::Listeners => top::model::Pane::Listeners,
-            TopPane::Events => top::model::Pane::Events,
-        }
-    }
+/// `render`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct RenderArgs {
+    /// The workspace file (.ncl, or plain .json/.yaml/.toml data); `-` reads standard input.
+    pub workspace: PathBuf,
+    /// What to produce.
+    #[arg(long, value_enum)]
+    pub format: Format,
+    /// Write here (atomically: a failure leaves the previous file untouched) instead of stdout;
+    /// `-` is stdout.
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+    /// sozu-toml: the control socket path written into the configuration.
+    #[arg(
+        long,
+        env = "PRIVATE_INGRESS_SOZU_SOCKET",
+        default_value = "/var/run/sozu/sozu.sock"
+    )]
+    pub sozu_socket: PathBuf,
+    /// prometheus-rules, k8s: multiply every alert's `for:` by this factor (at least 1 s
+    /// each). 1 in production; a small factor makes alerts fire in seconds, for a test or a
+    /// staging Prometheus.
+    #[arg(long, default_value_t = 1.0, value_parser = for_scale)]
+    pub alert_for_scale: f64,
+    /// The admin address the agent runs with (`run --admin-address`): no route may listen on
+    /// its port. k8s: the rendered pod's admin port, 9180, is refused too.
+    #[arg(long, env = "PRIVATE_INGRESS_ADMIN_ADDRESS", default_value = DEFAULT_ADMIN_ADDRESS)]
+    pub admin_address: std::net::SocketAddr,
+    #[command(flatten)]
+    pub eval: EvalArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -286,12 +382,14 @@ pub struct EvalArgs {
 }
 
 impl EvalArgs {
-    pub fn limits(&self) -> crate::evaluate::sandbox::Limits {
+    /// The evaluation's limits, beside an agent whose admin server is at `admin_address`.
+    pub fn limits(&self, admin_address: std::net::SocketAddr) -> crate::evaluate::sandbox::Limits {
         crate::evaluate::sandbox::Limits {
             timeout: Duration::from_secs_f64(self.eval_timeout),
             memory_bytes: self.eval_memory_mib.saturating_mul(1 << 20),
             root: self.workspace_root.clone(),
             target: crate::evaluate::contract::Target::Agent,
+            admin_port: admin_address.port(),
         }
     }
 }
@@ -359,7 +457,7 @@ mod tests {
         ])
         .unwrap();
         match cli.command {
-            Command::Render { format, output, .. } => {
+            Command::Render(RenderArgs { format, output, .. }) => {
                 assert_eq!(format, Format::SozuToml);
                 assert_eq!(output, Some(PathBuf::from("out.toml")));
             }
@@ -396,6 +494,15 @@ mod tests {
         }
         assert!(run("--resync-interval", "86400").is_ok());
         assert!(run("--resync-interval", "0").is_ok());
+    }
+
+    #[test]
+    fn the_default_admin_address_has_the_default_admin_port() {
+        let address: std::net::SocketAddr = DEFAULT_ADMIN_ADDRESS.parse().unwrap();
+        assert_eq!(
+            address.port(),
+            crate::evaluate::contract::DEFAULT_ADMIN_PORT
+        );
     }
 
     #[test]

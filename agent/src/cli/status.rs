@@ -21,6 +21,30 @@ pub enum StatusError {
     },
     #[error("the agent at {address} answered something that is not its state: {reason}")]
     Malformed { address: String, reason: String },
+    #[error("cannot write to stdout: {0}")]
+    Stdout(std::io::Error),
+}
+
+/// `status`: the agent's state as a table, or as its JSON (`--json`); exit 2 when the agent is
+/// not ready, so that a script can tell.
+pub fn run(
+    admin_address: &str,
+    json: bool,
+    timeout_s: f64,
+) -> Result<std::process::ExitCode, StatusError> {
+    let (body, status) = fetch(admin_address, std::time::Duration::from_secs_f64(timeout_s))?;
+    let text = if json {
+        // JSON, still: its C1 controls escaped, as a parser reads them.
+        format!("{}\n", crate::text::json_for_terminal(&body))
+    } else {
+        table(&status)
+    };
+    super::output::print(text).map_err(StatusError::Stdout)?;
+    Ok(if status.ready {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(super::exit::NOT_READY)
+    })
 }
 
 /// `/v1/state` of the agent at `admin_address` (`host:port`, or an `http://` URL: the admin
@@ -94,20 +118,28 @@ fn readiness(status: &Document) -> String {
     }
 }
 
-/// The table: a header line about the agent, then one row per route.
+/// The table: a header line about the agent, then one row per route. Every text in it is shown
+/// with its control characters escaped (line feeds aside, which end its lines): a status carries
+/// text a workspace, a file, a certificate or sozu chose, and a terminal must not act on it.
 pub fn table(status: &Document) -> String {
+    let out = tables(status);
+    crate::text::clean(&out, usize::MAX)
+}
+
+fn tables(status: &Document) -> String {
     let mut out = String::new();
+    let line = |text: String| crate::text::clean_line(&text, crate::text::MAX_LINE_BYTES);
     let _ = writeln!(
         out,
         "ready: {}   workspace: {}   sozu: {}",
-        readiness(status),
+        line(readiness(status)),
         match (&status.workspace.zone, &status.workspace.last_error) {
             (Some(zone), None) => format!("zone {zone}"),
             (Some(zone), Some(_)) => format!("zone {zone} (latest edit rejected, see below)"),
             (None, _) => "not loaded".into(),
         },
         match (&status.sozu.generation, &status.sozu.last_error) {
-            (_, Some(e)) => format!("error: {e}"),
+            (_, Some(e)) => line(format!("error: {e}")),
             (Some(_), None) => "in sync".into(),
             (None, None) => "not connected yet".into(),
         }
@@ -165,21 +197,38 @@ pub fn table(status: &Document) -> String {
         })
         .collect();
     write_table(&mut out, &headers, &rows);
-    // A pair that names more than its host is served for its host alone: said once per host.
+    // A pair of the tls dir that names more than its host is served for its host alone, a pair
+    // of `certificates` for every host it covers: said once per host.
     let mut noted = std::collections::BTreeSet::new();
     for r in &status.routes {
-        if !r.certificate.other_names.is_empty() && noted.insert(&r.host) {
-            let line = format!(
+        if !noted.insert(&r.host) {
+            continue;
+        }
+        let line = if let Some(file) = &r.certificate.file {
+            // A pair of `certificates`: served for every route host it covers.
+            format!(
+                "note: the certificate of {} is the pair of `certificates` {file}",
+                r.host
+            )
+        } else if !r.certificate.other_names.is_empty() {
+            format!(
                 "note: the pair of {} also names {}; it is served for {} only",
                 r.host,
                 r.certificate.other_names.join(", "),
                 r.host
-            );
-            let _ = writeln!(
-                out,
-                "{}",
-                crate::text::clean_line(&line, crate::text::MAX_LINE_BYTES)
-            );
+            )
+        } else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "{}",
+            crate::text::clean_line(&line, crate::text::MAX_LINE_BYTES)
+        );
+    }
+    for r in &status.routes {
+        for warning in &r.warnings {
+            let _ = writeln!(out, "{}", line(format!("warning: {warning}")));
         }
     }
     // Upstreams, for the routes where there is more to say than the UPSTREAM column: several
@@ -233,6 +282,19 @@ pub fn table(status: &Document) -> String {
     if !policy_rows.is_empty() {
         out.push('\n');
         write_table(&mut out, &["HOST", "PATH", "POLICIES"], &policy_rows);
+    }
+    // Where the routes not written in the workspace come from (a Traefik file's router).
+    let origin_rows: Vec<[String; 3]> = status
+        .routes
+        .iter()
+        .filter_map(|r| Some([r.host.clone(), r.place(), r.origin.clone()?]))
+        .collect();
+    if !origin_rows.is_empty() {
+        out.push('\n');
+        write_table(&mut out, &["HOST", "PATH", "FROM"], &origin_rows);
+    }
+    if let Some(traefik) = &status.workspace.traefik {
+        traefik_table(&mut out, traefik);
     }
     for refused in &status.sozu.policy_files_refused {
         let line = format!("policy file refused (its last good version stays): {refused}");
@@ -360,6 +422,38 @@ fn client_auth_table(out: &mut String, auth: &crate::document::ClientAuthStatus,
     );
 }
 
+/// The Traefik sources, each with its state, and the routers not served.
+fn traefik_table(out: &mut String, traefik: &crate::document::TraefikStatus) {
+    let rows: Vec<[String; 4]> = traefik
+        .sources
+        .iter()
+        .map(|s| {
+            [
+                s.source.clone(),
+                s.kind.clone(),
+                match (s.state.as_str(), s.last_good) {
+                    ("error", Some(_)) => "error, last good kept".to_owned(),
+                    (state, _) => state.to_owned(),
+                },
+                s.error.clone().unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    out.push('\n');
+    let _ = writeln!(out, "traefik: {} routes served", traefik.routes);
+    if !rows.is_empty() {
+        write_table(out, &["TRAEFIK SOURCE", "KIND", "STATE", "ERROR"], &rows);
+    }
+    for refused in &traefik.refused {
+        let line = format!("traefik: {refused}");
+        let _ = writeln!(
+            out,
+            "{}",
+            crate::text::clean_line(&line, crate::text::MAX_LINE_BYTES)
+        );
+    }
+}
+
 /// Each route's requests over the window the agent keeps, from sozu's records: a line about the
 /// stream (and why nothing arrives, when nothing does), then one row per route.
 fn traffic_table(out: &mut String, status: &Document, traffic: &TrafficStatus) {
@@ -429,10 +523,11 @@ fn traffic_table(out: &mut String, status: &Document, traffic: &TrafficStatus) {
 /// The issuer's section of `private-ingress status`: one row per host.
 pub fn issuer_table(status: &IssuerStatus, now: i64) -> String {
     let mut out = String::new();
+    let line = |text: &str| crate::text::clean_line(text, crate::text::MAX_LINE_BYTES);
     let _ = writeln!(
         out,
         "acme: {}   account: {}   renewal info (ARI): {}",
-        status.directory,
+        line(&status.directory),
         if status.account_ready {
             "ready"
         } else {
@@ -445,10 +540,10 @@ pub fn issuer_table(status: &IssuerStatus, now: i64) -> String {
         }
     );
     if let Some(note) = &status.profile_note {
-        let _ = writeln!(out, "profile: {note}");
+        let _ = writeln!(out, "profile: {}", line(note));
     }
     if let Some(e) = &status.last_error {
-        let _ = writeln!(out, "acme error: {e}");
+        let _ = writeln!(out, "acme error: {}", line(e));
     }
     let headers = [
         "HOST",
@@ -711,6 +806,7 @@ mod tests {
                 zone: Some("in.example.org".into()),
                 last_error: Some("bad \u{1b}]0;owned\u{7} title".into()),
                 listeners: None,
+                traefik: None,
             },
             routes: vec![RouteStatus {
                 host: "a.in.example.org".into(),
@@ -736,6 +832,35 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    /// A host served a pair of `certificates` is noted with the pair's file, once, and not as a
+    /// pair served for its own host alone (it serves every host it covers); a file name cannot
+    /// write to the terminal.
+    #[test]
+    fn a_pair_of_certificates_is_noted_with_its_file() {
+        let route = |host: &str, path: &str| RouteStatus {
+            host: host.into(),
+            path_prefix: path.into(),
+            certificate: CertificateStatus {
+                other_names: vec!["*.in.example.org".into()],
+                file: Some("/etc/letsencrypt/live/\u{1b}[2Jx/fullchain.pem".into()),
+                ..CertificateStatus::default()
+            },
+            ..RouteStatus::default()
+        };
+        let status = Document {
+            routes: vec![
+                route("a.in.example.org", "/"),
+                route("a.in.example.org", "/api"),
+            ],
+            ..Document::default()
+        };
+        let text = table(&status);
+        let note = "note: the certificate of a.in.example.org is the pair of `certificates` /etc/letsencrypt/live/\\u{1b}[2Jx/fullchain.pem";
+        assert_eq!(text.matches(note).count(), 1, "{text}");
+        assert!(!text.contains("served for a.in.example.org only"), "{text}");
+        assert!(!text.contains('\u{1b}'), "{text:?}");
     }
 
     #[test]

@@ -74,8 +74,9 @@ const SOZU_CONFIG_KEY: &str = "sozu.toml";
 const WORKSPACE_DIR: &str = "/etc/private-ingress/workspace";
 /// The generated file at the root of the workspace volume when the workspace sits deeper.
 const ROOT_ENTRY: &str = "private-ingress-workspace.ncl";
-/// The agent's admin server: /healthz, /readyz, /metrics, /v1/state.
-const ADMIN_PORT: u16 = 9180;
+/// The agent's admin server: /healthz, /readyz, /metrics, /v1/state. The default, which the
+/// contract refuses a route on when rendering for Kubernetes.
+const ADMIN_PORT: u16 = crate::evaluate::contract::DEFAULT_ADMIN_PORT;
 /// TTL of the rendered DNS records: a changed `lb_ip` is picked up within five minutes.
 const DNS_TTL: u32 = 300;
 /// Kubernetes refuses a ConfigMap whose keys and values exceed 1 MiB together.
@@ -195,6 +196,12 @@ pub fn warnings(workspace: &Workspace) -> Vec<String> {
                 .to_owned(),
         );
     }
+    warnings.extend(
+        workspace
+            .routes
+            .iter()
+            .filter_map(|route| workspace.client_auth_exemption(route)),
+    );
     if workspace.allowed_sources.is_none() {
         warnings.push(
             "allowed_sources is not set: deployed, the listeners accept connections from any \

@@ -167,24 +167,46 @@ pub(super) fn network_policy(workspace: &Workspace) -> Value {
     let mut egress = vec![json!({ "to": [dns_pods], "ports": dns_ports(53) })];
     // Plus the ports named in the workspace: a Service that maps its port to another target
     // port is reached on the target port once the network plugin has translated it, which is
-    // where Cilium and Calico apply the policy.
-    let upstream_ports: BTreeSet<u16> = workspace
+    // where Cilium and Calico apply the policy. Each with the protocols sozu speaks to it: a
+    // 'udp route's datagrams go to its upstreams over UDP (and its health check, a TCP
+    // connection, to the same port unless the check names another), everything else over TCP.
+    let upstream_ports: BTreeSet<(u16, &str)> = workspace
         .routes
         .iter()
-        .flat_map(|route| &route.upstreams)
-        .filter_map(|u| match &u.upstream {
-            Upstream::Dns { port, .. } => Some(*port),
-            Upstream::Ip { address } => Some(address.port()),
-            Upstream::Unix { .. } => None,
+        .flat_map(|route| {
+            let protocols: &[&str] = match route.kind {
+                RouteKind::Udp(_) if route.health.as_ref().is_some_and(|h| h.port.is_none()) => {
+                    &["UDP", "TCP"]
+                }
+                RouteKind::Udp(_) => &["UDP"],
+                RouteKind::Http(_) | RouteKind::Tcp(_) | RouteKind::TlsPassthrough(_) => &["TCP"],
+            };
+            route
+                .upstreams
+                .iter()
+                .filter_map(|u| match &u.upstream {
+                    Upstream::Dns { port, .. } => Some(*port),
+                    Upstream::Ip { address } => Some(address.port()),
+                    Upstream::Unix { .. } => None,
+                })
+                .flat_map(move |port| protocols.iter().map(move |&p| (port, p)))
         })
         // A health check on another port than the backend's is sozu dialling that port.
         .chain(
             workspace
                 .routes
                 .iter()
-                .filter_map(|route| route.health.as_ref()?.port),
+                .filter_map(|route| Some((route.health.as_ref()?.port?, "TCP"))),
         )
-        .chain(workspace.deploy.extra_egress_ports.iter().copied())
+        // A port the workspace names without a protocol: either (NodeLocal DNSCache's 53 is
+        // asked over UDP first, a 'udp route's upstream Service may map its port).
+        .chain(
+            workspace
+                .deploy
+                .extra_egress_ports
+                .iter()
+                .flat_map(|&port| [(port, "TCP"), (port, "UDP")]),
+        )
         .collect();
     // 'sozu_managed: the agent talks to the ACME directory and to Cloudflare's API over HTTPS
     // (names whose addresses change, so any address), updates the DNS server `dns01.server`
@@ -218,11 +240,23 @@ pub(super) fn network_policy(workspace: &Workspace) -> Value {
             egress.push(json!({ "ports": dns_ports(53) }));
         }
     }
+    // The `traefik` record's endpoint, polled by the agent (a name whose addresses may change,
+    // so any address). Routes its answers add later need their upstream ports in
+    // `deploy.extra_egress_ports` (docs/deploy.md).
+    if let Some(url) = workspace
+        .traefik
+        .as_ref()
+        .and_then(|t| t.endpoint.as_deref())
+    {
+        egress.push(json!({
+            "ports": [{ "port": endpoint_port(url), "protocol": "TCP" }],
+        }));
+    }
     // A rule without ports would allow every port.
     if !upstream_ports.is_empty() {
         let ports: Vec<Value> = upstream_ports
             .iter()
-            .map(|port| json!({ "port": port, "protocol": "TCP" }))
+            .map(|(port, protocol)| json!({ "port": port, "protocol": protocol }))
             .collect();
         egress.push(json!({ "ports": ports }));
     }
@@ -238,6 +272,19 @@ pub(super) fn network_policy(workspace: &Workspace) -> Value {
         },
     })
 }
+/// The port of an `http://` or `https://` URL: 80 or 443 unless it names another.
+pub(super) fn endpoint_port(url: &str) -> u16 {
+    let (rest, default) = match url.strip_prefix("https://") {
+        Some(rest) => (rest, 443),
+        None => (url.strip_prefix("http://").unwrap_or(url), 80),
+    };
+    rest.split('/')
+        .next()
+        .and_then(|authority| authority.rsplit_once(':'))
+        .and_then(|(_, port)| port.parse().ok())
+        .unwrap_or(default)
+}
+
 /// The port of the ACME directory URL (`https://host[:port]/…`): 443 unless it names another.
 pub(super) fn acme_directory_port(directory: &str) -> u16 {
     directory
@@ -246,4 +293,24 @@ pub(super) fn acme_directory_port(directory: &str) -> u16 {
         .and_then(|authority| authority.rsplit_once(':'))
         .and_then(|(_, port)| port.parse().ok())
         .unwrap_or(443)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_endpoints_port_is_the_one_it_names_or_its_schemes() {
+        for (url, port) in [
+            (
+                "http://atlas.internal:8080/v1/integrations/traefik/config",
+                8080,
+            ),
+            ("http://atlas.internal/v1/config", 80),
+            ("https://atlas.internal/v1/config", 443),
+            ("https://[fd00::7]:8443/config", 8443),
+        ] {
+            assert_eq!(endpoint_port(url), port, "{url}");
+        }
+    }
 }

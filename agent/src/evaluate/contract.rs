@@ -8,10 +8,11 @@
 //! the current directory. Nickel's diagnostics go through [`crate::evaluate::diagnostics`] before anyone
 //! reads them.
 //!
-//! Two rules are checked here, after evaluation, rather than in Nickel: the uniqueness of
-//! (host, path_prefix) across routes, because a hash map makes it linear where a Nickel fold is
-//! quadratic (and aborts on a deep stack at ten thousand routes); and the pairing of
-//! `tls_rotation = 'sozu_managed` with an `acme` record. Both still point at the offending source
+//! Three rules are checked here, after evaluation, rather than in Nickel: the uniqueness of a
+//! route's match (host, path rule, method, header matches) across routes, because a hash map
+//! makes it linear where a Nickel fold is quadratic (and aborts on a deep stack at ten thousand
+//! routes); the regular expressions, which Nickel's regex engine is not sozu's; and the pairing of
+//! `tls_rotation = 'sozu_managed` with an `acme` record. All point at the offending source
 //! with file, line and column.
 //!
 //! nickel-lang-core's values are not `Send`, has no step limit, and aborts the process on a stack
@@ -85,8 +86,12 @@ pub fn evaluate_in(path: &Path, root: Option<&Path>) -> Result<Workspace, Contra
 /// [`evaluate_in`] for a workspace that is a file or text already read ([`Input`]). Text is
 /// evaluated from memory, never read again; its imports resolve from the current directory.
 pub fn evaluate_input(input: &Input, root: Option<&Path>) -> Result<Workspace, ContractError> {
-    evaluate_input_for(input, root, Target::Agent)
+    evaluate_input_for(input, root, Target::Agent, DEFAULT_ADMIN_PORT)
 }
+
+/// The port of the agent's admin server unless `--admin-address` says otherwise
+/// ([`crate::cli::DEFAULT_ADMIN_ADDRESS`]), and the port of the rendered pod's.
+pub const DEFAULT_ADMIN_PORT: u16 = 9180;
 
 /// What a workspace is evaluated for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -97,15 +102,21 @@ pub enum Target {
     /// sozu's configuration file (`render --format sozu-toml`), which cannot hold every policy
     /// the agent applies over the socket: what it cannot hold is refused at its value.
     SozuToml,
+    /// The Kubernetes manifests (`render --format k8s`): the pod's admin port is
+    /// [`DEFAULT_ADMIN_PORT`] whatever `--admin-address` says, and the Service takes clients on
+    /// 80 and 443 for the listeners, so no route of its own port may be there either.
+    K8s,
 }
 
-/// [`evaluate_input`], for `target`.
+/// [`evaluate_input`], for `target`, beside an agent whose admin server listens on
+/// `admin_port`: a route of its own port may not take it.
 pub fn evaluate_input_for(
     input: &Input,
     root: Option<&Path>,
     target: Target,
+    admin_port: u16,
 ) -> Result<Workspace, ContractError> {
-    evaluate_with(input, root, target, SCHEMA, std::io::sink())
+    evaluate_with(input, root, target, admin_port, SCHEMA, std::io::sink())
 }
 
 /// [`evaluate_input_for`] with `schema` as the contract, and what the contract writes with
@@ -115,6 +126,7 @@ fn evaluate_with(
     input: &Input,
     root: Option<&Path>,
     target: Target,
+    admin_port: u16,
     schema: &str,
     trace: impl std::io::Write + 'static,
 ) -> Result<Workspace, ContractError> {
@@ -191,8 +203,10 @@ fn evaluate_with(
         root: &value,
     };
     located.check_rotation_mode(&raw)?;
+    located.check_regexes(&raw)?;
     located.check_unique_routes(&raw)?;
-    located.check_ports(&raw)?;
+    located.check_ports(&raw, target, admin_port)?;
+    located.check_client_auth_reach(&raw)?;
     located.check_pages_inside(&raw, &tree, &dir)?;
     if target == Target::SozuToml {
         located.check_sozu_toml(&raw)?;
@@ -342,16 +356,119 @@ impl Located<'_> {
         Err(ContractError::invalid(self.render(&[diagnostic])))
     }
 
-    /// Every (host, path_prefix) of an HTTPS route must be unique: sozu would refuse the second
+    /// A `path_regex` or a header match's `regex` that sozu would not compile is refused at its
+    /// value: compiled here with the crate and the type sozu-lib 2.3.3 routes with, alone and
+    /// anchored as sozu anchors it ([`crate::workspace::regex_problem`]).
+    fn check_regexes(&self, raw: &RawWorkspace) -> Result<(), ContractError> {
+        use crate::workspace::regex_problem;
+        for (index, route) in raw.routes.iter().enumerate() {
+            let mut found = route
+                .path_regex
+                .as_deref()
+                .and_then(|p| Some((regex_problem(p)?, "path_regex", None, p)));
+            for (i, header) in route.match_headers.iter().flatten().enumerate() {
+                if found.is_some() {
+                    break;
+                }
+                found = header
+                    .regex
+                    .as_deref()
+                    .and_then(|p| Some((regex_problem(p)?, "match_headers", Some(i), p)));
+            }
+            let Some((problem, field, header, pattern)) = found else {
+                continue;
+            };
+            let span = (|| {
+                let Container::Alloc(array) = self.field(self.root, "routes")?.as_array()? else {
+                    return None;
+                };
+                let route = array.array.iter().nth(index)?;
+                match header {
+                    None => self.field_span(route, field),
+                    Some(i) => {
+                        let Container::Alloc(headers) = self.field(route, field)?.as_array()?
+                        else {
+                            return None;
+                        };
+                        self.field_span(headers.array.iter().nth(i)?, "regex")
+                    }
+                }
+            })();
+            let what = match header {
+                None => "path_regex".to_owned(),
+                Some(i) => format!("match_headers[{i}].regex"),
+            };
+            let mut diagnostic = Diagnostic::error()
+                .with_message(format!(
+                    "routes[{index}]: {what} `{}` does not compile: {problem}",
+                    crate::text::clean_line(pattern, 64)
+                ))
+                .with_notes(vec![
+                    "sozu compiles it with Rust's `regex` crate (https://docs.rs/regex, \"Syntax\") and refuses the route otherwise; it matches the whole value, as if written between `^` and `$`.".into(),
+                ]);
+            if let Some((file, range)) = span {
+                diagnostic = diagnostic.with_labels(vec![
+                    Label::primary(file, range).with_message("this expression")
+                ]);
+            }
+            return Err(ContractError::invalid(self.render(&[diagnostic])));
+        }
+        Ok(())
+    }
+
+    /// Every HTTPS route must be told apart from its host's others by what sozu files its
+    /// frontend under (its path rule, method and header matches): sozu would refuse the second
     /// frontend. (Routes of their own port are [`Located::check_ports`]'.)
     fn check_unique_routes(&self, raw: &RawWorkspace) -> Result<(), ContractError> {
-        let mut first_seen: HashMap<(&str, &str), usize> = HashMap::with_capacity(raw.routes.len());
+        // What sozu files a route's frontend under, beside its host; `None` for a route whose
+        // match the conversion refuses anyway (it says why).
+        let identity = |route: &crate::workspace::RawRoute| {
+            let raw = crate::workspace::Route::from_raw(route.clone()).ok()?;
+            match &raw.kind {
+                crate::workspace::RouteKind::Http(http) => Some((
+                    http.path.rule(),
+                    http.method.clone(),
+                    http.match_headers.clone(),
+                    http.prefix_only(),
+                    http.place(),
+                )),
+                _ => None,
+            }
+        };
+        type Identity = (
+            crate::workspace::PathRule,
+            Option<String>,
+            Vec<crate::workspace::HeaderMatch>,
+        );
+        let mut first_seen: HashMap<(&str, Identity), usize> =
+            HashMap::with_capacity(raw.routes.len());
+        let mut places: HashMap<usize, (bool, String)> = HashMap::new();
         let mut duplicates = Vec::new();
         for (index, route) in raw.routes.iter().enumerate() {
             if route.listen_port.is_some() {
                 continue;
             }
-            let key = (route.host.as_str(), route.path_prefix.as_str());
+            // A route matched by its prefix alone, as every route was before the other fields:
+            // no conversion needed to know its identity.
+            let plain = route.path_segment_prefix.is_none()
+                && route.path_exact.is_none()
+                && route.path_regex.is_none()
+                && route.method.is_none()
+                && route.match_headers.as_ref().is_none_or(Vec::is_empty);
+            let key: Identity = if plain {
+                (
+                    crate::workspace::PathRule::prefix(&route.path_prefix),
+                    None,
+                    Vec::new(),
+                )
+            } else {
+                let Some((rule, method, headers, prefix_only, place)) = identity(route) else {
+                    continue;
+                };
+                places.insert(index, (prefix_only, place));
+                (rule, method, headers)
+            };
+            let key = (route.host.as_str(), key);
             match first_seen.get(&key) {
                 Some(&first) => duplicates.push((first, index)),
                 None => {
@@ -388,15 +505,34 @@ impl Located<'_> {
                             .with_message(format!("routes[{first}] has the same host and path")),
                     );
                 }
-                Diagnostic::error()
-                    .with_message(format!(
-                        "duplicate route: host `{}` with path_prefix `{}` is declared by routes[{first}] and routes[{second}]",
-                        route.host, route.path_prefix
-                    ))
-                    .with_labels(labels)
-                    .with_notes(vec![
-                        "Each (host, path_prefix) pair may appear once; merge the entries or give one another path_prefix.".into(),
-                    ])
+                match (places.get(&first), places.get(&second)) {
+                    (None, None) => Diagnostic::error()
+                        .with_message(format!(
+                            "duplicate route: host `{}` with path_prefix `{}` is declared by routes[{first}] and routes[{second}]",
+                            route.host, route.path_prefix
+                        ))
+                        .with_labels(labels)
+                        .with_notes(vec![
+                            "Each (host, path_prefix) pair may appear once; merge the entries or give one another path_prefix.".into(),
+                        ]),
+                    (a, b) => {
+                        let shown = |i: usize, p: Option<&(bool, String)>| match p {
+                            Some((_, place)) => format!("routes[{i}] matches `{place}`"),
+                            None => format!("routes[{i}] matches `{}`", raw.routes[i].path_prefix),
+                        };
+                        Diagnostic::error()
+                            .with_message(format!(
+                                "duplicate route: host `{}`: {} and {}, which sozu files as one frontend",
+                                route.host,
+                                shown(first, a),
+                                shown(second, b)
+                            ))
+                            .with_labels(labels)
+                            .with_notes(vec![
+                                "Two routes of a host must differ in their path, `method` or `match_headers` as sozu matches them (docs/contract.md, \"Matching\"): merge the entries, or tell them apart.".into(),
+                            ])
+                    }
+                }
             })
             .collect();
         let mut report = self.render(&diagnostics);
@@ -416,7 +552,19 @@ impl Located<'_> {
     /// every connection or for none), or one UDP route; and a port is TCP or UDP, not both (the
     /// agent keeps a listener per address). A host passed through is not also one sozu
     /// terminates: its certificate and its clients would be two places at once.
-    fn check_ports(&self, raw: &RawWorkspace) -> Result<(), ContractError> {
+    ///
+    /// Nor is it a port of the agent's own, whatever the route's protocol: the admin server's
+    /// (`admin_port`, from `--admin-address`) and the access-log receiver's (`traffic.listen`).
+    /// sozu shares the agent's network (a pod's), so it could not bind them, and deployed, the
+    /// route's port goes on the load balancer and into the NetworkPolicy: the admin API would
+    /// be open to every client the listeners admit. For `target` k8s the pod's admin port is
+    /// checked too, and a TCP port may not be one the Service takes for the listeners (80, 443).
+    fn check_ports(
+        &self,
+        raw: &RawWorkspace,
+        target: Target,
+        admin_port: u16,
+    ) -> Result<(), ContractError> {
         use crate::workspace::RawProtocol;
         let listener_port = |address: &str| {
             address
@@ -427,6 +575,37 @@ impl Located<'_> {
             ("https", listener_port(&raw.listeners.https)),
             ("http", listener_port(&raw.listeners.http)),
         ];
+        let admin_note = "The agent serves /healthz, /readyz, /metrics, /v1/state and /v1/events there: sozu could not bind the port, and deployed, the route would put the admin API on the load balancer. Give the route another port (or the agent another `--admin-address`, PRIVATE_INGRESS_ADMIN_ADDRESS, as `check`, `render` and `run` read it).";
+        let mut agent_ports = vec![(
+            f64::from(admin_port),
+            format!("the agent's admin port (--admin-address, {DEFAULT_ADMIN_PORT} unless given)"),
+            admin_note,
+        )];
+        if target == Target::K8s && admin_port != DEFAULT_ADMIN_PORT {
+            agent_ports.push((
+                f64::from(DEFAULT_ADMIN_PORT),
+                "the rendered pod's admin port".to_owned(),
+                admin_note,
+            ));
+        }
+        let traffic_listen = raw
+            .traffic
+            .as_ref()
+            .map_or(crate::workspace::DEFAULT_TRAFFIC_LISTEN.port(), |t| {
+                listener_port(&t.listen).map_or(0, |p| p as u16)
+            });
+        agent_ports.push((
+            f64::from(traffic_listen),
+            "the access-log receiver's port (traffic.listen)".to_owned(),
+            "The agent receives sozu's access records there (UDP): give the route another port, or `traffic.listen` another address.",
+        ));
+        // The Service takes clients of the listeners at the standard ports, whichever ports the
+        // listeners have in the pod (a route on a listener's own port is refused above).
+        let service_ports: &[(f64, &str)] = if target == Target::K8s {
+            &[(443.0, "https"), (80.0, "http")]
+        } else {
+            &[]
+        };
         let terminated: std::collections::HashSet<&str> = raw
             .routes
             .iter()
@@ -459,6 +638,29 @@ impl Located<'_> {
             } else {
                 None
             };
+            let problem = problem.or_else(|| {
+                agent_ports
+                    .iter()
+                    .find(|(p, _, _)| *p == port)
+                    .map(|(_, what, note)| {
+                        (
+                            format!("listen_port {port} is {what}"),
+                            None,
+                            (*note).to_owned(),
+                        )
+                    })
+            });
+            let problem = problem.or_else(|| {
+                let (_, listener) = service_ports
+                    .iter()
+                    .filter(|_| protocol != RawProtocol::Udp)
+                    .find(|(p, _)| *p == port)?;
+                Some((
+                    format!("listen_port {port} is the load balancer's {listener} port"),
+                    None,
+                    format!("The rendered Service takes the {listener} listener's clients on port {port} (to the listener's own port in the pod), and each route of its own port at its listen_port: one Service cannot have port {port}/TCP twice. Give the '{} route another port.", name(protocol)),
+                ))
+            });
             let problem = problem.or_else(|| {
                 (protocol == RawProtocol::TlsPassthrough && terminated.contains(route.host.as_str()))
                     .then(|| {
@@ -511,6 +713,57 @@ impl Located<'_> {
             on_port.entry(port as u64).or_insert((index, protocol));
         }
         Ok(())
+    }
+
+    /// `listeners.client_auth.mode = 'required` keeps out of the HTTPS listener every client
+    /// without a device certificate, and nothing else: sozu 2.3.3 checks client certificates on
+    /// its HTTPS listener alone (`lib/src/https.rs`, `HttpsListener::client_cert_verifier`),
+    /// while its TCP listener makes each connection a pipe to the backend, or an SNI preread
+    /// first, with no handshake of its own (`lib/src/tcp.rs`, `TcpProxy::create_session`;
+    /// `TcpListenerConfig` has no client-auth field), and its UDP listener forwards datagrams.
+    /// So a route of its own port would let in whoever reaches its port, without a word: such
+    /// a route is refused, at its `protocol`, unless it says `client_auth_exempt = true`
+    /// (`check` then warns, and so does `status`: [`Workspace::client_auth_exemption`]).
+    fn check_client_auth_reach(&self, raw: &RawWorkspace) -> Result<(), ContractError> {
+        use crate::workspace::{ClientAuthMode, RawProtocol};
+        if raw.listeners.client_auth.mode != ClientAuthMode::Required {
+            return Ok(());
+        }
+        let Some((index, route, protocol)) =
+            raw.routes.iter().enumerate().find_map(|(index, route)| {
+                let protocol = match route.protocol? {
+                    RawProtocol::Https => return None,
+                    RawProtocol::Tcp => "tcp",
+                    RawProtocol::TlsPassthrough => "tls_passthrough",
+                    RawProtocol::Udp => "udp",
+                };
+                (route.client_auth_exempt != Some(true)).then_some((index, route, protocol))
+            })
+        else {
+            return Ok(());
+        };
+        let span = (|| {
+            let Container::Alloc(array) = self.field(self.root, "routes")?.as_array()? else {
+                return None;
+            };
+            let element = array.array.iter().nth(index)?;
+            self.field_span(element, "client_auth_exempt")
+                .or_else(|| self.field_span(element, "protocol"))
+        })();
+        let mut diagnostic = Diagnostic::error()
+            .with_message(format!(
+                "routes[{index}]: the '{protocol} route `{}` would be open without a client certificate: sozu checks listeners.client_auth on the https listener only",
+                route.host
+            ))
+            .with_notes(vec![
+                "listeners.client_auth.mode is 'required, yet sozu 2.3.3's TCP and UDP listeners verify no client certificate (its TCP listener has no TLS configuration; a passed-through ClientHello goes to the backend untouched): any client that reaches the route's port gets in.".into(),
+                "If that is meant (the backend authenticates its clients itself, or `allowed_sources` is narrow enough), say so on the route: `client_auth_exempt = true`. Otherwise remove the route, or have the backend check the device certificates (a 'tls_passthrough backend terminates TLS itself).".into(),
+            ]);
+        if let Some((file, range)) = span {
+            diagnostic = diagnostic
+                .with_labels(vec![Label::primary(file, range).with_message("this route")]);
+        }
+        Err(ContractError::invalid(self.render(&[diagnostic])))
     }
 
     /// An error page is sent to every client of its route, so it must be a file of the

@@ -435,6 +435,7 @@ fn record_kinds() -> Vec<RecordKind> {
         kind::<model::RawPropagation>(&["propagation"], "`acme.propagation`"),
         kind::<model::RawTraffic>(&["traffic"], "`traffic`"),
         kind::<model::RawAccessLog>(&["access_log"], "`traffic.access_log`"),
+        kind::<model::RawTraefik>(&["traefik"], "`traefik`"),
     ]
 }
 

@@ -54,6 +54,8 @@ pub struct Limits {
     pub root: Option<PathBuf>,
     /// What the workspace is evaluated for.
     pub target: crate::evaluate::contract::Target,
+    /// The port of the agent's admin server (`--admin-address`): no route may take it.
+    pub admin_port: u16,
 }
 
 impl Default for Limits {
@@ -64,6 +66,7 @@ impl Default for Limits {
             memory_bytes: 4 << 30,
             root: None,
             target: crate::evaluate::contract::Target::Agent,
+            admin_port: contract::DEFAULT_ADMIN_PORT,
         }
     }
 }
@@ -125,12 +128,20 @@ pub fn evaluate_input(
         .env_clear()
         .arg(CHILD_SUBCOMMAND)
         .arg("--memory-limit")
-        .arg(memory.to_string());
+        .arg(memory.to_string())
+        .arg("--admin-port")
+        .arg(limits.admin_port.to_string());
     if let Some(root) = &limits.root {
         command.arg("--root").arg(root);
     }
-    if limits.target == crate::evaluate::contract::Target::SozuToml {
-        command.arg("--for-sozu-toml");
+    match limits.target {
+        contract::Target::Agent => {}
+        contract::Target::SozuToml => {
+            command.arg("--for-sozu-toml");
+        }
+        contract::Target::K8s => {
+            command.arg("--for-k8s");
+        }
     }
     let text = match input {
         Input::File(path) => {
@@ -307,6 +318,7 @@ pub fn child_main(
     memory_bytes: u64,
     name: Option<&str>,
     target: contract::Target,
+    admin_port: u16,
 ) -> i32 {
     // The cap is best effort: without it the deadline still bounds the child.
     let _ = rlimit::setrlimit(rlimit::Resource::AS, memory_bytes, memory_bytes);
@@ -339,7 +351,7 @@ pub fn child_main(
     let evaluation = std::thread::Builder::new()
         .name("evaluate".into())
         .stack_size(stack)
-        .spawn(move || contract::evaluate_input_for(&input, root.as_deref(), target));
+        .spawn(move || contract::evaluate_input_for(&input, root.as_deref(), target, admin_port));
     let report = match evaluation.map(|h| h.join()) {
         Ok(Ok(Ok(workspace))) => Report::Ok(Box::new(workspace)),
         Ok(Ok(Err(ContractError::Unreadable { path, reason }))) => {

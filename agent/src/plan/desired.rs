@@ -23,8 +23,8 @@ use crate::plan::state::{
 };
 use crate::plan::state::{ClientAuthState, ListenerSettings};
 use crate::workspace::{
-    ClientAuthMode, HeaderPolicy, HttpRoute, ListenerPolicy, Route, RouteKind, TlsVersion,
-    Upstream, UpstreamProtocol, Workspace,
+    ClientAuthMode, HeaderPolicy, HttpRoute, ListenerPolicy, Route, RouteKind, RoutePolicy,
+    TlsVersion, Upstream, UpstreamProtocol, Workspace,
 };
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -55,12 +55,14 @@ fn listener_settings(policy: &ListenerPolicy) -> ListenerSettings {
             ..ClientAuthState::default()
         }),
         http2: policy.http2,
+        // Per UDP listener, from its route: `Desired::listener_settings_at`.
+        max_datagram_size: 0,
     }
 }
 
 /// How a route's DNS upstream becomes backends.
 #[derive(Clone, Copy)]
-pub enum Names<'a> {
+pub enum DnsUpstreams<'a> {
     /// One backend per address the name resolved to; none while it has never resolved.
     Resolved(&'a BTreeMap<String, Vec<IpAddr>>),
     /// One backend naming the host and port as written, for a configuration file that sozu
@@ -70,7 +72,7 @@ pub enum Names<'a> {
 
 /// Why a route is not (fully) in the desired state.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Held {
+pub enum HeldBack {
     /// No valid certificate for the host yet: its frontends wait, so clients never get sozu's
     /// default certificate for it.
     NoCertificate,
@@ -79,7 +81,7 @@ pub enum Held {
 /// Everything the workspace routes, every route with its frontends: listeners, clusters and
 /// their backends, frontends. No certificates: the live path attaches the validated ones
 /// ([`build`]); a rendered file names the files sozu loads.
-pub fn routes(workspace: &Workspace, names: Names<'_>) -> Desired {
+pub fn routes(workspace: &Workspace, names: DnsUpstreams<'_>) -> Desired {
     let https = workspace.listeners.https;
     let http = workspace.listeners.http;
     let mut desired = Desired::default();
@@ -102,11 +104,9 @@ pub fn routes(workspace: &Workspace, names: Names<'_>) -> Desired {
         mark_hsts(&mut desired, route);
         let ip = https.ip();
         match &route.kind {
-            RouteKind::Http(kind) => {
-                desired
-                    .frontends
-                    .extend(frontends(route, kind, &workspace.headers, https, http))
-            }
+            RouteKind::Http(kind) => desired
+                .frontends
+                .extend(frontends(route, kind, &workspace.headers, https, http).map(Arc::new)),
             RouteKind::Tcp(stream) => {
                 let address = SocketAddr::new(ip, stream.listen_port);
                 stream_frontend(&mut desired, route, Protocol::Tcp, address, None);
@@ -119,6 +119,9 @@ pub fn routes(workspace: &Workspace, names: Names<'_>) -> Desired {
             RouteKind::Udp(udp) => {
                 let address = SocketAddr::new(ip, udp.listen_port);
                 stream_frontend(&mut desired, route, Protocol::Udp, address, None);
+                if let Some(size) = udp.max_datagram_size {
+                    desired.datagram_sizes.insert(address, size);
+                }
             }
         }
     }
@@ -172,25 +175,47 @@ pub fn policies(desired: &mut Desired, workspace: &Workspace, files: &PolicyFile
 
 /// A route's cluster policy.
 pub fn cluster_policy(route: &Route, files: &PolicyFiles) -> ClusterPolicy {
-    let policy = route.policy();
+    // Each field of a route's policy goes to the cluster or to the frontend
+    // ([`frontend_policy`]): a new one fails to compile until it is placed.
+    let RoutePolicy {
+        basic_auth,
+        // Read through `route.limits()`, which every kind has (below).
+        limits: _,
+        error_pages,
+        redirect: _,
+        rewrite: _,
+        headers: _,
+    } = route.policy();
     let mut cluster = ClusterPolicy::default();
-    if let Some(auth) = &policy.basic_auth {
+    if let Some(auth) = basic_auth {
         if let Some(users) = files.users.get(&auth.users_file) {
             cluster.authorized_hashes = users.to_vec();
         }
         cluster.www_authenticate = Some(format!("Basic realm=\"{}\"", auth.realm));
     }
-    if let Some(limits) = &policy.limits {
+    // On every kind: sozu 2.3.3 applies a cluster's limits to HTTP requests (a 429), to TCP
+    // connections (closed: `TcpSession::connect_to_backend`, lib/src/tcp.rs) and to UDP flows
+    // (a new flow dropped: `UdpProxy::cluster_config_for`, lib/src/udp.rs). Only HTTP has an
+    // answer to carry `Retry-After`.
+    if let Some(limits) = route.limits() {
         cluster.max_connections_per_ip = limits.connections_per_ip;
         cluster.max_connections_per_subnet = limits.connections_per_subnet;
-        cluster.retry_after = Some(limits.retry_after);
+        cluster.retry_after = match &route.kind {
+            RouteKind::Http(_) => Some(limits.retry_after),
+            RouteKind::Tcp(_) | RouteKind::TlsPassthrough(_) | RouteKind::Udp(_) => None,
+        };
     }
-    cluster.answers = answers(&policy.error_pages, files);
+    cluster.answers = answers(error_pages, files);
     cluster.proxy_protocol = match &route.kind {
         RouteKind::Tcp(stream) | RouteKind::TlsPassthrough(stream) => stream.proxy_protocol,
         RouteKind::Http(_) | RouteKind::Udp(_) => false,
     };
     cluster.http2 = route.upstream_protocol() == UpstreamProtocol::H2c;
+    cluster.sticky_session = match &route.kind {
+        RouteKind::Http(http) => http.sticky,
+        RouteKind::Tcp(_) | RouteKind::TlsPassthrough(_) | RouteKind::Udp(_) => false,
+    };
+    cluster.load_balancing = route.balancing;
     cluster
 }
 
@@ -227,8 +252,18 @@ pub fn policy_file_paths(workspace: &Workspace) -> (Vec<&Path>, Vec<&Path>) {
 /// What a route's HTTPS frontend does besides routing: the workspace's header edits, then the
 /// route's, its redirect, rewrites, and credentials; `None` when nothing.
 fn frontend_policy(route: &Route, workspace_headers: &HeaderPolicy) -> Option<Arc<FrontendPolicy>> {
-    let policy = route.policy();
-    let headers = workspace_headers.then(&policy.headers);
+    // The frontend's share of the route's policy; the rest is the cluster's
+    // ([`cluster_policy`]). Credentials are in both: the frontend requires them, the cluster
+    // holds them.
+    let RoutePolicy {
+        redirect,
+        rewrite,
+        headers,
+        basic_auth,
+        limits: _,
+        error_pages: _,
+    } = route.policy();
+    let headers = workspace_headers.then(headers);
     let mut edits = Vec::new();
     for (response, side) in [(false, &headers.request), (true, &headers.response)] {
         let remove = |name: &String| HeaderEdit {
@@ -250,17 +285,17 @@ fn frontend_policy(route: &Route, workspace_headers: &HeaderPolicy) -> Option<Ar
         }
     }
     // sozu builds a redirect's `Location` from the frontend's rewrites.
-    let (rewrite_host, rewrite_path, rewrite_port) = match &policy.redirect {
+    let (rewrite_host, rewrite_path, rewrite_port) = match redirect {
         Some(r) => (r.host.clone(), r.path.clone(), r.port),
-        None => (None, policy.rewrite.path.clone(), None),
+        None => (None, rewrite.path.clone(), None),
     };
     let frontend = FrontendPolicy {
-        redirect: policy.redirect.as_ref().map(|r| (r.status, r.scheme)),
+        redirect: redirect.as_ref().map(|r| (r.status, r.scheme)),
         rewrite_host,
         rewrite_path,
         rewrite_port,
         headers: edits,
-        required_auth: policy.basic_auth.is_some(),
+        required_auth: basic_auth.is_some(),
     };
     (!frontend.is_empty()).then(|| Arc::new(frontend))
 }
@@ -275,8 +310,8 @@ pub fn build(
     certificates: &BTreeMap<String, Certificate>,
     files: &PolicyFiles,
     actual: Option<&Actual>,
-) -> (Desired, BTreeMap<String, Held>) {
-    let mut desired = routes(workspace, Names::Resolved(resolved));
+) -> (Desired, BTreeMap<String, HeldBack>) {
+    let mut desired = routes(workspace, DnsUpstreams::Resolved(resolved));
     policies(&mut desired, workspace, files);
     let mut held = BTreeMap::new();
     if let Some(actual) = actual {
@@ -309,7 +344,7 @@ pub fn build(
 /// keeps it until the host's pair is read (see the module).
 pub fn host(
     desired: &mut Desired,
-    held: &mut BTreeMap<String, Held>,
+    held: &mut BTreeMap<String, HeldBack>,
     name: &str,
     routes: &[&Route],
     workspace: &Workspace,
@@ -349,13 +384,14 @@ pub fn host(
             // Routes of their own port hold no certificate: `build` hands `host` none of them.
             RouteKind::Tcp(_) | RouteKind::TlsPassthrough(_) | RouteKind::Udp(_) => continue,
         };
-        let [https, http] = frontends(route, kind, headers, listeners.https, listeners.http);
+        let [https, http] =
+            frontends(route, kind, headers, listeners.https, listeners.http).map(Arc::new);
         if served {
             held.remove(&route.id);
             desired.frontends.insert(https);
             desired.frontends.insert(http);
         } else {
-            held.insert(route.id.clone(), Held::NoCertificate);
+            held.insert(route.id.clone(), HeldBack::NoCertificate);
             desired.frontends.remove(&https);
             desired.frontends.remove(&http);
         }
@@ -371,7 +407,7 @@ pub fn cluster(
     resolved: &BTreeMap<String, Vec<IpAddr>>,
     actual: Option<&Actual>,
 ) {
-    let mut wanted = backends(route, Names::Resolved(resolved));
+    let mut wanted = backends(route, DnsUpstreams::Resolved(resolved));
     let in_rotation = || route.upstreams.iter().filter(|u| !u.drain);
     let all_names = in_rotation().next().is_some()
         && in_rotation().all(|u| matches!(u.upstream, Upstream::Dns { .. }));
@@ -381,7 +417,7 @@ pub fn cluster(
         }
     }
     desired.clusters.insert(route.id.clone(), wanted);
-    mark_drained(desired, route, Names::Resolved(resolved));
+    mark_drained(desired, route, DnsUpstreams::Resolved(resolved));
     match &route.health {
         Some(check) => {
             desired
@@ -408,18 +444,28 @@ pub fn forget_cluster(desired: &mut Desired, id: &str) {
 /// Removes every HTTP and HTTPS frontend of `host` from the desired state, before [`host`]
 /// sets those of its routes as the workspace has them now.
 pub fn forget_frontends(desired: &mut Desired, host: &str) {
-    let stale: Vec<Frontend> = frontends_of(&desired.frontends, host).cloned().collect();
+    let stale: Vec<Arc<Frontend>> = frontends_of(&desired.frontends, host).cloned().collect();
     for frontend in &stale {
         desired.frontends.remove(frontend);
     }
 }
 
-/// Notes the backends of the route's drained upstreams (see [`Desired::drained_backends`]).
-fn mark_drained(desired: &mut Desired, route: &Route, names: Names<'_>) {
+/// Notes the backends of an HTTP route's drained upstreams (see [`Desired::drained_backends`]).
+///
+/// A route of its own port notes none: its drained backends leave the cluster (no new
+/// connection goes to them) and their sessions go on until they close, as the contract says.
+/// sozu's `CloseSessions` closes a TCP session at once whatever it is doing
+/// (`Server::close_sessions`, `lib/src/server.rs`: a TCP session is always ready to shut
+/// down), which would cut an SSH session or a database's connections on a drain.
+fn mark_drained(desired: &mut Desired, route: &Route, names: DnsUpstreams<'_>) {
+    let closes_sessions = match &route.kind {
+        RouteKind::Http(_) => true,
+        RouteKind::Tcp(_) | RouteKind::TlsPassthrough(_) | RouteKind::Udp(_) => false,
+    };
     let drained: BTreeSet<String> = route
         .upstreams
         .iter()
-        .filter(|u| u.drain)
+        .filter(|u| u.drain && closes_sessions)
         .flat_map(|u| addresses(&u.upstream, names))
         .map(|address| backend_id(&route.id, &address))
         .collect();
@@ -445,7 +491,7 @@ fn mark_hsts(desired: &mut Desired, route: &Route) {
     }
 }
 
-/// A route's frontends: HTTPS (hostname + path prefix) and HTTP, which the cluster's
+/// A route's frontends: HTTPS (hostname, path rule, method, header predicates) and HTTP, which the cluster's
 /// `https_redirect` turns into a redirect. Tagged so the agent knows its own.
 fn frontends(
     route: &Route,
@@ -460,7 +506,9 @@ fn frontends(
         protocol,
         address,
         hostname: route.host.clone(),
-        path_prefix: kind.path_prefix.clone(),
+        path: kind.path.rule(),
+        method: kind.method.clone(),
+        header_predicates: kind.match_headers.clone(),
         cluster_id: Some(route.id.clone()),
         tags: tags.clone(),
         hsts: None,
@@ -484,7 +532,7 @@ fn frontends(
 /// each with its upstream's weight. A backend's id is its route's id and its address, so a
 /// changed address is a new backend added before the old one goes; an address two upstreams
 /// share is one backend, with the first one's weight.
-pub fn backends(route: &Route, names: Names<'_>) -> Backends {
+pub fn backends(route: &Route, names: DnsUpstreams<'_>) -> Backends {
     let mut backends = Backends::default();
     for upstream in route.upstreams.iter().filter(|u| !u.drain) {
         for address in addresses(&upstream.upstream, names) {
@@ -503,15 +551,15 @@ pub fn backends(route: &Route, names: Names<'_>) -> Backends {
 }
 
 /// The addresses an upstream stands for.
-pub fn addresses(upstream: &Upstream, names: Names<'_>) -> Vec<Address> {
+pub fn addresses(upstream: &Upstream, names: DnsUpstreams<'_>) -> Vec<Address> {
     match (upstream, names) {
-        (Upstream::Dns { name, port }, Names::Resolved(resolved)) => resolved
+        (Upstream::Dns { name, port }, DnsUpstreams::Resolved(resolved)) => resolved
             .get(name)
             .into_iter()
             .flatten()
             .map(|ip| Address::Ip(SocketAddr::new(*ip, *port)))
             .collect(),
-        (Upstream::Dns { name, port }, Names::AsWritten) => vec![Address::Name {
+        (Upstream::Dns { name, port }, DnsUpstreams::AsWritten) => vec![Address::Name {
             name: name.clone(),
             port: *port,
         }],
@@ -560,7 +608,7 @@ mod tests {
             "svc.ns".to_owned(),
             vec!["10.0.0.1".parse().unwrap(), "fd00::1".parse().unwrap()],
         )]);
-        let live = routes(&ws, Names::Resolved(&resolved));
+        let live = routes(&ws, DnsUpstreams::Resolved(&resolved));
         let ids: Vec<&String> = live.clusters["pi-a.in.example.org"].keys().collect();
         assert_eq!(
             ids,
@@ -569,7 +617,7 @@ mod tests {
                 "pi-a.in.example.org-[fd00::1]:80"
             ]
         );
-        let file = routes(&ws, Names::AsWritten);
+        let file = routes(&ws, DnsUpstreams::AsWritten);
         let addresses: Vec<String> = file.clusters["pi-a.in.example.org"]
             .values()
             .map(|b| b.address.to_string())
@@ -579,7 +627,7 @@ mod tests {
             live.frontends, file.frontends,
             "the same frontends either way"
         );
-        let unresolved = routes(&ws, Names::Resolved(&BTreeMap::new()));
+        let unresolved = routes(&ws, DnsUpstreams::Resolved(&BTreeMap::new()));
         assert!(unresolved.clusters["pi-a.in.example.org"].is_empty());
     }
 }

@@ -13,9 +13,9 @@
 //! the workspace's page for that status (a route's) or by a plain page of the status
 //! ([`crate::plan::route_policy::plain_answer`]).
 //!
-//! Frontend swaps. sozu keys a frontend by its address, hostname and path: a frontend whose
-//! policy (or cluster, or HSTS) changes must be removed and added again, and a request between
-//! the two would find none (a 404). sozu matches a hostname's exact spelling before a spelling
+//! Frontend swaps. sozu keys a frontend by its address, hostname, path rule, method and header
+//! predicates: a frontend whose policy (or cluster, or HSTS) changes must be removed and added
+//! again, and a request between the two would find none (a 404). sozu matches a hostname's exact spelling before a spelling
 //! whose first label is a pattern (`/app/.in.example.org` for `app.in.example.org`), and passes a
 //! request on when none of a spelling's rules matches its path. So a host whose frontends change
 //! moves them all to its other spelling: the new ones are added first, the old ones removed
@@ -23,6 +23,18 @@
 //! the pattern spelling, the exact spelling's frontends go least specific first (a shorter prefix
 //! left there would take the requests of a longer one already moved); towards the exact
 //! spelling, the new frontends come most specific first.
+//!
+//! Frontend order. sozu 2.3.3 holds a host's frontends in the order it was given them, and
+//! where two tie for a request (the same prefix with and without a method, two regexes that
+//! both match, a regex and a prefix as long as the path) it serves the later one
+//! (`select_tree_rule` in sozu-lib's `router/mod.rs`). A restarted worker is given them again in
+//! the order of sozu's keys for them (`ConfigState`'s map, [`Frontend::match_key`]). So the agent
+//! gives them in that same order: a host whose frontends all match by prefix alone never ties
+//! (the longer prefix wins) and is planned as it always was; any other host's new frontends go
+//! one after the other in key order, and a new one that files before one sozu holds makes the
+//! host swap spellings, which adds all of them again in order. During such a swap towards the
+//! exact spelling a request may, for one step, be served by a frontend of its route's host that
+//! is added before the one that wins it (docs/agent.md, "Frontends").
 //!
 //! Ownership: the agent changes only clusters whose id starts with [`ID_PREFIX`], frontends tagged
 //! [`crate::plan::state::OWNER_TAG`], and certificates on its HTTPS listener whose names all lie in
@@ -48,7 +60,7 @@ pub mod route_policy;
 mod shadow;
 pub mod state;
 
-pub use ops::{scope_of, summary, Op, Outcome, Scope};
+pub use ops::{listener_routes, scope_of, summary, Op, Outcome, Scope};
 pub use order::{depends_on, phase};
 pub use shadow::{apply, refusal};
 
@@ -88,7 +100,7 @@ pub fn plan_scope(actual: &Actual, desired: &Desired, scope: &Scope) -> Vec<Op> 
     if scope.everything {
         // 1. Listeners.
         for (&address, &protocol) in &desired.listeners {
-            let wanted_settings = desired.listener_settings.for_protocol(protocol);
+            let wanted_settings = desired.listener_settings_at(address, protocol);
             let settings = || Box::new(wanted_settings.clone());
             match actual.listeners.get(&address) {
                 None => {
@@ -358,7 +370,7 @@ fn cluster_policy_to_hold(
 /// spellings (see the module).
 fn plan_frontends(actual: &Actual, desired: &Desired, host: &str, ops: &mut Vec<Op>) {
     // Per listener: (the agent's frontends in sozu, the wanted ones).
-    type Sides<'a> = (Vec<&'a Frontend>, Vec<&'a Frontend>);
+    type Sides<'a> = (Vec<&'a Arc<Frontend>>, Vec<&'a Arc<Frontend>>);
     let mut listeners: BTreeMap<(Protocol, SocketAddr), Sides> = BTreeMap::new();
     for frontend in frontends_of(&actual.frontends, host).filter(|f| f.is_owned()) {
         let key = (frontend.protocol, frontend.address);
@@ -375,32 +387,72 @@ fn plan_frontends(actual: &Actual, desired: &Desired, host: &str, ops: &mut Vec<
 
 /// One host's frontends on one listener: `present` (the agent's, in sozu) becomes `wanted`
 /// (spelled exactly).
-fn plan_listener_frontends(present: &[&Frontend], wanted: &[&Frontend], ops: &mut Vec<Op>) {
+fn plan_listener_frontends(
+    present: &[&Arc<Frontend>],
+    wanted: &[&Arc<Frontend>],
+    ops: &mut Vec<Op>,
+) {
     let spelling = match present.first() {
         Some(first) if present.iter().all(|f| f.alias == first.alias) => Some(first.alias),
         Some(_) => None,
         None => Some(false),
     };
-    let same_path = |f: &Frontend, g: &Frontend| f.path_prefix == g.path_prefix;
-    // A path both hold, with another frontend in sozu than the workspace asks for.
+    let same = |f: &Frontend, g: &Frontend| f.same_match(g);
+    // A match both hold, with another frontend in sozu than the workspace asks for.
     let changed = present.iter().any(|p| {
         wanted
             .iter()
-            .any(|w| same_path(p, w) && p.spelled(false) != **w)
+            .any(|w| same(p, w) && p.spelled(false) != ***w)
     });
+    // Whether the order sozu holds the host's frontends in can decide a request (see the
+    // module, "Frontend order").
+    let ordered = present
+        .iter()
+        .chain(wanted.iter())
+        .any(|f| !f.prefix_only());
     if let (Some(alias), false) = (spelling, changed) {
-        // Routes added or removed, none changed: no swap.
-        for p in present {
-            if !wanted.iter().any(|w| same_path(p, w)) {
-                ops.push(Op::RemoveFrontend((*p).clone()));
+        let kept: Vec<&Arc<Frontend>> = present
+            .iter()
+            .filter(|p| wanted.iter().any(|w| same(p, w)))
+            .copied()
+            .collect();
+        let mut added: Vec<&Arc<Frontend>> = wanted
+            .iter()
+            .filter(|w| !present.iter().any(|p| same(p, w)))
+            .copied()
+            .collect();
+        // A frontend sozu would hold after one it files after: the host's frontends are all
+        // added again, in order, under the other spelling.
+        let out_of_order = ordered
+            && added.iter().any(|w| {
+                kept.iter()
+                    .any(|p| !(w.prefix_only() && p.prefix_only()) && w.match_key() < p.match_key())
+            });
+        if !out_of_order {
+            // Routes added or removed, none changed: no swap.
+            for p in present {
+                if !wanted.iter().any(|w| same(p, w)) {
+                    ops.push(Op::RemoveFrontend(Arc::clone(p)));
+                }
             }
-        }
-        for w in wanted {
-            if !present.iter().any(|p| same_path(p, w)) {
-                ops.push(Op::AddFrontend(w.spelled(alias)));
+            if added.len() > 1 && added.iter().any(|f| !f.prefix_only()) {
+                // One after the other, in sozu's order: the requests of one phase go
+                // concurrently.
+                added.sort_by_key(|f| f.match_key());
+                for (step, w) in added.iter().enumerate() {
+                    ops.push(Op::SwapFrontend {
+                        frontend: Frontend::spelled_shared(w, alias),
+                        add: true,
+                        step: u16::try_from(step).unwrap_or(u16::MAX),
+                    });
+                }
+            } else {
+                for w in added {
+                    ops.push(Op::AddFrontend(Frontend::spelled_shared(w, alias)));
+                }
             }
+            return;
         }
-        return;
     }
     // A swap, to the other spelling; from a mixed state, to the spelling with fewest frontends
     // in the way (see `swap_target`).
@@ -408,16 +460,16 @@ fn plan_listener_frontends(present: &[&Frontend], wanted: &[&Frontend], ops: &mu
         Some(from) => (!from, Vec::new()),
         None => swap_target(present, wanted),
     };
-    let mut new: Vec<Frontend> = wanted
+    let mut new: Vec<Arc<Frontend>> = wanted
         .iter()
-        .map(|w| w.spelled(alias))
+        .map(|w| Frontend::spelled_shared(w, alias))
         .filter(|w| !present.contains(&w))
         .collect();
-    let mut old: Vec<Frontend> = present
+    let mut old: Vec<Arc<Frontend>> = present
         .iter()
-        .filter(|p| !new.contains(p) && !wanted.iter().any(|w| w.spelled(alias) == ***p))
+        .filter(|p| !new.contains(p) && !wanted.iter().any(|w| w.spelled(alias) == ****p))
         .filter(|p| !blockers.contains(p))
-        .map(|p| (*p).clone())
+        .map(|p| Arc::clone(p))
         .collect();
     // What stands in the way goes first: sozu refuses a frontend under a key it holds.
     let first = u16::from(!blockers.is_empty());
@@ -428,19 +480,29 @@ fn plan_listener_frontends(present: &[&Frontend], wanted: &[&Frontend], ops: &mu
             step: 0,
         });
     }
-    let specificity = |f: &Frontend| f.path_prefix.len();
-    if alias {
+    let specificity = |f: &Frontend| f.path.value.len();
+    if ordered {
+        // Added in sozu's order, each after the one before; removed from the least likely to
+        // win a request to the most (see the module, "Frontend order").
+        new.sort_by_key(|f| f.match_key());
+        old.sort_by(|a, b| precedence(a, b));
+    } else if alias {
         // The exact spelling empties least specific first.
-        old.sort_by_key(specificity);
+        old.sort_by_key(|f| specificity(f));
     } else {
         // The exact spelling fills most specific first.
         new.sort_by_key(|f| std::cmp::Reverse(specificity(f)));
     }
-    let steps = |list: &[Frontend], ordered: bool| -> Vec<u16> {
+    let steps = |list: &[Arc<Frontend>], grouped: bool| -> Vec<u16> {
         let mut steps = Vec::with_capacity(list.len());
         let mut step = 0u16;
         for (i, f) in list.iter().enumerate() {
-            if ordered && i > 0 && specificity(&list[i - 1]) != specificity(f) {
+            let next = if ordered {
+                i > 0
+            } else {
+                grouped && i > 0 && specificity(&list[i - 1]) != specificity(f)
+            };
+            if next {
                 step = step.saturating_add(1);
             }
             steps.push(step);
@@ -464,6 +526,35 @@ fn plan_listener_frontends(present: &[&Frontend], wanted: &[&Frontend], ops: &mu
     }
 }
 
+/// The order of a host's frontends from the least likely to win a request in sozu 2.3.3 to
+/// the most (`select_tree_rule` in sozu-lib's `router/mod.rs`): those with header predicates
+/// outrank those without; within each, a regex or exact rule with a method wins outright (the
+/// first sozu holds, so the later key ranks lower); then a regex without a method (the last
+/// sozu holds); then prefixes, a longer one above a shorter, one with a method above one
+/// without.
+fn precedence(a: &Frontend, b: &Frontend) -> std::cmp::Ordering {
+    use crate::plan::state::PathKind;
+    let class = |f: &Frontend| {
+        let decisive = f.path.kind != PathKind::Prefix && f.method.is_some();
+        let regex = f.path.kind != PathKind::Prefix;
+        (!f.header_predicates.is_empty(), decisive, regex)
+    };
+    class(a).cmp(&class(b)).then_with(|| {
+        let (_, decisive, regex) = class(a);
+        if decisive {
+            b.match_key().cmp(&a.match_key())
+        } else if regex {
+            a.match_key().cmp(&b.match_key())
+        } else {
+            (a.path.value.len(), a.method.is_some(), a.match_key()).cmp(&(
+                b.path.value.len(),
+                b.method.is_some(),
+                b.match_key(),
+            ))
+        }
+    })
+}
+
 /// Where a host's frontends on one listener go from a mixed state, some under each spelling:
 /// a swap cut short (the agent killed between its additions and its removals) leaves one. sozu
 /// keys a frontend by its spelling and path and refuses a second under the same key, so a
@@ -473,21 +564,27 @@ fn plan_listener_frontends(present: &[&Frontend], wanted: &[&Frontend], ops: &mu
 /// the target (an interrupted swap's own target has none), then the one already holding most of
 /// what is wanted, then the exact one. Returns whether the target is the pattern spelling, and
 /// the blockers.
-fn swap_target(present: &[&Frontend], wanted: &[&Frontend]) -> (bool, Vec<Frontend>) {
+fn swap_target(
+    present: &[&Arc<Frontend>],
+    wanted: &[&Arc<Frontend>],
+) -> (bool, Vec<Arc<Frontend>>) {
     let judge = |alias: bool| {
-        let blockers: Vec<Frontend> = present
+        let blockers: Vec<Arc<Frontend>> = present
             .iter()
             .filter(|p| p.alias == alias)
             .filter(|p| {
                 wanted
                     .iter()
-                    .any(|w| w.path_prefix == p.path_prefix && w.spelled(alias) != ***p)
+                    .any(|w| w.same_match(p) && w.spelled(alias) != ****p)
             })
-            .map(|p| (*p).clone())
+            .map(|p| Arc::clone(p))
             .collect();
         let held = wanted
             .iter()
-            .filter(|w| present.contains(&&w.spelled(alias)))
+            .filter(|w| {
+                let spelled = w.spelled(alias);
+                present.iter().any(|p| ***p == spelled)
+            })
             .count();
         (blockers, held)
     };

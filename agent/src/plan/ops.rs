@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::plan::state::{
-    Backend, Certificate, ClientAuthState, ClusterPolicy, Frontend, HealthCheck, Hsts,
+    Backend, Certificate, ClientAuthState, ClusterPolicy, Desired, Frontend, HealthCheck, Hsts,
     ListenerSettings, Protocol, StreamFrontend,
 };
 
@@ -60,7 +60,7 @@ pub enum Op {
     /// not use (`add`), then the ones they replace removed, `step` ordering the steps of one
     /// swap (see `crate::plan`, "Frontend swaps").
     SwapFrontend {
-        frontend: Frontend,
+        frontend: Arc<Frontend>,
         add: bool,
         step: u16,
     },
@@ -88,8 +88,9 @@ pub enum Op {
         address: SocketAddr,
         fingerprint: String,
     },
-    RemoveFrontend(Frontend),
-    AddFrontend(Frontend),
+    /// A frontend is shared with the state it comes from (see [`crate::plan::state::Desired`]).
+    RemoveFrontend(Arc<Frontend>),
+    AddFrontend(Arc<Frontend>),
     /// A frontend of a route of its own port (TCP, TLS passed through, UDP).
     AddStreamFrontend(StreamFrontend),
     RemoveStreamFrontend(StreamFrontend),
@@ -193,7 +194,7 @@ impl Op {
                 if *add { "add" } else { "remove" },
                 f.protocol,
                 f.sozu_hostname(),
-                f.path_prefix,
+                f.match_label(),
                 f.address
             ),
             Op::SetHealthCheck { cluster_id, .. } => format!("set health check of {cluster_id}"),
@@ -230,11 +231,17 @@ impl Op {
             } => format!("remove certificate {} on {address}", short(fingerprint)),
             Op::RemoveFrontend(f) => format!(
                 "remove {} frontend {}{} on {}",
-                f.protocol, f.hostname, f.path_prefix, f.address
+                f.protocol,
+                f.hostname,
+                f.match_label(),
+                f.address
             ),
             Op::AddFrontend(f) => format!(
                 "add {} frontend {}{} on {}",
-                f.protocol, f.hostname, f.path_prefix, f.address
+                f.protocol,
+                f.hostname,
+                f.match_label(),
+                f.address
             ),
             Op::RemoveBackend {
                 cluster_id,
@@ -316,6 +323,31 @@ impl Scope {
         self.everything |= other.everything;
         self.hosts.extend(other.hosts);
         self.clusters.extend(other.clusters);
+    }
+}
+
+/// The routes a request to make or open a route port's listener (TCP or UDP) is for, as
+/// `desired` places them: a refusal of it (a port sozu cannot bind, held by another process)
+/// keeps those routes from being served, and no other. Empty for any other request: the HTTP
+/// listeners are every HTTPS route's.
+pub fn listener_routes(desired: &Desired, op: &Op) -> BTreeSet<String> {
+    match op {
+        Op::AddListener {
+            protocol: protocol @ (Protocol::Tcp | Protocol::Udp),
+            address,
+            ..
+        }
+        | Op::ActivateListener {
+            protocol: protocol @ (Protocol::Tcp | Protocol::Udp),
+            address,
+            ..
+        } => desired
+            .stream_frontends
+            .iter()
+            .filter(|f| f.protocol == *protocol && f.address == *address)
+            .map(|f| f.cluster_id.clone())
+            .collect(),
+        _ => BTreeSet::new(),
     }
 }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::workspace::RedirectScheme;
+use crate::workspace::{Balancing, RedirectScheme};
 
 /// What an HTTPS frontend does besides routing to its cluster. Not part of the frontend's key in
 /// sozu: a changed policy is a new frontend (see `crate::plan`, "Frontend swaps").
@@ -58,6 +58,10 @@ pub struct ClusterPolicy {
     /// The backends speak HTTP/2 in clear text (sozu's `Cluster.http2`): sozu opens h2c
     /// connections to them, and its health probe speaks h2c too.
     pub http2: bool,
+    /// sozu's `Cluster.sticky_session`: a client keeps to the backend its cookie names.
+    pub sticky_session: bool,
+    /// sozu's `Cluster.load_balancing`.
+    pub load_balancing: Balancing,
 }
 
 impl ClusterPolicy {
@@ -81,6 +85,8 @@ impl fmt::Debug for ClusterPolicy {
             .field("answers", &self.answers.keys().collect::<Vec<_>>())
             .field("proxy_protocol", &self.proxy_protocol)
             .field("http2", &self.http2)
+            .field("sticky_session", &self.sticky_session)
+            .field("load_balancing", &self.load_balancing)
             .finish()
     }
 }

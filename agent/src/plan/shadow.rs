@@ -43,6 +43,9 @@ pub fn apply(actual: &mut Actual, op: &Op) {
                 if *protocol == crate::plan::state::Protocol::Https {
                     current.http2 = settings.http2;
                 }
+                if *protocol == crate::plan::state::Protocol::Udp {
+                    current.max_datagram_size = settings.max_datagram_size;
+                }
             }
         }
         Op::ActivateListener { address, .. } => {
@@ -128,6 +131,12 @@ pub fn apply(actual: &mut Actual, op: &Op) {
             actual.backends.remove(id);
             actual.health_checks.remove(id);
             actual.cluster_policies.remove(id);
+            // sozu takes the cluster's frontends with it (`ConfigState::remove_cluster`); a
+            // resync that leaves the frontends unread takes them from this shadow.
+            actual
+                .frontends
+                .retain(|f| f.cluster_id.as_deref() != Some(id.as_str()));
+            actual.stream_frontends.retain(|f| &f.cluster_id != id);
         }
         Op::SetListenerHsts { address, hsts } => match hsts {
             Some(hsts) => {
@@ -192,14 +201,14 @@ pub fn refusal(actual: &Actual, op: &Op) -> Option<String> {
             f.protocol == new.protocol
                 && f.address == new.address
                 && f.alias == new.alias
-                && f.path_prefix == new.path_prefix
+                && f.same_match(new)
         })
         .map(|_| {
             format!(
                 "{:?} frontend {}{} on {} already exists",
                 new.protocol,
                 new.sozu_hostname(),
-                new.path_prefix,
+                new.match_label(),
                 new.address
             )
         })

@@ -1,5 +1,5 @@
 use super::*;
-use crate::plan::state::{Certificate, Frontend};
+use crate::plan::state::{Certificate, Frontend, PathRule};
 use crate::plan::state::{KeyPem, OWNER_TAG};
 use crate::workspace::{Route, Upstream, Workspace};
 use std::net::SocketAddr;
@@ -28,6 +28,7 @@ pub(crate) fn cert(host: &str, serial: u8) -> Certificate {
     Certificate {
         other_names: std::sync::Arc::from([]),
         issuer: "CN=test".into(),
+        listed: None,
         fingerprint: format!("{serial:02x}{}", "ab".repeat(31)),
         chain: vec![format!("PEM {host} {serial}")].into(),
         key: KeyPem::new("key".into()),
@@ -153,17 +154,19 @@ fn what_the_agent_does_not_own_is_left_alone() {
     let https: SocketAddr = "127.0.0.1:8443".parse().unwrap();
     let mut actual = Actual::default();
     actual.clusters.insert("operator-app".into());
-    actual.frontends.insert(Frontend {
+    actual.frontends.insert(std::sync::Arc::new(Frontend {
         protocol: Protocol::Https,
         address: https,
         hostname: "app.example.org".into(),
-        path_prefix: "/".into(),
+        path: PathRule::prefix("/"),
+        method: None,
+        header_predicates: Vec::new(),
         cluster_id: Some("operator-app".into()),
         tags: Default::default(),
         hsts: None,
         policy: None,
         alias: false,
-    });
+    }));
     actual.certificates.entry(https).or_default().insert(
         &"ff".repeat(32),
         &BTreeSet::from(["app.example.org".to_owned()]),
@@ -511,7 +514,7 @@ fn a_changed_frontend_swaps_its_hosts_spelling_in_a_safe_order() {
         ops.iter()
             .filter_map(|o| match o {
                 Op::SwapFrontend { frontend, add, .. } if frontend.protocol == Protocol::Https => {
-                    Some((*add, frontend.path_prefix.clone(), frontend.alias))
+                    Some((*add, frontend.path.value.clone(), frontend.alias))
                 }
                 _ => None,
             })
@@ -565,10 +568,13 @@ fn port_routes(routes: &[(&str, u16, bool)]) -> Workspace {
                 drain: false,
             }],
             health: None,
+            balancing: Default::default(),
             kind: {
                 let stream = StreamRoute {
                     listen_port: port,
                     proxy_protocol: false,
+                    limits: None,
+                    client_auth_exempt: false,
                 };
                 if sni {
                     RouteKind::TlsPassthrough(stream)
@@ -714,4 +720,214 @@ fn a_swap_cut_short_is_finished_without_a_frontend_sozu_refuses() {
         .collect();
     assert_eq!(held.len(), 1, "{held:#?}");
     assert!(plan(&moved, &want).is_empty(), "converged");
+}
+
+/// A route of `host` at `path` to `upstream`, with `method`, its id as the workspace gives it.
+fn matched_route(
+    host: &str,
+    path: crate::workspace::PathMatch,
+    method: Option<&str>,
+    headers: Vec<crate::workspace::HeaderMatch>,
+    upstream: &str,
+) -> Route {
+    let mut route = Route::http(
+        host,
+        "/",
+        vec![crate::workspace::RouteUpstream {
+            upstream: Upstream::Ip {
+                address: upstream.parse().unwrap(),
+            },
+            weight: 1,
+            drain: false,
+        }],
+    );
+    let http = route.http_mut();
+    http.path = path;
+    http.method = method.map(str::to_owned);
+    http.match_headers = headers;
+    route.id = crate::workspace::http_route_id(host, route.http_mut());
+    route
+}
+
+/// sozu's route table for each host spelling on each listener, in the order sozu holds it:
+/// `ops` applied one after the other, as sozu receives them. Operations of one phase go
+/// concurrently, so two additions to one table in one phase must be ones whose order decides
+/// nothing (both matched by prefix alone).
+fn apply_to_tables(
+    tables: &mut BTreeMap<(Protocol, SocketAddr, String), Vec<Frontend>>,
+    ops: &[Op],
+) {
+    let mut added_in_phase: BTreeMap<(u32, Protocol, SocketAddr, String), Vec<Frontend>> =
+        BTreeMap::new();
+    for op in ops {
+        let (frontend, add) = match op {
+            Op::AddFrontend(f) => (f, true),
+            Op::RemoveFrontend(f) => (f, false),
+            Op::SwapFrontend { frontend, add, .. } => (frontend, *add),
+            _ => continue,
+        };
+        let table = (
+            frontend.protocol,
+            frontend.address,
+            frontend.sozu_hostname(),
+        );
+        let held = tables.entry(table.clone()).or_default();
+        if add {
+            let same_phase = added_in_phase
+                .entry((phase(op), table.0, table.1, table.2))
+                .or_default();
+            assert!(
+                same_phase
+                    .iter()
+                    .all(|other| other.prefix_only() && frontend.prefix_only()),
+                "{} and {} go to one table concurrently",
+                frontend.match_key(),
+                same_phase[0].match_key()
+            );
+            same_phase.push((**frontend).clone());
+            held.push((**frontend).clone());
+        } else {
+            held.retain(|f| !(f.same_match(frontend)));
+        }
+    }
+    tables.retain(|_, held| !held.is_empty());
+}
+
+/// The key order sozu replays a host's frontends in to a restarted worker is the order the
+/// agent gives them in, from a cold start and after an edit: where two frontends tie for a
+/// request (the same prefix with and without a method), sozu serves the later one, so the
+/// agent's order and a restarted worker's agree on who serves it.
+#[test]
+fn a_hosts_frontends_reach_sozu_in_the_order_it_replays_them() {
+    use crate::workspace::PathMatch;
+    let host = "api.in.example.org";
+    let c = cert(host, 1);
+    let routes = |method: &str| {
+        vec![
+            matched_route(
+                host,
+                PathMatch::Prefix("/v2".into()),
+                None,
+                vec![],
+                "10.0.0.1:80",
+            ),
+            matched_route(
+                host,
+                PathMatch::Prefix("/v2".into()),
+                Some(method),
+                vec![],
+                "10.0.0.2:80",
+            ),
+            matched_route(
+                host,
+                PathMatch::Exact("/v2/health".into()),
+                None,
+                vec![],
+                "10.0.0.3:80",
+            ),
+        ]
+    };
+    let ws = crate::workspace::test_workspace(std::path::Path::new("/tls"), routes("GET"));
+    let mut actual = Actual::default();
+    let mut tables = BTreeMap::new();
+    let ops = converge(&mut actual, &desired(&ws, std::slice::from_ref(&c)));
+    apply_to_tables(&mut tables, &ops);
+    let keys = |tables: &BTreeMap<(Protocol, SocketAddr, String), Vec<Frontend>>| {
+        tables
+            .iter()
+            .filter(|((protocol, _, _), _)| *protocol == Protocol::Https)
+            .map(|((_, _, name), held)| {
+                (
+                    name.clone(),
+                    held.iter().map(Frontend::match_key).collect::<Vec<_>>(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let held = keys(&tables);
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(
+        held[0].1,
+        [
+            "P/v2".to_owned(),
+            "P/v2;GET".to_owned(),
+            "R^/v2/health(?:\\?.*)?$".to_owned(),
+        ]
+    );
+
+    // The method of a route changes: its frontend is a new one (sozu keys it by its method),
+    // and it files before one sozu holds, so the host's frontends are added again in order
+    // under the other spelling, then the old ones go; sozu refuses none (`converge`).
+    let ws = crate::workspace::test_workspace(std::path::Path::new("/tls"), routes("POST"));
+    let ops = converge(&mut actual, &desired(&ws, std::slice::from_ref(&c)));
+    apply_to_tables(&mut tables, &ops);
+    let held = keys(&tables);
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0].0, "/api/.in.example.org");
+    let mut sorted = held[0].1.clone();
+    sorted.sort();
+    assert_eq!(held[0].1, sorted);
+    assert!(held[0].1.contains(&"P/v2;POST".to_owned()));
+    assert!(plan(&actual, &desired(&ws, &[c])).is_empty(), "converged");
+}
+
+/// A new route whose frontend files after every one its host holds is added alone, without
+/// moving the others.
+#[test]
+fn a_route_that_files_last_is_added_without_a_swap() {
+    use crate::workspace::PathMatch;
+    let host = "api.in.example.org";
+    let c = cert(host, 1);
+    let first = matched_route(
+        host,
+        PathMatch::Prefix("/v2".into()),
+        None,
+        vec![],
+        "10.0.0.1:80",
+    );
+    let mut ws =
+        crate::workspace::test_workspace(std::path::Path::new("/tls"), vec![first.clone()]);
+    let mut actual = Actual::default();
+    converge(&mut actual, &desired(&ws, std::slice::from_ref(&c)));
+    ws.routes.push(matched_route(
+        host,
+        PathMatch::Prefix("/v2".into()),
+        Some("GET"),
+        vec![],
+        "10.0.0.2:80",
+    ));
+    let ops = converge(&mut actual, &desired(&ws, std::slice::from_ref(&c)));
+    assert!(
+        ops.iter()
+            .all(|o| !matches!(o, Op::SwapFrontend { .. } | Op::RemoveFrontend(_))),
+        "{ops:#?}"
+    );
+    assert!(actual.frontends.iter().all(|f| !f.alias));
+}
+
+/// A drain on a route of its own port takes the backend out without closing its sessions: an
+/// SSH session or a database connection open to it goes on (docs/contract.md, "Kinds of
+/// routes"); an HTTP route's drain closes them (the test above).
+#[test]
+fn a_drain_on_a_tcp_route_keeps_the_sessions_open_to_the_drained_backend() {
+    let two = |drain: bool| {
+        let mut ws = port_routes(&[("db.in.example.org", 5432, false)]);
+        ws.routes[0].upstreams = (1..=2)
+            .map(|i| crate::workspace::RouteUpstream {
+                upstream: Upstream::Ip {
+                    address: format!("10.0.0.{i}:5432").parse().unwrap(),
+                },
+                weight: 1,
+                drain: drain && i == 1,
+            })
+            .collect();
+        ws
+    };
+    let mut actual = Actual::default();
+    converge(&mut actual, &desired(&two(false), &[]));
+    let drain = converge(&mut actual, &desired(&two(true), &[]));
+    assert!(
+        matches!(&drain[..], [Op::RemoveBackend { backend, .. }] if backend.address.to_string() == "10.0.0.1:5432"),
+        "{drain:?}"
+    );
 }

@@ -122,7 +122,8 @@ pub fn route(
         }
         let (kind, problem) = match health {
             BackendHealth::Down => (EventKind::BackendDown, true),
-            _ => (EventKind::BackendUp, false),
+            // `Unknown` was skipped above: nothing is said of it.
+            BackendHealth::Up | BackendHealth::Unknown => (EventKind::BackendUp, false),
         };
         out.push(Announcement::new(
             kind,
@@ -150,12 +151,15 @@ pub fn route(
     }
 }
 
-/// ` /path` for a route that is not its host's root, so that two routes of a host are told apart.
+/// ` /path` (or ` exact /v2 method GET`) for a route that is not its host's root, so that two
+/// routes of a host are told apart.
 fn route_suffix(route: &RouteStatus) -> String {
-    if route.path_prefix == "/" {
+    if route.path_prefix == "/" && route.matches.is_empty() {
         String::new()
-    } else {
+    } else if route.matches.is_empty() {
         format!(" {}", route.path_prefix)
+    } else {
+        format!(" {}", route.matches)
     }
 }
 
@@ -218,6 +222,7 @@ pub fn head(old: &Head, new: &Head, out: &mut Vec<Announcement>) {
             format!("client certificates: {problem}; the last good version stays in force"),
         ));
     }
+    traefik(old, new, out);
     let before: BTreeSet<&String> = old.sozu.policy_files_refused.iter().collect();
     for refused in &new.sozu.policy_files_refused {
         if !before.contains(refused) {
@@ -226,6 +231,52 @@ pub fn head(old: &Head, new: &Head, out: &mut Vec<Announcement>) {
                 None,
                 true,
                 format!("policy file refused (its last good version stays): {refused}"),
+            ));
+        }
+    }
+}
+
+/// A Traefik file or endpoint whose latest read was refused, or taken again; a router newly
+/// refused.
+fn traefik(old: &Head, new: &Head, out: &mut Vec<Announcement>) {
+    let (Some(was), Some(is)) = (&old.workspace.traefik, &new.workspace.traefik) else {
+        return;
+    };
+    for source in &is.sources {
+        let before = was.sources.iter().find(|s| s.source == source.source);
+        let before_error = before.and_then(|s| s.error.as_ref());
+        match (&source.error, before_error) {
+            (Some(error), previous) if previous != Some(error) => out.push(Announcement::new(
+                EventKind::WorkspaceRejected,
+                None,
+                true,
+                format!(
+                    "traefik {} refused ({}): {error}",
+                    source.kind,
+                    if source.last_good.is_some() {
+                        "its last good version stays"
+                    } else {
+                        "nothing of it is served"
+                    }
+                ),
+            )),
+            (None, Some(_)) if source.state == "ok" => out.push(Announcement::new(
+                EventKind::WorkspaceAccepted,
+                None,
+                false,
+                format!("traefik {} {} read again", source.kind, source.source),
+            )),
+            _ => {}
+        }
+    }
+    let before: BTreeSet<&String> = was.refused.iter().collect();
+    for refused in &is.refused {
+        if !before.contains(refused) {
+            out.push(Announcement::new(
+                EventKind::WorkspaceRejected,
+                None,
+                true,
+                format!("traefik: {refused}"),
             ));
         }
     }

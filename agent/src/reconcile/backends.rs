@@ -90,7 +90,32 @@ impl BackendTracker {
             (Op::RemoveCluster { id }, _) => {
                 self.no_available.remove(id);
             }
-            _ => {}
+            // Sessions closed with no count back (sozu gave none, or the request went nowhere),
+            // and every request that neither adds, removes or drains a backend nor removes a
+            // cluster: nothing the events' maps hold changes.
+            (
+                Op::CloseSessions { .. }
+                | Op::AddListener { .. }
+                | Op::PatchListener { .. }
+                | Op::ActivateListener { .. }
+                | Op::SetClientAuth { .. }
+                | Op::SetListenerHsts { .. }
+                | Op::AddCluster { .. }
+                | Op::SetListenerAnswers { .. }
+                | Op::SwapFrontend { .. }
+                | Op::SetHealthCheck { .. }
+                | Op::RemoveHealthCheck { .. }
+                | Op::AddCertificate { .. }
+                | Op::ReplaceCertificate { .. }
+                | Op::RemoveCertificate { .. }
+                | Op::RemoveFrontend(_)
+                | Op::AddFrontend(_)
+                | Op::AddStreamFrontend(_)
+                | Op::RemoveStreamFrontend(_)
+                | Op::DeactivateListener { .. }
+                | Op::RemoveListener { .. },
+                _,
+            ) => {}
         }
     }
 
@@ -188,7 +213,10 @@ impl Ledger {
             | ChangeKind::CertificateRemoved
             | ChangeKind::CertificateReplaced
             | ChangeKind::Loaded => (change.kind, None),
-            _ => (change.kind, change.cluster_id.clone()),
+            ChangeKind::ClusterAdded
+            | ChangeKind::ClusterRemoved
+            | ChangeKind::FrontendAdded
+            | ChangeKind::FrontendRemoved => (change.kind, change.cluster_id.clone()),
         };
         if let Some(times) = self.expected.get_mut(&key) {
             while times
@@ -215,7 +243,10 @@ impl Ledger {
             | ChangeKind::CertificateRemoved
             | ChangeKind::CertificateReplaced
             | ChangeKind::Loaded => Drift::Everything,
-            _ => match &change.cluster_id {
+            ChangeKind::ClusterAdded
+            | ChangeKind::ClusterRemoved
+            | ChangeKind::FrontendAdded
+            | ChangeKind::FrontendRemoved => match &change.cluster_id {
                 Some(id) if id.starts_with(ID_PREFIX) => Drift::Cluster(id.clone()),
                 _ => Drift::None,
             },
@@ -245,7 +276,21 @@ fn expected_change(op: &Op) -> Option<(ChangeKind, Option<String>)> {
         Op::AddCertificate { .. } => (ChangeKind::CertificateAdded, None),
         Op::ReplaceCertificate { .. } => (ChangeKind::CertificateReplaced, None),
         Op::RemoveCertificate { .. } => (ChangeKind::CertificateRemoved, None),
-        _ => return None,
+        // sozu's event stream reports none of these (`SubscribeEvents` speaks of clusters,
+        // frontends, certificates and loads only): nothing to expect.
+        Op::AddListener { .. }
+        | Op::PatchListener { .. }
+        | Op::ActivateListener { .. }
+        | Op::SetClientAuth { .. }
+        | Op::SetListenerHsts { .. }
+        | Op::SetListenerAnswers { .. }
+        | Op::SetHealthCheck { .. }
+        | Op::RemoveHealthCheck { .. }
+        | Op::AddBackend { .. }
+        | Op::DeactivateListener { .. }
+        | Op::RemoveListener { .. }
+        | Op::RemoveBackend { .. }
+        | Op::CloseSessions { .. } => return None,
     })
 }
 

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::plan::desired::{self, Held};
+use crate::plan::desired::{self, HeldBack};
 use crate::plan::edit::{changes, RouteIndex};
 use crate::plan::state::{Actual, Desired};
 use crate::plan::Scope;
@@ -22,7 +22,7 @@ use super::trackers::{CertTracker, DnsTracker};
 pub struct Model {
     workspace: Arc<Workspace>,
     desired: Desired,
-    held: BTreeMap<String, Held>,
+    held: BTreeMap<String, HeldBack>,
     /// Indexes into `workspace.routes`, and the files its policies name.
     index: RouteIndex,
     /// Upstream names that have not resolved yet.
@@ -219,7 +219,7 @@ impl Model {
         &self.desired
     }
 
-    pub fn held(&self) -> &BTreeMap<String, Held> {
+    pub fn held(&self) -> &BTreeMap<String, HeldBack> {
         &self.held
     }
 

@@ -139,6 +139,17 @@ pub fn decide(mode: ReadinessMode, facts: &Facts<'_>) -> Readiness {
         if refusal.client_auth {
             continue;
         }
+        // A route port's listener sozu could not bind is its routes' problem alone.
+        if !refusal.routes.is_empty() {
+            not_served.extend(
+                refusal
+                    .routes
+                    .iter()
+                    .filter_map(|id| model.route_by_id(id))
+                    .map(|r| r.id.as_str()),
+            );
+            continue;
+        }
         let scope = &refusal.scope;
         if scope.everything || (scope.hosts.is_empty() && scope.clusters.is_empty()) {
             refused_elsewhere = Some(refusal.message.as_str());

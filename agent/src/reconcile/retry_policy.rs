@@ -1,5 +1,6 @@
-//! The loop's error policy, in one place and pure: when to try sozu again after it could not be
-//! reached ([`Backoff`]) and when to send a request sozu refused again ([`Refusals`]). When sozu
+//! The loop's error policy, pure: how long to wait before trying sozu again after it could not
+//! be reached ([`Backoff`]: the numbers it is given, and the phases of the loop around it, are
+//! [`super::phase`]'s) and when to send a request sozu refused again ([`Refusals`]). When sozu
 //! must be read again because it is not the one the agent knew is
 //! [`crate::sozu::generation::should_resync`].
 //!
@@ -77,6 +78,10 @@ pub struct Refusal {
     pub message: String,
     /// The hosts and clusters it concerns: its routes show the refusal, and its retry plans them.
     pub scope: Scope,
+    /// The routes it alone keeps from being served, when `scope` is wider than they are: the
+    /// routes of a port whose listener sozu could not make or bind (its retry still plans
+    /// every listener). Their status shows it; the agent's readiness does not wait for it.
+    pub routes: BTreeSet<String>,
     /// It was the HTTPS listener's new client certificates: sozu keeps enforcing the ones it
     /// held, which the client-auth status reports (`sozu_refused`), and the listener serves on.
     pub client_auth: bool,
@@ -89,10 +94,13 @@ const REFUSAL_RETRY_MIN: Duration = Duration::from_secs(1);
 const REFUSAL_RETRY_MAX: Duration = Duration::from_secs(300);
 
 impl Refusals {
-    pub fn refused(&mut self, op: &Op, message: String, now: Instant) {
+    /// `op` was refused with `message`; `routes` are the ones it was for alone
+    /// ([`plan::listener_routes`]).
+    pub fn refused(&mut self, op: &Op, message: String, routes: BTreeSet<String>, now: Instant) {
         let entry = self.entries.entry(op.describe()).or_insert(Refusal {
             message: String::new(),
             scope: plan::scope_of(op),
+            routes: BTreeSet::new(),
             client_auth: matches!(op, Op::SetClientAuth { .. }),
             attempts: 0,
             retry_at: now,
@@ -103,6 +111,7 @@ impl Refusals {
         entry.attempts += 1;
         entry.retry_at = now + wait;
         entry.message = message;
+        entry.routes = routes;
     }
 
     pub fn applied(&mut self, op: &Op) {
@@ -220,23 +229,26 @@ mod tests {
             names: BTreeSet::from([host.to_owned()]).into(),
             other_names: std::sync::Arc::from([]),
             issuer: "CN=test".into(),
+            listed: None,
         };
         let add = |host: &str, serial| Op::AddCertificate {
             address: https,
             certificate: cert(host, serial),
         };
         let frontend = |host: &str| {
-            Op::AddFrontend(Frontend {
+            Op::AddFrontend(std::sync::Arc::new(Frontend {
                 protocol: Protocol::Https,
                 address: https,
                 hostname: host.into(),
-                path_prefix: "/".into(),
+                path: crate::plan::state::PathRule::prefix("/"),
+                method: None,
+                header_predicates: Vec::new(),
                 cluster_id: Some(format!("pi-{host}")),
                 tags: Default::default(),
                 hsts: None,
                 policy: None,
                 alias: false,
-            })
+            }))
         };
         let plan = vec![
             add("a.z", 1),
@@ -246,7 +258,7 @@ mod tests {
         ];
         let mut refusals = Refusals::default();
         let now = Instant::now();
-        refusals.refused(&plan[0], "KeyMismatch".into(), now);
+        refusals.refused(&plan[0], "KeyMismatch".into(), BTreeSet::new(), now);
         let all = Scope::everything();
         let (send, held) = refusals.hold_back(plan.clone(), now, &all);
         assert_eq!(send, [add("b.z", 2), frontend("b.z")]);
@@ -256,7 +268,12 @@ mod tests {
         tokio::time::advance(Duration::from_secs(1)).await;
         let (send, _) = refusals.hold_back(plan.clone(), Instant::now(), &all);
         assert_eq!(send.len(), 4);
-        refusals.refused(&plan[0], "KeyMismatch".into(), Instant::now());
+        refusals.refused(
+            &plan[0],
+            "KeyMismatch".into(),
+            BTreeSet::new(),
+            Instant::now(),
+        );
         assert_eq!(
             refusals.next_retry(),
             Some(Instant::now() + Duration::from_secs(2))

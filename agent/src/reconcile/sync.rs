@@ -174,15 +174,34 @@ impl<P: Proxy> SozuSync<P> {
         };
         done.iter()
             .filter_map(|(op, outcome, in_file)| match op {
-                Op::AddCluster { id, .. }
-                    if *in_file
-                        && matches!(outcome, Outcome::Applied)
-                        && id.starts_with(ID_PREFIX)
-                        && !shadow.clusters.contains(id) =>
-                {
-                    Some(id.clone())
-                }
-                _ => None,
+                Op::AddCluster { id, .. } => (*in_file
+                    && matches!(outcome, Outcome::Applied)
+                    && id.starts_with(ID_PREFIX)
+                    && !shadow.clusters.contains(id))
+                .then(|| id.clone()),
+                // No other request creates a cluster.
+                Op::AddListener { .. }
+                | Op::PatchListener { .. }
+                | Op::ActivateListener { .. }
+                | Op::SetClientAuth { .. }
+                | Op::SetListenerHsts { .. }
+                | Op::SetListenerAnswers { .. }
+                | Op::SwapFrontend { .. }
+                | Op::SetHealthCheck { .. }
+                | Op::RemoveHealthCheck { .. }
+                | Op::AddBackend { .. }
+                | Op::AddCertificate { .. }
+                | Op::ReplaceCertificate { .. }
+                | Op::RemoveCertificate { .. }
+                | Op::RemoveFrontend(_)
+                | Op::AddFrontend(_)
+                | Op::AddStreamFrontend(_)
+                | Op::RemoveStreamFrontend(_)
+                | Op::DeactivateListener { .. }
+                | Op::RemoveListener { .. }
+                | Op::RemoveBackend { .. }
+                | Op::CloseSessions { .. }
+                | Op::RemoveCluster { .. } => None,
             })
             .collect()
     }
@@ -220,7 +239,8 @@ impl<P: Proxy> SozuSync<P> {
     }
 }
 
-/// The cluster whose configuration `op` changes, if any: what sozu's hash of it covers.
+/// The cluster whose configuration `op` changes, if any: what sozu's hash of it covers. Every
+/// kind of request is named, so that a new one is placed here by whoever adds it.
 fn cluster_of(op: &Op) -> Option<&str> {
     match op {
         Op::AddCluster { id, .. } | Op::RemoveCluster { id } => Some(id),
@@ -231,6 +251,19 @@ fn cluster_of(op: &Op) -> Option<&str> {
         Op::SwapFrontend { frontend, .. } => frontend.cluster_id.as_deref(),
         Op::AddFrontend(f) | Op::RemoveFrontend(f) => f.cluster_id.as_deref(),
         Op::AddStreamFrontend(f) | Op::RemoveStreamFrontend(f) => Some(&f.cluster_id),
-        _ => None,
+        // Closing a backend's sessions changes no configuration; listeners and certificates
+        // belong to no cluster.
+        Op::CloseSessions { .. }
+        | Op::AddListener { .. }
+        | Op::PatchListener { .. }
+        | Op::ActivateListener { .. }
+        | Op::SetClientAuth { .. }
+        | Op::SetListenerHsts { .. }
+        | Op::SetListenerAnswers { .. }
+        | Op::AddCertificate { .. }
+        | Op::ReplaceCertificate { .. }
+        | Op::RemoveCertificate { .. }
+        | Op::DeactivateListener { .. }
+        | Op::RemoveListener { .. } => None,
     }
 }

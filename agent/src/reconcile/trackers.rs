@@ -218,7 +218,7 @@ impl CertTracker {
     }
 
     /// A certificate naming `names` replaced another in sozu at `now` (Unix seconds).
-    pub fn rotated(&mut self, names: &BTreeSet<String>, now: u64) {
+    pub fn rotated(&mut self, names: &crate::certs::Names, now: u64) {
         for name in names {
             let entry = self.rotations.entry(name.clone()).or_default();
             entry.0 += 1;

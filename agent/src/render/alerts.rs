@@ -47,6 +47,13 @@ pub const ROUTE_LATENCY_P99_SECONDS: f64 = 1.0;
 /// slow request in every 5 minutes for 10 minutes alerts, which is what its few users see.
 pub const ROUTE_MIN_RATE: f64 = 0.1;
 
+/// sozu alerts on saturation once its workers hold more than this share of the connections
+/// they accept (`max_connections`) or of their buffers (`max_buffers`, two per TCP connection),
+/// for 5 minutes. Past either maximum sozu accepts no connection on any listener: HTTPS
+/// handshakes time out. A fifth left is room to act (find the client holding them, lower its
+/// route's `limits`) before that.
+pub const SOZU_SATURATION_RATIO: f64 = 0.8;
+
 /// How the rules are rendered.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AlertSettings {
@@ -117,6 +124,7 @@ pub fn rules(settings: &AlertSettings) -> Vec<Rule> {
     let ratio = ROUTE_ERROR_RATIO;
     let latency = ROUTE_LATENCY_P99_SECONDS;
     let min_rate = ROUTE_MIN_RATE;
+    let saturation = SOZU_SATURATION_RATIO;
     let rule = |alert: &'static str,
                 expr: String,
                 hold: Duration,
@@ -243,6 +251,20 @@ pub fn rules(settings: &AlertSettings) -> Vec<Rule> {
             "warning",
             "Route {{ $labels.route }} of {{ $labels.host }} is slow: 99th percentile {{ $value | humanizeDuration }}",
             "Over 5 minutes, more than 1 % of the requests to {{ $labels.host }} took longer than 1 s from their first byte to the response's last: slow backends, or responses that are large or streamed by nature.",
+        ),
+        // Idle connections to a route of its own port hold a connection and two buffers each
+        // until `front` closes them; whichever runs out first stops sozu accepting.
+        rule(
+            "PrivateIngressSozuSaturated",
+            format!(
+                "(\n  private_ingress_sozu_connections / private_ingress_sozu_connections_max > {saturation}\n)\n\
+                 or\n\
+                 (\n  private_ingress_sozu_buffers_in_use / private_ingress_sozu_buffers_max > {saturation}\n)\n"
+            ),
+            min(5),
+            "warning",
+            "private-ingress {{ $labels.instance }}: sozu holds {{ $value | humanizePercentage }} of the connections or buffers it can",
+            "sozu's workers hold more than 80 % of their max_connections or max_buffers; once either runs out, sozu accepts no new connection on any listener and HTTPS handshakes time out. Idle connections to a 'tcp or 'tls_passthrough route hold them until listeners.timeouts.front.",
         ),
         // A CRL sozu holds lapses at its nextUpdate: every handshake fails from then on. Two
         // days leave room to issue a new one.

@@ -10,8 +10,11 @@ use serde::Serialize;
 use sozu_command_lib::config::FileHealthCheckConfig;
 use sozu_command_lib::proto::command::HealthCheckMode;
 
-use crate::plan::desired::{self, Names, PolicyFiles};
-use crate::plan::state::{Address, HealthCheck, Hsts, Protocol, UNIX_BACKEND_IDENTITY};
+use crate::plan::desired::{self, DnsUpstreams, PolicyFiles};
+use crate::plan::state::{
+    Address, FrontendPolicy, HeaderTest, HealthCheck, Hsts, PathKind, Protocol,
+    UNIX_BACKEND_IDENTITY,
+};
 use crate::workspace::{
     ClientAuthMode, Http2Offer, ListenerPolicy, ListenerTimeouts, RedirectScheme, TlsVersion,
     Workspace,
@@ -31,7 +34,7 @@ pub fn sozu_toml_warnings(workspace: &Workspace) -> Vec<String> {
                  stay in their file): sozu loading this file alone answers every request of the \
                  route 401 until the agent sets them",
                 r.host,
-                r.path_prefix()
+                r.match_label()
             )
         })
         .collect()
@@ -74,6 +77,21 @@ pub fn max_command_buffer_size(routes: usize) -> u64 {
     FLOOR.max((routes as u64).saturating_mul(PER_ROUTE))
 }
 
+/// Client connections each sozu worker accepts at once (`max_connections`), on every listener
+/// together. sozu 2.3.3's own default is 10,000, but its default `max_buffers` (1,000, two per
+/// TCP session, taken at accept: `TcpProxy::create_session`, lib/src/tcp.rs) stopped it at
+/// about 500 connections: 520 idle connections to a `'tcp` route made HTTPS handshakes time out.
+/// 4,096 covers a team's VPN clients with their browsers' connections and a few SSH sessions
+/// and database pools each; a route's `limits` keep one client from taking them.
+pub const MAX_CONNECTIONS: u64 = 4096;
+
+/// Buffers each worker may hold (`max_buffers`): two per connection, so that the buffers never
+/// run out before the connections do. Each is `buffer_size` (sozu's 16,393 bytes) and allocated
+/// only as connections need it: 8,192 is at most 128 MiB, within the pod's memory limit.
+pub const MAX_BUFFERS: u64 = 2 * MAX_CONNECTIONS;
+// Two buffers a TCP session: the buffers never run out before the connections.
+const _: () = assert!(MAX_BUFFERS >= 2 * MAX_CONNECTIONS);
+
 /// A complete sozu 2.3.3 configuration: listeners, one cluster per route with its HTTPS frontend
 /// (and the host's certificate, from `<tls_dir>/<host>/`), an HTTP frontend that redirects to
 /// HTTPS, and its backends. DNS upstreams are written as `name:port`, which sozu resolves once
@@ -115,6 +133,10 @@ struct SozuConfig {
     /// Large enough for the agent to read every frontend and certificate back in one answer
     /// ([`max_command_buffer_size`]).
     max_command_buffer_size: u64,
+    /// Written rather than left to sozu's defaults, whose buffers run out first
+    /// ([`MAX_CONNECTIONS`], [`MAX_BUFFERS`]).
+    max_connections: u64,
+    max_buffers: u64,
     activate_listeners: bool,
     listeners: Vec<SozuListener>,
     clusters: BTreeMap<String, SozuCluster>,
@@ -160,6 +182,9 @@ struct SozuListener {
     /// The workspace's error pages, whole.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     answers: BTreeMap<String, String>,
+    /// UDP: the largest datagram forwarded, when the route sets it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_rx_datagram_size: Option<u32>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -211,6 +236,7 @@ impl SozuListener {
             disable_http11: https && policy.http2 == Http2Offer::Only,
             hsts: None,
             answers: BTreeMap::new(),
+            max_rx_datagram_size: None,
         }
     }
 }
@@ -270,8 +296,28 @@ struct SozuCluster {
     /// The backends speak h2c (`upstream_protocol = 'h2c`).
     #[serde(skip_serializing_if = "is_false")]
     http2: bool,
+    /// `sticky = true`: sozu's sticky-session cookie pins a client to its backend.
+    #[serde(skip_serializing_if = "is_false")]
+    sticky_session: bool,
+    /// The route's `balancing`, as sozu's file names it; absent for round robin, its default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    load_balancing: Option<&'static str>,
     frontends: Vec<SozuAnyFrontend>,
     backends: Vec<SozuBackend>,
+}
+
+/// A `balancing` as sozu's configuration file writes it (`LoadBalancingAlgorithms`, read in
+/// SCREAMING_SNAKE_CASE by `FileClusterConfig`).
+fn file_load_balancing(balancing: crate::workspace::Balancing) -> &'static str {
+    use crate::workspace::Balancing;
+    match balancing {
+        Balancing::RoundRobin => "ROUND_ROBIN",
+        Balancing::Random => "RANDOM",
+        Balancing::LeastLoaded => "LEAST_LOADED",
+        Balancing::PowerOfTwo => "POWER_OF_TWO",
+        Balancing::Hrw => "HRW",
+        Balancing::Maglev => "MAGLEV",
+    }
 }
 
 /// A cluster's frontend: an HTTP(S) one, or one of a route of its own port.
@@ -327,6 +373,12 @@ struct SozuFrontend {
     hostname: String,
     path: String,
     path_type: &'static str,
+    /// `method` and `header_predicates`, as sozu 2.3.3's file loader reads them
+    /// (`FileClusterFrontendConfig` in sozu-command-lib's `config.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    method: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    header_predicates: Vec<SozuHeaderPredicate>,
     #[serde(skip_serializing_if = "Option::is_none")]
     certificate: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -352,6 +404,17 @@ struct SozuFrontend {
     headers: Vec<SozuHeader>,
 }
 
+/// A header predicate as sozu's file writes it: `match` is `exact`, `regex` or `present`, and
+/// `value` is absent for `present` (`HeaderPredicateConfig`).
+#[derive(Serialize)]
+struct SozuHeaderPredicate {
+    name: String,
+    #[serde(rename = "match")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value: Option<String>,
+}
+
 /// A header edit as sozu's file writes it (`value`; empty removes the header).
 #[derive(Serialize)]
 struct SozuHeader {
@@ -367,6 +430,13 @@ struct SozuBackend {
     weight: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     unix_path: Option<String>,
+    /// What sozu's sticky cookie names the backend by, as the live agent sends it
+    /// ([`crate::plan::state::Backend::sticky_id`]); without one sozu's cookie pins nothing.
+    /// Written for a sticky cluster's backends given by address; a DNS name that sozu resolves
+    /// to several addresses would give each the same one, and every cookie would pin to the
+    /// first, so a name gets none (its clients are not pinned: docs/contract.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sticky_id: Option<String>,
 }
 
 impl SozuConfig {
@@ -377,26 +447,35 @@ impl SozuConfig {
         pages: &PolicyFiles,
         settings: &SozuSettings,
     ) -> Result<SozuConfig, RenderError> {
-        let mut desired = desired::routes(workspace, Names::AsWritten);
+        let mut desired = desired::routes(workspace, DnsUpstreams::AsWritten);
         desired::policies(&mut desired, workspace, pages);
         let mut clusters: BTreeMap<String, SozuCluster> = desired
             .clusters
             .iter()
             .map(|(id, backends)| {
+                let sticky = desired
+                    .cluster_policies
+                    .get(id)
+                    .is_some_and(|p| p.sticky_session);
                 let backends = backends
                     .values()
                     .map(|backend| {
                         let weight = backend.weight;
+                        let sticky_id = (sticky
+                            && !matches!(backend.address, Address::Name { .. }))
+                        .then(|| backend.sticky_id());
                         match &backend.address {
                             Address::Unix(path) => SozuBackend {
                                 address: UNIX_BACKEND_IDENTITY.to_string(),
                                 weight,
                                 unix_path: Some(path_string(path)),
+                                sticky_id,
                             },
                             other => SozuBackend {
                                 address: other.to_string(),
                                 weight,
                                 unix_path: None,
+                                sticky_id,
                             },
                         }
                     })
@@ -423,6 +502,11 @@ impl SozuConfig {
                         })
                         .unwrap_or_default(),
                     http2: policy.is_some_and(|p| p.http2),
+                    sticky_session: policy.is_some_and(|p| p.sticky_session),
+                    load_balancing: policy
+                        .map(|p| p.load_balancing)
+                        .filter(|b| !b.is_default())
+                        .map(file_load_balancing),
                     frontends: Vec::new(),
                     backends,
                 };
@@ -450,13 +534,23 @@ impl SozuConfig {
                 }
                 Protocol::Http | Protocol::Tcp | Protocol::Udp => (None, None),
             };
-            let policy = frontend.policy.as_deref();
-            let redirect = match policy.and_then(|p| p.redirect) {
+            // Every field of the policy is named: a new one fails to compile until it is
+            // written here too (or said to have no place in sozu's file).
+            let none = FrontendPolicy::default();
+            let FrontendPolicy {
+                redirect,
+                rewrite_host,
+                rewrite_path,
+                rewrite_port,
+                headers,
+                required_auth,
+            } = frontend.policy.as_deref().unwrap_or(&none);
+            let redirect = match *redirect {
                 None => None,
                 Some((301, scheme)) => Some(scheme),
                 Some((status, _)) => {
                     return Err(RenderError::Unexpressible {
-                        route: format!("{}{}", frontend.hostname, frontend.path_prefix),
+                        route: format!("{}{}", frontend.hostname, frontend.match_label()),
                         what: format!(
                             "redirect.status {status} (sozu's file knows the 301 redirect only)"
                         ),
@@ -468,8 +562,29 @@ impl SozuConfig {
                 .push(SozuAnyFrontend::Http(Box::new(SozuFrontend {
                     address: frontend.address,
                     hostname: frontend.hostname.clone(),
-                    path: frontend.path_prefix.clone(),
-                    path_type: "PREFIX",
+                    path: frontend.path.value.clone(),
+                    path_type: match frontend.path.kind {
+                        PathKind::Prefix => "PREFIX",
+                        PathKind::Regex => "REGEX",
+                        PathKind::Equals => "EQUALS",
+                    },
+                    method: frontend.method.clone(),
+                    header_predicates: frontend
+                        .header_predicates
+                        .iter()
+                        .map(|h| {
+                            let (kind, value) = match &h.test {
+                                HeaderTest::Exact(v) => ("exact", Some(v.clone())),
+                                HeaderTest::Regex(v) => ("regex", Some(v.clone())),
+                                HeaderTest::Present => ("present", None),
+                            };
+                            SozuHeaderPredicate {
+                                name: h.name.clone(),
+                                kind,
+                                value,
+                            }
+                        })
+                        .collect(),
                     certificate_chain: certificate.clone(),
                     certificate,
                     key,
@@ -485,22 +600,18 @@ impl SozuConfig {
                         RedirectScheme::Http => "use-http",
                         RedirectScheme::Same => "use-same",
                     }),
-                    rewrite_host: policy.and_then(|p| p.rewrite_host.clone()),
-                    rewrite_path: policy.and_then(|p| p.rewrite_path.clone()),
-                    rewrite_port: policy.and_then(|p| p.rewrite_port),
-                    required_auth: policy.is_some_and(|p| p.required_auth),
-                    headers: policy
-                        .map(|p| {
-                            p.headers
-                                .iter()
-                                .map(|h| SozuHeader {
-                                    position: if h.response { "response" } else { "request" },
-                                    key: h.name.clone(),
-                                    value: h.value.clone(),
-                                })
-                                .collect()
+                    rewrite_host: rewrite_host.clone(),
+                    rewrite_path: rewrite_path.clone(),
+                    rewrite_port: *rewrite_port,
+                    required_auth: *required_auth,
+                    headers: headers
+                        .iter()
+                        .map(|h| SozuHeader {
+                            position: if h.response { "response" } else { "request" },
+                            key: h.name.clone(),
+                            value: h.value.clone(),
                         })
-                        .unwrap_or_default(),
+                        .collect(),
                 })));
         }
         for frontend in &desired.stream_frontends {
@@ -535,6 +646,7 @@ impl SozuConfig {
                             .collect(),
                         Protocol::Tcp | Protocol::Udp => BTreeMap::new(),
                     },
+                    max_rx_datagram_size: desired.datagram_sizes.get(address).copied(),
                     ..SozuListener::new(protocol, *address, &workspace.listener_policy)
                 })
         };
@@ -550,6 +662,8 @@ impl SozuConfig {
             max_command_buffer_size: max_command_buffer_size(
                 settings.routes.max(workspace.routes.len()),
             ),
+            max_connections: MAX_CONNECTIONS,
+            max_buffers: MAX_BUFFERS,
             activate_listeners: true,
             // The HTTPS and HTTP listeners first, then those of the routes of their own port.
             listeners: [workspace.listeners.https, workspace.listeners.http]
@@ -761,8 +875,19 @@ mod tests {
        limits = {{ connections_per_ip = 5, connections_per_subnet = 50, retry_after = 30 }},
        error_pages."503" = "{page}" }},
     {{ host = "b.in.example.org", upstream = "10.0.0.1", port = 80,
-       rewrite = {{ path = "/v2$PATH[0]" }} }},
+       rewrite = {{ path = "/v2$PATH[0]" }}, sticky = true, balancing = 'least_loaded }},
+    {{ host = "b.in.example.org", path_prefix = "/m", upstream = "10.0.0.1", port = 80,
+       balancing = 'maglev }},
     {{ host = "old.in.example.org", redirect = {{ scheme = 'http, host = "new.in.example.org", path = "/x$PATH[0]", port = 8080 }} }},
+    {{ host = "c.in.example.org", path_exact = "/v2", method = "GET", upstream = "10.0.0.1", port = 80,
+       match_headers = [
+         {{ name = "X-Canary", exact = "1" }},
+         {{ name = "x-env", regex = "stag.*" }},
+         {{ name = "x-debug", present = true }},
+       ] }},
+    {{ host = "c.in.example.org", path_segment_prefix = "/v2", upstream = "10.0.0.1", port = 80 }},
+    {{ host = "c.in.example.org", path_regex = "^/v[0-9]+/(.*)$", upstream = "10.0.0.1", port = 80,
+       rewrite = {{ path = "/$PATH[1]" }} }},
   ],
 }}"#,
             tls = dir.path().join("tls").display(),
@@ -792,10 +917,11 @@ mod tests {
                 .unwrap()
                 .into(),
         );
-        let mut live = desired::routes(&ws, Names::AsWritten);
+        let mut live = desired::routes(&ws, DnsUpstreams::AsWritten);
         desired::policies(&mut live, &ws, &files);
 
         let mut checked = 0;
+        let mut balanced = Vec::new();
         for (id, cluster) in doc["clusters"].as_table().unwrap() {
             let file: FileClusterConfig = cluster.clone().try_into().unwrap();
             let ClusterConfig::Http(config) = file
@@ -830,25 +956,57 @@ mod tests {
             );
             assert_eq!(from_file.retry_after, sent.retry_after, "{id}");
             assert_eq!(from_file.answers, sent.answers, "{id}");
+            assert_eq!(from_file.sticky_session, sent.sticky_session, "{id}");
+            assert_eq!(from_file.load_balancing, sent.load_balancing, "{id}");
+            balanced.push((sent.sticky_session, sent.load_balancing));
+            if sent.sticky_session {
+                // The cookie follows the backend's sticky id: the same in the file as live.
+                let from_file: Vec<_> = requests
+                    .iter()
+                    .filter_map(|r| match r {
+                        RequestType::AddBackend(b) => b.sticky_id.clone(),
+                        _ => None,
+                    })
+                    .collect();
+                let live_ids: Vec<_> = live.clusters[id].values().map(|b| b.sticky_id()).collect();
+                assert_eq!(from_file, live_ids, "{id}");
+            }
 
             let https = live
                 .frontends
                 .iter()
                 .find(|f| f.cluster_id.as_deref() == Some(id) && f.protocol == Protocol::Https)
                 .unwrap();
-            let RequestType::AddHttpsFrontend(sent) =
+            // A frontend with header predicates goes by a verb of its own, in the file as on
+            // the socket.
+            let sent_request =
                 crate::sozu::request::to_request(&crate::plan::Op::AddFrontend(https.clone()))
-                    .unwrap()
+                    .unwrap();
+            let (RequestType::AddHttpsFrontend(sent)
+            | RequestType::AddHttpsFrontendWithHeaderPredicates(sent)) = sent_request.clone()
             else {
                 panic!("{id}: not an HTTPS frontend request");
             };
             let from_file = requests
                 .iter()
-                .find_map(|r| match r {
-                    RequestType::AddHttpsFrontend(f) => Some(f.clone()),
-                    _ => None,
+                .find(|r| {
+                    matches!(
+                        r,
+                        RequestType::AddHttpsFrontend(_)
+                            | RequestType::AddHttpsFrontendWithHeaderPredicates(_)
+                    )
                 })
-                .unwrap();
+                .unwrap_or_else(|| panic!("{id}: {requests:#?}"));
+            assert_eq!(
+                std::mem::discriminant(from_file),
+                std::mem::discriminant(&sent_request),
+                "{id}: the same verb"
+            );
+            let (RequestType::AddHttpsFrontend(from_file)
+            | RequestType::AddHttpsFrontendWithHeaderPredicates(from_file)) = from_file.clone()
+            else {
+                unreachable!()
+            };
             assert_eq!(
                 from_file.redirect.unwrap_or(0),
                 sent.redirect.unwrap_or(0),
@@ -868,9 +1026,24 @@ mod tests {
                 "{id}"
             );
             assert_eq!(from_file.headers, sent.headers, "{id}");
+            // What the frontend matches: its path rule, method and header predicates.
+            assert_eq!(from_file.path, sent.path, "{id}");
+            assert_eq!(from_file.method, sent.method, "{id}");
+            assert_eq!(from_file.header_predicates, sent.header_predicates, "{id}");
             checked += 1;
         }
-        assert_eq!(checked, 3);
+        assert_eq!(checked, 7);
+        use sozu_command_lib::proto::command::LoadBalancingAlgorithms as Lb;
+        for wanted in [
+            (true, Lb::LeastLoaded as i32),
+            (false, Lb::Maglev as i32),
+            (false, Lb::RoundRobin as i32),
+        ] {
+            assert!(balanced.contains(&wanted), "{wanted:?} in {balanced:?}");
+        }
+        let file = doc.to_string();
+        assert!(file.contains("path_type = \"REGEX\""), "{file}");
+        assert!(file.contains("method = \"GET\""), "{file}");
     }
 
     /// The protocols and timeouts in the file are the ones the agent sends: sozu's own loader
@@ -920,7 +1093,7 @@ mod tests {
             .unwrap()
             .parse()
             .unwrap();
-            let live = desired::routes(&ws, Names::AsWritten);
+            let live = desired::routes(&ws, DnsUpstreams::AsWritten);
             let mut https_listeners = 0;
             for listener in doc["listeners"].as_array().unwrap() {
                 let mut file: ListenerBuilder = listener.clone().try_into().unwrap();
@@ -1010,5 +1183,79 @@ mod tests {
         .unwrap_err();
         assert!(err.is_invalid_workspace());
         assert!(err.to_string().contains("redirect.status 308"), "{err}");
+    }
+
+    /// Routes of their own port, as sozu's own loader reads the file: the connection and buffer
+    /// maximums the agent writes (not sozu's defaults, whose 1,000 buffers stop it at about 500
+    /// TCP connections), a TCP and a UDP route's per-client limits on their clusters without a
+    /// `Retry-After`, and the UDP listener's largest datagram and its route's TCP health check.
+    #[test]
+    fn stream_limits_and_the_datagram_size_reach_sozus_loader() {
+        use sozu_command_lib::config::{ClusterConfig, ConfigBuilder, FileConfig};
+
+        let dir = tempfile::tempdir().unwrap();
+        let ws_path = dir.path().join("workspace.ncl");
+        std::fs::write(
+            &ws_path,
+            format!(
+                r#"{{
+  zone = "in.example.org",
+  cluster_issuer = "ca",
+  tls_dir = "{tls}",
+  routes = [
+    {{ host = "db.in.example.org", protocol = 'tcp, listen_port = 5432, upstream = "10.0.0.1", port = 5432,
+       limits = {{ connections_per_ip = 8, connections_per_subnet = 64 }} }},
+    {{ host = "dns.in.example.org", protocol = 'udp, listen_port = 5353, upstream = "10.0.0.2", port = 53,
+       limits.connections_per_ip = 4, max_datagram_size = 4096, health = {{ mode = 'tcp, interval = 2, timeout = 1 }} }},
+  ],
+}}"#,
+                tls = dir.path().join("tls").display()
+            ),
+        )
+        .unwrap();
+        let ws = crate::evaluate::contract::evaluate(&ws_path).unwrap();
+        let text = sozu_toml(&ws, &PolicyFiles::default(), &SozuSettings::default()).unwrap();
+        let file: FileConfig = toml::from_str(&text).unwrap();
+        let config = ConfigBuilder::new(file, "sozu.toml").into_config().unwrap();
+        assert_eq!(
+            (config.max_connections as u64, config.max_buffers),
+            (MAX_CONNECTIONS, MAX_BUFFERS)
+        );
+        let udp: Vec<u32> = config
+            .udp_listeners
+            .iter()
+            .map(|l| l.max_rx_datagram_size)
+            .collect();
+        assert_eq!(udp, [4096]);
+        let ClusterConfig::Tcp(udp) = &config.clusters["pi-dns.in.example.org-udp-5353"] else {
+            panic!("the UDP route's cluster is not sozu's tcp kind");
+        };
+        let check = udp
+            .health_check
+            .as_ref()
+            .expect("the UDP route's health check");
+        assert_eq!(
+            (check.mode, check.interval),
+            (
+                sozu_command_lib::proto::command::HealthCheckMode::Tcp as i32,
+                2
+            )
+        );
+        let limits = |id: &str| match &config.clusters[id] {
+            ClusterConfig::Tcp(c) => (
+                c.max_connections_per_ip,
+                c.max_connections_per_subnet,
+                c.retry_after,
+            ),
+            ClusterConfig::Http(_) => panic!("{id}: an HTTP cluster"),
+        };
+        assert_eq!(
+            limits("pi-db.in.example.org-tcp-5432"),
+            (Some(8), Some(64), None)
+        );
+        assert_eq!(
+            limits("pi-dns.in.example.org-udp-5353"),
+            (Some(4), None, None)
+        );
     }
 }

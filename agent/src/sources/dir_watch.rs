@@ -1,11 +1,11 @@
 //! Directory watches straight on inotify, for the tls dir source: each added with one system
 //! call by the thread that reads what it guards, and every event read on a thread of its own.
 //!
-//! notify adds a watch by a round trip to its own thread (about 19 µs each, 189 ms for 10,000
-//! host directories), so the tls dir source used to read every pair before watching its
-//! directory, and then read every pair a second time to see what changed in between. With a
-//! watch that costs one `inotify_add_watch`, a directory is watched first and its pair read
-//! once: whatever changes after the watch is an event.
+//! Why not notify: it adds a watch by a round trip to its own thread (about 19 µs each, 189 ms
+//! for 10,000 host directories). A watch must come before its directory's pair is read, or a
+//! change between the read and the watch is lost; at notify's cost that means reading every
+//! pair twice at a cold start. With a watch that costs one `inotify_add_watch`, a directory is
+//! watched first and its pair read once: whatever changes after the watch is an event.
 //!
 //! inotify gives one watch per inode: two paths to one directory (a host directory that is a
 //! symlink to another's) share a watch descriptor, which the caller keeps in mind.

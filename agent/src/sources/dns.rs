@@ -24,6 +24,7 @@ use tokio::time::Instant;
 
 use super::{Fact, NameFact, WorkspaceWatch};
 use crate::clock::Clock;
+use crate::document::DnsNameStatus;
 
 /// A resolver's answer: every address, and how long it may be kept, when the resolver says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,34 +117,13 @@ impl Default for DnsSettings {
     }
 }
 
-/// What the source knows of one name: what `/v1/state` and `/metrics` show of it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NameState {
-    pub name: String,
-    /// The addresses in use: the last good answer, kept while lookups fail.
-    pub addresses: Vec<String>,
-    /// The name has resolved at least once.
-    pub resolved: bool,
-    /// Why the latest lookup failed; none when it succeeded.
-    pub last_error: Option<String>,
-    pub consecutive_failures: u32,
-    /// Failed lookups since the agent started.
-    pub failures: u64,
-    /// Unix seconds of the last successful lookup.
-    pub last_success: Option<i64>,
-    /// The TTL of the last answer, when the resolver gave one.
-    pub ttl_seconds: Option<u64>,
-    /// Addresses of the last answer not used as backends, each with why.
-    pub dropped_addresses: Vec<String>,
-}
-
 /// Every name's state; kept by the source, read by the admin endpoints.
 pub type DnsTable = Arc<Mutex<DnsNames>>;
 
 #[derive(Debug, Clone, Default)]
 pub struct DnsNames {
     /// The names the workspace uses now.
-    pub names: BTreeMap<String, NameState>,
+    pub names: BTreeMap<String, DnsNameStatus>,
     /// Failed lookups since the agent started, of every name, those no longer in use included:
     /// a counter that never goes down (Prometheus takes a drop for a restart).
     pub failures_total: u64,
@@ -155,7 +135,7 @@ pub struct DnsNames {
 
 struct Entry {
     fact: NameFact,
-    status: NameState,
+    status: DnsNameStatus,
     next: Instant,
     in_flight: bool,
 }
@@ -248,9 +228,9 @@ impl<R: Resolve> Source<R> {
                     addresses: None,
                     error: None,
                 },
-                status: NameState {
+                status: DnsNameStatus {
                     name,
-                    ..NameState::default()
+                    ..DnsNameStatus::default()
                 },
                 next: now,
                 in_flight: false,

@@ -6,9 +6,10 @@
 //!
 //! | source | watches | publishes |
 //! |---|---|---|
-//! | [`workspace`] | the workspace's directory | the evaluated workspace, or why it was rejected; the last good one on a watch channel the other sources follow |
+//! | [`workspace`] | the workspace's directory | the evaluated workspace joined with the [`traefik`] routes, or why it was rejected; the last good one on a watch channel the other sources follow |
+//! | [`traefik`] (run by [`workspace`]) | the `traefik` record's directory or file, and its endpoint every `poll_interval` | the routes translated from each file's and the endpoint's last good document, and each one's state |
 //! | [`dns`] | the workspace's upstream names, each on its own schedule (the answer's TTL, within bounds) | a name's addresses and its latest failure, when either changes |
-//! | [`tlsdir`] (a [`CertSource`]) | `<tls dir>/<host>/` of each route host | each host's pair, read and validated |
+//! | [`tlsdir`] (a [`CertSource`]) | `<tls dir>/<host>/` of each route host, and the directories of the workspace's `certificates` ([`listed_pairs`]) | each host's pair, read and validated: a pair of `certificates` that covers the host, else its own; a resync reads again only the pairs whose files changed ([`pair_stamps`]) |
 //! | [`sozu_socket`] | sozu's socket | that it was created or removed: sozu may have restarted |
 //! | [`sozu_events`] | sozu's event stream (`SubscribeEvents`) | backends up and down, drains ended, configuration changes by whoever; a broken stream |
 //! | [`client_auth`] (a [`watched_files`] set) | the directories of `listeners.client_auth`'s CA and CRLs | what they hold, or why each is refused |
@@ -17,11 +18,14 @@
 pub mod client_auth;
 pub mod dir_watch;
 pub mod dns;
+pub mod listed_pairs;
+pub mod pair_stamps;
 pub mod resolver;
 pub mod route_policy_files;
 pub mod sozu_events;
 pub mod sozu_socket;
 pub mod tlsdir;
+pub mod traefik;
 pub mod watched_files;
 pub mod watcher;
 pub mod workspace;
@@ -142,7 +146,8 @@ fn watch_message(path: &std::path::Path, error: &notify::Error) -> String {
 /// everything again. Each pair arrives validated ([`crate::certs::parse`]); which one serves,
 /// and when it goes to sozu, is the loop's decision.
 ///
-/// The tls dir watcher ([`tlsdir::TlsDir`]) is the one source of pairs: the ACME issuer
+/// The tls dir watcher ([`tlsdir::TlsDir`]) is the one source of pairs (the workspace's
+/// `certificates` too, [`listed_pairs`]): the ACME issuer
 /// ([`crate::acme`]) does not publish pairs itself, it writes them into the tls dir the way
 /// cert-manager does and tells the watcher which host it wrote, so that every pair reaches the
 /// loop through the same reading and validation; the loop is generic over this trait for its

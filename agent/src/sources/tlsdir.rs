@@ -12,11 +12,18 @@
 //! No change goes unseen: a host directory is watched before its pair is read, so anything
 //! written after the read began is an event, and each pair is read once.
 //!
+//! The pairs the workspace names by path (`certificates`, [`ListedPairs`]) are read here too, so
+//! that every pair reaches the loop by one reading and validation: their directories watched on
+//! an inotify of their own, each pair read when a file of its name changes there (or the
+//! directory's `..data` link), and a host one of them covers served that pair instead of the
+//! one in its directory.
+//!
 //! Reading every pair again (a resync, lost events, a tls dir that came back) is owed, not done
 //! in one go: the hosts go into a backlog read [`REREAD_SLICE`] at a time, and the inputs are
 //! looked at between slices, so a rotation that arrives meanwhile is read and published before
 //! the rest of the backlog. At 10,000 routes one pass took 0.8–1.4 s, and a rotation waited for
-//! all of it.
+//! all of it. A pair of the backlog whose files look as they did at its last good read, and
+//! whose certificate is still valid, is not read again ([`PairStamps`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::OsStr;
@@ -27,6 +34,8 @@ use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::dir_watch::{self, DirEvent, DirWatches, Watch};
+use super::listed_pairs::ListedPairs;
+use super::pair_stamps::{self, Look, PairStamps};
 use super::{watcher, CertSource, Fact, WatchError, WorkspaceWatch};
 use crate::certs::{self, CertError};
 use crate::clock::Clock;
@@ -58,6 +67,8 @@ enum Input {
     Reread,
     Host(String),
     Events(Vec<DirEvent>),
+    /// Events of the directories of the pairs named by path (`certificates`), watched apart.
+    ListedEvents(Vec<DirEvent>),
     /// Reading the watches' events failed: none will come again.
     WatchBroken(std::io::Error),
 }
@@ -169,6 +180,21 @@ pub fn spawn(
         path: PathBuf::new(),
         error: notify::Error::io(e),
     })?;
+    let listed_events = inputs.clone();
+    // The pairs named by path are watched on an inotify of their own: a directory of theirs
+    // may be a host directory of the tls dir too, and inotify gives one inode one watch per
+    // instance, which the two sets would otherwise share and take off under each other.
+    let listed_watches = dir_watch::start("listed-pair-events", move |batch| {
+        let input = match batch {
+            Ok(batch) => Input::ListedEvents(batch),
+            Err(e) => Input::WatchBroken(e),
+        };
+        listed_events.send(input).is_ok()
+    })
+    .map_err(|e| WatchError {
+        path: PathBuf::new(),
+        error: notify::Error::io(e),
+    })?;
     let forward = inputs.clone();
     let forwarder = super::forward_workspaces(workspace, move |latest| {
         forward.send(Input::Workspace(latest)).is_ok()
@@ -178,8 +204,10 @@ pub fn spawn(
         tls_dir: None,
         hosts: BTreeSet::new(),
         backlog: BTreeSet::new(),
+        stamps: PairStamps::default(),
         watched: Watched::default(),
         watches,
+        listed: Listed::new(listed_watches),
         facts,
         clock,
         parse: Arc::new(|host, raw, now| raw.parse(host, now)),
@@ -196,19 +224,88 @@ struct Reader {
     /// Hosts whose pair is owed a read because everything is read again; taken a slice at a
     /// time, after whatever changed meanwhile.
     backlog: BTreeSet<String>,
+    /// How each host's pair files looked at its last good read: the backlog leaves those that
+    /// still look so.
+    stamps: PairStamps,
     watched: Watched,
     watches: DirWatches,
+    /// The pairs named by path and their directories' watches.
+    listed: Listed,
     facts: UnboundedSender<Fact>,
     clock: Arc<dyn Clock>,
     parse: Parse,
+}
+
+/// The pairs named by path (`certificates`, see [`ListedPairs`]) and the watches on their
+/// directories, by the number their events carry.
+struct Listed {
+    pairs: ListedPairs,
+    watches: DirWatches,
+    dirs: BTreeMap<PathBuf, Watch>,
+    by_id: HashMap<i32, PathBuf>,
+}
+
+impl Listed {
+    fn new(watches: DirWatches) -> Listed {
+        Listed {
+            pairs: ListedPairs::default(),
+            watches,
+            dirs: BTreeMap::new(),
+            by_id: HashMap::new(),
+        }
+    }
+
+    /// Watches each directory of the pairs that has no watch, and takes off those no pair is in
+    /// any more. A directory that does not exist yet is read again at each resync.
+    fn watch(&mut self) {
+        let wanted = self.pairs.dirs();
+        let gone: Vec<PathBuf> = self
+            .dirs
+            .keys()
+            .filter(|d| !wanted.contains(*d))
+            .cloned()
+            .collect();
+        for dir in gone {
+            self.unwatch(&dir);
+        }
+        for dir in wanted {
+            if self.dirs.contains_key(&dir) {
+                continue;
+            }
+            match self.watches.add(&dir) {
+                Ok(watch) => {
+                    self.by_id.insert(watch.id(), dir.clone());
+                    self.dirs.insert(dir, watch);
+                }
+                Err(e) => tracing::warn!(dir = %dir.display(), error = %e,
+                    "cannot watch the directory of a pair of `certificates`; it is read again at each resync"),
+            }
+        }
+    }
+
+    fn unwatch(&mut self, dir: &Path) {
+        if let Some(watch) = self.dirs.remove(dir) {
+            self.by_id.remove(&watch.id());
+            self.watches.remove(watch);
+        }
+    }
+
+    /// Takes off every watch (the source ends).
+    fn close(&mut self) {
+        for dir in self.dirs.keys().cloned().collect::<Vec<_>>() {
+            self.unwatch(&dir);
+        }
+    }
 }
 
 /// Validates a pair's bytes as `host`'s at a time: [`certs::RawPair::parse`], or in tests one
 /// that holds a read where the test wants the reader to be.
 type Parse = Arc<dyn Fn(&str, &certs::RawPair, i64) -> PairRead + Send + Sync>;
 
+/// What the inputs taken in one round said changed: the reader acts on them together, so a
+/// burst of events for one host reads its pair once.
 #[derive(Default)]
-struct Todo {
+struct ChangesSeen {
     workspace: Option<Option<Arc<Workspace>>>,
     everything: bool,
     overflow: bool,
@@ -217,6 +314,10 @@ struct Todo {
     rewatch: BTreeSet<String>,
     /// Watch the tls dir again (it may have been created, moved or removed since).
     tls_dir: bool,
+    /// Pairs named by path to read again, by index; and whether their directories are to be
+    /// watched again.
+    listed: BTreeSet<usize>,
+    rewatch_listed: bool,
 }
 
 impl Reader {
@@ -235,16 +336,16 @@ impl Reader {
                     Err(TryRecvError::Disconnected) => break,
                 }
             };
-            let mut todo = Todo::default();
+            let mut changes = ChangesSeen::default();
             let mut broken = false;
             if let Some(first) = first {
-                broken = self.absorb(first, &mut todo);
+                broken = self.absorb(first, &mut changes);
                 // Coalesce whatever else is already queued: one read for a burst of events.
                 while let Ok(more) = inputs.try_recv() {
-                    broken |= self.absorb(more, &mut todo);
+                    broken |= self.absorb(more, &mut changes);
                 }
             }
-            if broken || !self.work(todo) || !self.work_backlog() {
+            if broken || !self.work(changes) || !self.work_backlog() {
                 break;
             }
         }
@@ -255,44 +356,67 @@ impl Reader {
         for host in std::mem::take(&mut self.watched).hosts.into_keys() {
             self.unwatch(&host);
         }
+        self.listed.close();
     }
 
-    /// Takes one input into `todo`; returns true when the watches broke (the source ends, and
+    /// Takes one input into `changes`; returns true when the watches broke (the source ends, and
     /// its supervisor learns it).
-    fn absorb(&mut self, input: Input, todo: &mut Todo) -> bool {
+    fn absorb(&mut self, input: Input, changes: &mut ChangesSeen) -> bool {
         match input {
-            Input::Workspace(workspace) => todo.workspace = Some(workspace),
-            Input::Reread => todo.everything = true,
+            Input::Workspace(workspace) => changes.workspace = Some(workspace),
+            Input::Reread => changes.everything = true,
             Input::Host(host) => {
                 // A directory the issuer just made needs its watch (and the tls dir its own); a
                 // renewal of a watched one is a read, nothing more.
                 if !self.watched.hosts.contains_key(&host) {
-                    todo.rewatch.insert(host.clone());
+                    changes.rewatch.insert(host.clone());
                 }
-                todo.tls_dir |= self.watched.tls_dir.is_none();
-                todo.hosts.insert(host);
+                changes.tls_dir |= self.watched.tls_dir.is_none();
+                changes.hosts.insert(host);
             }
             Input::Events(events) => {
                 for event in &events {
                     for change in classify(event, &self.watched) {
                         match change {
                             Change::Rescan => {
-                                todo.everything = true;
-                                todo.overflow = true;
+                                changes.everything = true;
+                                changes.overflow = true;
                             }
                             Change::TlsDir => {
                                 self.watched.tls_dir = None;
-                                todo.tls_dir = true;
-                                todo.everything = true;
+                                changes.tls_dir = true;
+                                changes.everything = true;
                             }
                             Change::Dir(host) => {
-                                todo.rewatch.insert(host.clone());
-                                todo.hosts.insert(host);
+                                changes.rewatch.insert(host.clone());
+                                changes.hosts.insert(host);
                             }
                             Change::Host(host) => {
-                                todo.hosts.insert(host);
+                                changes.hosts.insert(host);
                             }
                         }
+                    }
+                }
+            }
+            Input::ListedEvents(events) => {
+                for event in &events {
+                    if event.overflowed() {
+                        changes.everything = true;
+                        changes.overflow = true;
+                        continue;
+                    }
+                    let Some(dir) = self.listed.by_id.get(&event.wd).cloned() else {
+                        continue;
+                    };
+                    if event.watch_gone() {
+                        // Removed or moved: watched again (when it is back), its pairs read.
+                        self.listed.unwatch(&dir);
+                        changes.rewatch_listed = true;
+                        changes.listed.extend(self.listed.pairs.in_dir(&dir));
+                    } else if let Some(name) = &event.name {
+                        changes
+                            .listed
+                            .extend(self.listed.pairs.changed_by(&dir, name));
                     }
                 }
             }
@@ -304,43 +428,85 @@ impl Reader {
         false
     }
 
-    /// Does `todo`; returns false once nobody listens.
-    fn work(&mut self, mut todo: Todo) -> bool {
-        if !todo.hosts.is_empty() {
+    /// Does `changes`; returns false once nobody listens.
+    fn work(&mut self, mut changes: ChangesSeen) -> bool {
+        if !changes.hosts.is_empty() {
             // The moment a change was taken up: the first hop of a rotation's timing.
-            tracing::debug!(hosts = todo.hosts.len(), "pair changes seen");
+            tracing::debug!(hosts = changes.hosts.len(), "pair changes seen");
         }
         // Which hosts lack a watch changes only with the hosts, the directories that came or
         // went, or a fresh start; working it out costs a pass over every host, too much to pay
         // for each of the events a single swap makes (at 10,000 hosts it delayed the rename's
         // event by half a millisecond).
-        let rewatch =
-            todo.workspace.is_some() || todo.everything || todo.tls_dir || !todo.rewatch.is_empty();
-        if let Some(workspace) = todo.workspace.take() {
+        let rewatch = changes.workspace.is_some()
+            || changes.everything
+            || changes.tls_dir
+            || !changes.rewatch.is_empty();
+        if let Some(workspace) = changes.workspace.take() {
             let new = self.follow(workspace.as_deref());
-            todo.hosts.extend(new);
+            changes.hosts.extend(new);
+            if let Some(workspace) = workspace.as_deref() {
+                let new = self.listed.pairs.set(&workspace.certificates);
+                changes.listed.extend(new);
+                changes.rewatch_listed = true;
+            }
         }
-        if todo.overflow {
+        if changes.everything {
+            changes.listed.extend(0..self.listed.pairs.len());
+            changes.rewatch_listed = true;
+        }
+        // Watches first, then the reads they guard.
+        if changes.rewatch_listed {
+            self.listed.watch();
+        }
+        let served_before: BTreeSet<String> = changes
+            .listed
+            .iter()
+            .flat_map(|&i| self.listed.pairs.hosts_of(i).cloned().collect::<Vec<_>>())
+            .collect();
+        let now = self.clock.unix();
+        let mut renewed = BTreeSet::new();
+        for &index in &changes.listed {
+            let Some(files) = self.listed.pairs.files(index).cloned() else {
+                continue;
+            };
+            let read = certs::read_files(&files.cert_file, &files.key_file)
+                .and_then(|raw| raw.parse_named(now));
+            if self.listed.pairs.read(index, read) {
+                renewed.insert(index);
+            }
+        }
+        // Who serves which host may change with the hosts, or with a pair's names.
+        if !renewed.is_empty() || !changes.listed.is_empty() || rewatch {
+            changes.hosts.extend(self.listed.pairs.assign(&self.hosts));
+        }
+        for index in renewed {
+            changes
+                .hosts
+                .extend(self.listed.pairs.hosts_of(index).cloned());
+        }
+        changes.hosts.extend(served_before);
+        if changes.overflow {
             tracing::warn!("the certificate watcher lost events; reading every pair again");
             if self.facts.send(Fact::WatchOverflow).is_err() {
                 return false;
             }
         }
-        if todo.everything || todo.tls_dir {
+        if changes.everything || changes.tls_dir {
             self.watch_tls_dir();
         }
-        if todo.everything {
+        if changes.everything {
             // Owed, read a slice at a time after what changed meanwhile (`work_backlog`).
             self.backlog.extend(self.hosts.iter().cloned());
         }
-        for host in &todo.rewatch {
+        for host in &changes.rewatch {
             self.unwatch(host);
         }
         // Watches first, then the one read they guard.
         if rewatch {
             self.watch_hosts();
         }
-        let hosts: Vec<String> = todo
+        let hosts: Vec<String> = changes
             .hosts
             .into_iter()
             .filter(|h| self.hosts.contains(h))
@@ -349,21 +515,36 @@ impl Reader {
         for host in &hosts {
             self.backlog.remove(host);
         }
-        hosts.is_empty() || self.publish(&hosts, Spread::OverCores)
+        hosts.is_empty() || self.publish(&hosts, ReadThreads::OverCores)
     }
 
-    /// Reads and publishes the next slice of the backlog. Returns false once nobody listens.
+    /// Reads and publishes the next slice of the backlog: the pairs whose files changed since
+    /// their last good read, or whose certificate's validity may have ended. Returns false once
+    /// nobody listens.
     fn work_backlog(&mut self) -> bool {
         let mut slice = Vec::with_capacity(REREAD_SLICE.min(self.backlog.len()));
+        let now = self.clock.unix();
+        // Looking is cheap, reading is not: a slice is as many pairs to read, however many
+        // unchanged ones are passed on the way.
         while slice.len() < REREAD_SLICE {
             match self.backlog.pop_first() {
                 // A host the workspace no longer routes is owed nothing.
-                Some(host) if self.hosts.contains(&host) => slice.push(host),
+                Some(host) if self.hosts.contains(&host) => {
+                    let look = self.tls_dir.as_ref().and_then(|d| Look::of(&d.join(&host)));
+                    let listed = self.listed.pairs.serves(&host);
+                    if listed || !self.stamps.unchanged(&host, look.as_ref(), now) {
+                        slice.push(host);
+                    }
+                }
                 Some(_) => {}
                 None => break,
             }
         }
-        slice.is_empty() || self.publish(&slice, Spread::ThisThread)
+        if self.backlog.is_empty() {
+            let hosts = &self.hosts;
+            self.stamps.retain(|h| hosts.contains(h));
+        }
+        slice.is_empty() || self.publish(&slice, ReadThreads::ThisThread)
     }
 
     /// Takes the latest workspace; returns the hosts to read (all of them when the tls dir
@@ -465,7 +646,7 @@ impl Reader {
     }
 
     /// Reads and publishes the pairs of `hosts`. Returns false once nobody listens.
-    fn publish(&mut self, hosts: &[String], spread: Spread) -> bool {
+    fn publish(&mut self, hosts: &[String], spread: ReadThreads) -> bool {
         let Some(dir) = self.tls_dir.clone() else {
             return true;
         };
@@ -476,7 +657,24 @@ impl Reader {
         let cpu = timed.then(crate::clock::thread_cpu_time);
         let now = self.clock.unix();
         let parse = &self.parse;
-        let batch = read_pairs(&dir, hosts, spread, |host, raw| parse(host, raw, now));
+        // A host a pair of `certificates` serves is served that pair, whatever its tls dir holds.
+        let (listed, from_dir): (Vec<String>, Vec<String>) = hosts
+            .iter()
+            .cloned()
+            .partition(|h| self.listed.pairs.serves(h));
+        // Looked at before the read: a write after the look changes the look next time.
+        let read_began = pair_stamps::wall_now();
+        let looks: Vec<Option<Look>> = from_dir.iter().map(|h| Look::of(&dir.join(h))).collect();
+        let mut batch = read_pairs(&dir, &from_dir, spread, |host, raw| parse(host, raw, now));
+        for ((host, read), look) in batch.iter().zip(looks) {
+            let valid_until = read.as_ref().ok().map(|c| c.not_after);
+            self.stamps.note(host, look, read_began, valid_until);
+        }
+        batch.extend(
+            listed
+                .into_iter()
+                .filter_map(|h| Some((h.clone(), self.listed.pairs.pair_of(&h)?))),
+        );
         if let Some(cpu) = cpu {
             tracing::debug!(
                 hosts = hosts.len(),
@@ -503,7 +701,7 @@ const REREAD_SLICE: usize = 32;
 
 /// Whether a batch is read over every core or on the source's thread alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Spread {
+enum ReadThreads {
     /// What the agent waits for (a start, the hosts an edit adds, a rotation): as fast as the
     /// machine allows.
     OverCores,
@@ -518,7 +716,12 @@ const PARALLEL_READ_MIN: usize = 64;
 
 /// Reads each host's pair and hands its bytes to `parse`, in order. Many pairs (a cold start)
 /// are read on one thread per core, unless `spread` says this thread alone.
-fn read_pairs<F>(dir: &Path, hosts: &[String], spread: Spread, parse: F) -> Vec<(String, PairRead)>
+fn read_pairs<F>(
+    dir: &Path,
+    hosts: &[String],
+    spread: ReadThreads,
+    parse: F,
+) -> Vec<(String, PairRead)>
 where
     F: Fn(&str, &certs::RawPair) -> PairRead + Sync,
 {
@@ -526,7 +729,7 @@ where
         let result = certs::read_pair(&dir.join(host)).and_then(|raw| parse(host, &raw));
         (host.clone(), result)
     };
-    if hosts.len() < PARALLEL_READ_MIN || spread == Spread::ThisThread {
+    if hosts.len() < PARALLEL_READ_MIN || spread == ReadThreads::ThisThread {
         return hosts.iter().map(load).collect();
     }
     // Asked once: the standard library reads the cgroup's CPU quota from /proc and /sys at each
@@ -712,8 +915,10 @@ mod tests {
             tls_dir: None,
             hosts: BTreeSet::new(),
             backlog: BTreeSet::new(),
+            stamps: PairStamps::default(),
             watched: Watched::default(),
             watches: dir_watch::start("reread-test", |_| true).unwrap(),
+            listed: Listed::new(dir_watch::start("reread-listed-test", |_| true).unwrap()),
             facts,
             clock: Arc::new(crate::clock::SystemClock),
             parse,

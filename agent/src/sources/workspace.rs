@@ -9,14 +9,21 @@ use std::sync::Arc;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 use tokio::sync::watch;
 
-use super::{watcher, Fact, WatchError};
+use super::{traefik, watcher, Fact, WatchError};
 use crate::evaluate::sandbox::{self, Limits, SandboxError};
 use crate::plan::edit::Edit;
+use crate::translate::traefik::join::merge;
 use crate::workspace::Workspace;
 
 /// Evaluating the workspace with the contract, isolated.
 pub trait LoadWorkspace: Send + Sync + 'static {
     fn load(&self) -> impl Future<Output = Result<Workspace, SandboxError>> + Send;
+
+    /// The agent's admin port, which the routes evaluated (and those read from Traefik) may
+    /// not take.
+    fn admin_port(&self) -> u16 {
+        crate::evaluate::contract::DEFAULT_ADMIN_PORT
+    }
 }
 
 /// [`LoadWorkspace`] through the sandbox ([`crate::evaluate::sandbox::evaluate`], a blocking call that
@@ -36,6 +43,10 @@ impl LoadWorkspace for SandboxLoader {
                 path: self.path.clone(),
                 cause: format!("could not be waited for: {e}"),
             })?
+    }
+
+    fn admin_port(&self) -> u16 {
+        self.limits.admin_port
     }
 }
 
@@ -63,6 +74,11 @@ pub fn classify(event: &notify::Result<notify::Event>, dir: &Path) -> Change {
 
 /// Starts the source: evaluates `path` now and after every change of its directory, publishing
 /// each result on `facts` and each accepted workspace on `latest`. Ends when `facts` closes.
+///
+/// With a `traefik` record, the Traefik source ([`super::traefik`]) runs beside it: the
+/// workspace published is the last one evaluated with the last routes read from Traefik's
+/// configuration ([`crate::translate::traefik::join::merge`]), published again whenever either
+/// changes, so that everything downstream sees one workspace.
 pub fn spawn<L: LoadWorkspace>(
     path: &Path,
     loader: L,
@@ -75,11 +91,20 @@ pub fn spawn<L: LoadWorkspace>(
         let _ = events_tx.send(event);
     })?;
     let path: PathBuf = path.to_owned();
+    let (traefik_settings, settings_rx) = watch::channel(None);
+    let (updates_tx, mut updates) = unbounded_channel();
+    let traefik_task = traefik::spawn(settings_rx, updates_tx);
     Ok(tokio::spawn(async move {
         // Kept alive as long as the task: dropping it ends the watch.
         let _watcher = watcher;
+        let _traefik = AbortOnDrop(traefik_task);
         let mut change = Change::Evaluate;
         let mut last_error = None;
+        let mut state = Joined {
+            admin_port: loader.admin_port(),
+            ..Joined::default()
+        };
+        let mut first_read: Option<tokio::time::Instant> = None;
         loop {
             if change == Change::Rescan {
                 tracing::warn!("the workspace watcher lost events; evaluating again");
@@ -87,68 +112,182 @@ pub fn spawn<L: LoadWorkspace>(
                     return;
                 }
             }
-            if change != Change::None
-                && !evaluate(&path, &loader, &facts, &latest, &mut last_error).await
-            {
-                return;
+            if change != Change::None {
+                match evaluate(&path, &loader, &mut last_error).await {
+                    Ok(own) => {
+                        let settings = own.traefik.as_ref().map(|t| {
+                            Arc::new(traefik::Settings {
+                                traefik: (**t).clone(),
+                                zone: own.zone.clone(),
+                            })
+                        });
+                        if *traefik_settings.borrow() != settings {
+                            // The routes read by the previous settings serve until the new
+                            // ones' first read (a file's, at once): an edit of the record does
+                            // not take them down meanwhile.
+                            if settings.is_none() {
+                                state.traefik = None;
+                            }
+                            traefik_settings.send_replace(settings);
+                        }
+                        state.own = Some(own);
+                        if state.waiting_for_traefik() {
+                            // The first read of the Traefik sources is waited for, so that the
+                            // first workspace served (and readiness) has their routes; not
+                            // longer than an endpoint's deadline.
+                            first_read = Some(tokio::time::Instant::now() + FIRST_READ);
+                        } else if !publish(&state, &facts, &latest) {
+                            return;
+                        }
+                    }
+                    Err(text) => {
+                        if facts.send(Fact::Workspace(Err(text))).is_err() {
+                            return;
+                        }
+                    }
+                }
             }
-            let Some(event) = events.recv().await else {
-                return;
-            };
-            change = classify(&event, &dir);
-            // Coalesce a burst (a swap is several events): one evaluation for all of them.
-            while let Ok(event) = events.try_recv() {
-                change = change.max(classify(&event, &dir));
+            change = Change::None;
+            tokio::select! {
+                event = events.recv() => {
+                    let Some(event) = event else { return };
+                    change = classify(&event, &dir);
+                    // Coalesce a burst (a swap is several events): one evaluation for all of them.
+                    while let Ok(event) = events.try_recv() {
+                        change = change.max(classify(&event, &dir));
+                    }
+                }
+                () = async {
+                    match first_read {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    tracing::warn!("the traefik sources have not answered yet; the workspace is served without their routes meanwhile");
+                    first_read = None;
+                    state.traefik = Some(traefik::Update::default());
+                    if !publish(&state, &facts, &latest) {
+                        return;
+                    }
+                }
+                // The Traefik source ends only with this task (or by a panic, which the
+                // workspace's own routes outlive: the branch is then off).
+                Some(mut update) = updates.recv() => {
+                    first_read = None;
+                    // Only the newest of several counts.
+                    while let Ok(newer) = updates.try_recv() {
+                        update = newer;
+                    }
+                    state.traefik = Some(update);
+                    if !publish(&state, &facts, &latest) {
+                        return;
+                    }
+                }
             }
         }
     }))
 }
 
-/// One evaluation, published. Returns false once nobody listens. A failure is logged once for
-/// as long as it stays the same (every event in the directory evaluates again), and says
-/// whether a workspace serves meanwhile.
+/// The last workspace evaluated and the last routes read from Traefik.
+#[derive(Default)]
+struct Joined {
+    admin_port: u16,
+    own: Option<Workspace>,
+    traefik: Option<traefik::Update>,
+}
+
+/// How long the first workspace waits for the Traefik sources' first read: an endpoint's
+/// deadline, and a second.
+const FIRST_READ: std::time::Duration =
+    traefik::ENDPOINT_DEADLINE.saturating_add(std::time::Duration::from_secs(1));
+
+impl Joined {
+    /// A workspace with a `traefik` record whose sources have not been read yet.
+    fn waiting_for_traefik(&self) -> bool {
+        self.traefik.is_none() && self.own.as_ref().is_some_and(|w| w.traefik.is_some())
+    }
+
+    /// The workspace to serve: the evaluated one, with the Traefik routes when it has a
+    /// `traefik` record (none read yet: its sources shown pending).
+    fn workspace(&self) -> Option<Workspace> {
+        let own = self.own.as_ref()?;
+        if own.traefik.is_none() {
+            return Some(own.clone());
+        }
+        let update = self.traefik.clone().unwrap_or_default();
+        Some(merge(
+            own,
+            &update.routes,
+            &update.certificates,
+            update.refused,
+            update.status,
+            self.admin_port,
+        ))
+    }
+}
+
+/// Publishes the joined workspace with what it changes. Returns false once nobody listens.
+fn publish(
+    state: &Joined,
+    facts: &UnboundedSender<Fact>,
+    latest: &watch::Sender<Option<Arc<Workspace>>>,
+) -> bool {
+    let Some(workspace) = state.workspace() else {
+        return true;
+    };
+    let workspace = Arc::new(workspace);
+    // Worked out here rather than in the loop, which a rotation may be waiting for.
+    let previous = latest.borrow().clone();
+    let edit = Edit::prepare(previous, workspace.clone());
+    if !edit.same {
+        tracing::info!(routes = workspace.routes.len(), zone = %workspace.zone, "workspace loaded");
+        latest.send_replace(Some(workspace));
+    }
+    // Sent when nothing changed too: a workspace evaluated again after a rejected edit clears
+    // the rejection.
+    facts.send(Fact::Edit(Box::new(edit))).is_ok()
+}
+
+/// Ends the Traefik source with the workspace source.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// One evaluation: the workspace, or the diagnostic. A failure is logged once for as long as
+/// it stays the same (every event in the directory evaluates again).
 async fn evaluate<L: LoadWorkspace>(
     path: &Path,
     loader: &L,
-    facts: &UnboundedSender<Fact>,
-    latest: &watch::Sender<Option<Arc<Workspace>>>,
     last_error: &mut Option<String>,
-) -> bool {
+) -> Result<Workspace, String> {
     let started = std::time::Instant::now();
     let loaded = loader.load().await;
     tracing::debug!(
         elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+        workspace = %path.display(),
         "workspace evaluated"
     );
-    let fact = match loaded {
+    match loaded {
         Ok(workspace) => {
-            let workspace = Arc::new(workspace);
-            // Worked out here rather than in the loop, which a rotation may be waiting for.
-            let previous = latest.borrow().clone();
-            let edit = Edit::prepare(previous, workspace.clone());
-            if !edit.same {
-                tracing::info!(routes = workspace.routes.len(), zone = %workspace.zone,
-                    workspace = %path.display(), "workspace loaded");
-                latest.send_replace(Some(workspace));
-            }
             *last_error = None;
-            return facts.send(Fact::Edit(Box::new(edit))).is_ok();
+            Ok(workspace)
         }
         Err(e) => {
             let text = e.to_string();
             if last_error.as_deref() == Some(text.as_str()) {
                 tracing::debug!("the workspace still fails the same way");
-            } else if latest.borrow().is_some() {
-                tracing::error!(diagnostic = %text, "workspace rejected; the last good one stays live");
             } else {
                 tracing::error!(diagnostic = %text,
-                    "workspace rejected; nothing is configured until a valid one is loaded");
+                    "workspace rejected; the last good one stays live, if any");
             }
             *last_error = Some(text.clone());
             Err(text)
         }
-    };
-    facts.send(Fact::Workspace(fact)).is_ok()
+    }
 }
 
 #[cfg(test)]

@@ -4,23 +4,24 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sozu_command_lib::channel::Channel;
 use sozu_command_lib::proto::command::{
-    request::RequestType, response_content::ContentType, CertificateAndKey, ClientAuthMode,
-    FrontendFilters, ListListeners, ListedFrontends, QueryCertificatesFilters, QueryClustersHashes,
-    Request, Response, ResponseContent, ResponseStatus, Status, TlsVersion, WorkerRequest,
+    request::RequestType, response_content::ContentType, CountRequests, FrontendFilters,
+    ListListeners, ListedFrontends, QueryCertificatesFilters, QueryClustersHashes, Request,
+    Response, ResponseContent, ResponseStatus, Status,
 };
 
-use super::request::{health_check_of, hsts_of, to_request};
+use super::census::{self, Anchor, Part, Sent, Tally, Verdict};
+use super::listing::{self, add_frontends, cert_names, HeldCertificates};
+use super::request::to_request;
+use super::state_file;
 use super::SozuError;
-use crate::plan::state::{
-    Actual, Address, Backend, ClientAuthState, ClusterState, Frontend, ListenerCertificates,
-    ListenerSettings, Protocol, StreamFrontend,
-};
+use crate::plan::state::{Actual, ClusterState, ListenerCertificates};
 use crate::plan::Op;
-use crate::workspace::{Http2Offer, ID_PREFIX};
+use crate::workspace::ID_PREFIX;
 
 /// Buffer sizes for each connection. The buffers start at a page and grow on demand up to the
 /// maximum (a state query for tens of thousands of routes fits). The agent keeps
@@ -72,9 +73,6 @@ pub struct Pieces {
     /// with a self-signed ECDSA certificate, 8 KiB with an RSA chain), are listed from the
     /// workers instead: the certificate each name is served with, without chain or key.
     pub served_certificates: bool,
-    /// HTTP and HTTPS frontends (about 135 bytes each, two a route) are listed one protocol
-    /// at a time.
-    pub frontends_by_protocol: bool,
     /// A protocol's frontends are listed one cluster at a time.
     pub frontends_by_cluster: bool,
 }
@@ -88,6 +86,8 @@ fn closed_before_answer(error: &SozuError) -> bool {
 /// How long each part of a state read took (milliseconds), for its debug line.
 #[derive(Default)]
 struct ReadTimes {
+    census: f64,
+    certificates: f64,
     listeners: f64,
     frontends: f64,
     hashes: f64,
@@ -119,6 +119,33 @@ pub struct SozuClient {
     /// (about 65 ms for 10,000 certificates); a sozu restarted with a larger buffer is still
     /// read correctly, in pieces.
     pieces: Pieces,
+    /// The agent's requests that change the parts a resync reads only when someone else may
+    /// have changed them, counted by every connection to this sozu (see [`census`]).
+    tally: Arc<Tally>,
+    /// The census each part was last compared with, per [`Part`]: forgotten with the
+    /// connection, since another connection may reach another sozu.
+    anchors: [Option<Anchor>; census::PARTS],
+}
+
+/// How many times a census is asked for before the parts it could not tell are read: a census
+/// is exact only when none of the agent's requests of a part was on its way meanwhile.
+const CENSUS_TRIES: usize = 3;
+/// How long a census waits for the agent's requests on their way to end before it is asked
+/// for again.
+const CENSUS_QUIET_WAIT: Duration = Duration::from_millis(200);
+
+/// What a resync's read found, and which parts it did not read because only the agent changed
+/// them since the last read (they are as the agent's shadow holds them).
+#[derive(Debug, Clone, Default)]
+pub struct StateRead {
+    pub actual: Actual,
+    /// The parts not read: [`Part::Clusters`], [`Part::Certificates`], [`Part::Frontends`].
+    pub unread: Vec<Part>,
+    /// Queries of this read that sozu's main process scattered to its workers (cluster
+    /// hashes, clusters by id, served certificates).
+    pub worker_queries: u64,
+    /// Whether this read listed every frontend (1) or took them from the shadow (0).
+    pub frontend_listings: u64,
 }
 
 impl SozuClient {
@@ -130,7 +157,21 @@ impl SozuClient {
             channel: None,
             clusters_read: BTreeMap::new(),
             pieces: Pieces::default(),
+            tally: Arc::new(Tally::default()),
+            anchors: [None; census::PARTS],
         }
+    }
+
+    /// Counts the requests this connection sends in `tally`, shared with the agent's other
+    /// connections to the same sozu.
+    pub fn with_tally(mut self, tally: Arc<Tally>) -> SozuClient {
+        self.tally = tally;
+        self
+    }
+
+    /// The count of requests shared by this connection.
+    pub fn tally(&self) -> Arc<Tally> {
+        self.tally.clone()
     }
 
     /// The listings this client reads in pieces.
@@ -170,11 +211,14 @@ impl SozuClient {
             .blocking()
             .map_err(|e| connect_error(super::channel_reason(&e)))?;
         self.channel = Some(channel);
+        // A new connection may reach another sozu, whose census starts anew.
+        self.anchors = [None; census::PARTS];
         Ok(true)
     }
 
     pub fn disconnect(&mut self) {
         self.channel = None;
+        self.anchors = [None; census::PARTS];
     }
 
     /// Sends one request and waits for its final answer, within the deadline.
@@ -313,181 +357,171 @@ impl SozuClient {
     /// A connection of its own to the same socket, held to the same peer: for a query that runs
     /// beside this connection's.
     pub(crate) fn sibling(&self) -> SozuClient {
-        SozuClient::new(&self.path, self.timeout).with_peer(self.peer)
+        SozuClient::new(&self.path, self.timeout)
+            .with_peer(self.peer)
+            .with_tally(self.tally.clone())
     }
 
     /// Reads everything the planner compares against: listeners, clusters, frontends, the
-    /// backends of the clusters the agent owns, and the certificates.
+    /// backends of the clusters the agent owns, and the certificates. What the agent's shadow
+    /// is made of when it has none (a start, a new sozu).
+    pub fn read_state(&mut self) -> Result<Actual, SozuError> {
+        self.read(true).map(|read| read.actual)
+    }
+
+    /// A resync's read: the listeners, and the clusters, frontends and certificates only when
+    /// sozu's census says someone else may have changed them ([`census`]); the rest is as the
+    /// agent's shadow holds it ([`StateRead::unread`]).
     ///
-    /// The certificates are listed on a connection of their own meanwhile: at 10,000 routes
-    /// their listing (each with its chain and key) took 210–300 ms of a 0.6 s resync, which
-    /// the loop waits for. sozu's main process answers it while it waits on its workers for the
-    /// cluster hashes, and the agent decodes one answer while sozu builds the next.
+    /// Each request is one piece that sozu's main process answers on its own: a rotation or an
+    /// edit sent meanwhile on another connection waits behind one piece at most (sozu's main
+    /// process answers one request at a time). An unchanged sozu is asked for its census and
+    /// its listeners, two small answers from its main process: nothing reaches its workers,
+    /// whose threads serve the handshakes, and its main process builds no listing of every
+    /// frontend (at 10,000 routes, 17–20 ms of its one thread and 1.4 MB per protocol, which a
+    /// rotation waited behind and new connections shared the machine's cores with).
+    pub fn read_resync(&mut self) -> Result<StateRead, SozuError> {
+        self.read(false)
+    }
+
+    /// sozu's census, and the agent's own count of each part at the same moment when it is
+    /// exact (none of the agent's requests of the part on its way meanwhile). Asked for again,
+    /// after the requests on their way ended, when it is not.
+    #[allow(clippy::type_complexity)]
+    fn census(
+        &mut self,
+    ) -> Result<([u64; census::PARTS], [Option<Sent>; census::PARTS]), SozuError> {
+        let mut taken = ([0; census::PARTS], [None; census::PARTS]);
+        for attempt in 0..CENSUS_TRIES {
+            if attempt > 0 {
+                self.tally.wait_quiet(CENSUS_QUIET_WAIT);
+            }
+            let before = self.tally.snapshot();
+            let counts = match self.request(RequestType::CountRequests(CountRequests {}))? {
+                Some(ResponseContent {
+                    content_type: Some(ContentType::RequestCounts(counts)),
+                }) => counts.map,
+                _ => return Err(unexpected("count requests")),
+            };
+            let after = self.tally.snapshot();
+            let exact = Part::ALL.map(|part| {
+                let i = part.index();
+                census::exact_at(before[i], after[i])
+            });
+            taken = (census::counted(&counts), exact);
+            if exact.iter().all(Option::is_some) {
+                break;
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Reads sozu's state, each part only if `everything` or the census says so.
     ///
     /// Every answer must fit sozu's `max_command_buffer_size` (default 2,000,000 bytes), whatever
     /// the workspace's size: a listing that did not is read in pieces from then on ([`Pieces`]).
     /// What each of sozu 2.3.3's filters costs decided the pieces (at 10,000 routes, measured
     /// from a client of sozu's socket by the `reads` bench):
-    /// - frontends by protocol: the same scan as the whole listing, in two answers of half its
-    ///   size (1.37 MB each against 2.73 MB); by cluster id, a scan of every frontend per cluster
-    ///   (0.31 ms each, 3.1 s for all), so only past the protocols' own limit;
+    /// - frontends by protocol: the same scan as the whole listing, in answers of half its size
+    ///   (1.37 MB and 17–20 ms each against 2.73 MB and 76 ms), so always by protocol; by
+    ///   cluster id, a scan of every frontend per cluster (0.31 ms each, 3.1 s for all), so
+    ///   only past the protocols' own limit; by domain, sozu matches any hostname that
+    ///   *contains* the filter (`ConfigState::list_frontends`), which does not split the
+    ///   frontends into pieces;
     /// - certificates by fingerprint: every certificate's fingerprint encoded again per query
     ///   (2.5 ms each, 25 s for all); by domain, every certificate parsed and put in a trie per
-    ///   query (42 ms each). Neither reads 10,000 certificates in time, and neither finds a
-    ///   certificate the agent does not know of. The workers' listing names each host's served
-    ///   certificate without its chain or key (0.9 MB a worker against 8.9 MB, 12 against 65
-    ///   ms), so it replaces the main state's once that does not fit. What it cannot show is a
-    ///   certificate served for no name (left behind under a longer-lived one for every name it
-    ///   has): such a certificate stays in sozu unseen until it is served.
-    pub fn read_state(&mut self) -> Result<Actual, SozuError> {
-        let mut actual = Actual::default();
-        let mut sibling = self.sibling();
-        sibling.pieces = self.pieces;
-        let (rest, certificates) = std::thread::scope(|scope| {
-            let certificates = scope.spawn(move || {
-                let started = Instant::now();
-                let held = sibling.certificates();
-                (held, sibling.pieces, started.elapsed().as_secs_f64() * 1e3)
-            });
-            let rest = self.read_all_but_certificates(&mut actual);
-            let certificates = certificates.join().unwrap_or_else(|_| {
-                (
-                    Err(panicked("QueryCertificatesFromTheState")),
-                    self.pieces,
-                    0.0,
-                )
-            });
-            (rest, certificates)
+    ///   query (42 ms each, `certificates_serving_domain` in sozu's `requests.rs`). Neither
+    ///   reads 10,000 certificates in time, and neither finds a certificate the agent does not
+    ///   know of: the whole listing is read, and only when the census says someone else sent a
+    ///   certificate request. The workers' listing names each host's served certificate without
+    ///   its chain or key (0.9 MB a worker against 8.9 MB), so it replaces the main state's once
+    ///   that does not fit. What it cannot show is a certificate served for no name: such a
+    ///   certificate stays in sozu unseen until it is served.
+    fn read(&mut self, everything: bool) -> Result<StateRead, SozuError> {
+        let (mut times, mut since) = (ReadTimes::default(), Instant::now());
+        let (counted, exact) = self.census()?;
+        times.census = lap(&mut since);
+        let mut read_part = Part::ALL.map(|part| {
+            let i = part.index();
+            everything || census::judge(self.anchors[i], counted[i], exact[i]) == Verdict::Read
         });
-        let (held, pieces, certificates_ms) = certificates;
-        self.pieces.served_certificates |= pieces.served_certificates;
-        let times = rest?;
-        let held = held?;
+        // Frontends listed one cluster at a time need every cluster's id.
+        read_part[Part::Clusters.index()] |=
+            read_part[Part::Frontends.index()] && self.pieces.frontends_by_cluster;
+        let mut read = StateRead::default();
+        let actual = &mut read.actual;
+        match self.request(RequestType::ListListeners(ListListeners {}))? {
+            Some(ResponseContent {
+                content_type: Some(ContentType::ListenersList(list)),
+            }) => listing::add_listeners(actual, &list),
+            _ => return Err(unexpected("list listeners")),
+        }
+        times.listeners = lap(&mut since);
+
+        if read_part[Part::Clusters.index()] {
+            read.worker_queries += self.clusters(actual, &mut times, &mut since)?;
+        } else {
+            read.unread.push(Part::Clusters);
+        }
+
+        if read_part[Part::Frontends.index()] {
+            self.frontends(actual)?;
+            read.frontend_listings = 1;
+        } else {
+            read.unread.push(Part::Frontends);
+        }
+        times.frontends = lap(&mut since);
+
+        if read_part[Part::Certificates.index()] {
+            let held = self.certificates()?;
+            if matches!(held, HeldCertificates::ByListener(_)) {
+                read.worker_queries += 1;
+            }
+            listing::add_certificates(actual, &held);
+        } else {
+            read.unread.push(Part::Certificates);
+        }
+        times.certificates = lap(&mut since);
+
+        // The read is whole: each part's census is now what the next is compared with, where
+        // it was exact (otherwise the last exact one stays, and the part is read again).
+        for part in Part::ALL {
+            let i = part.index();
+            if let Some(sent) = exact[i] {
+                self.anchors[i] = Some(Anchor {
+                    counted: counted[i],
+                    sent,
+                });
+            }
+        }
         tracing::debug!(
+            census_ms = times.census,
             listeners_ms = times.listeners,
             frontends_ms = times.frontends,
             hashes_ms = times.hashes,
             clusters_to_read = times.clusters_to_read,
             clusters_ms = times.clusters,
-            certificates_ms,
+            certificates_ms = times.certificates,
+            unread = ?read.unread,
+            worker_queries = read.worker_queries,
             pieces = ?self.pieces,
-            "sozu's state read, by listing (the certificates on a connection of their own)"
+            "sozu's state read, by listing"
         );
-        for (&address, &(protocol, _)) in &actual.listeners {
-            if protocol == Protocol::Https {
-                let on_listener = match &held {
-                    // The main state does not say which listener holds which certificate; an
-                    // HTTPS listener per workspace makes that moot, and a request naming a
-                    // certificate the listener lacks is a no-op in sozu.
-                    HeldCertificates::Everywhere(all) => all.clone(),
-                    HeldCertificates::ByListener(by) => {
-                        by.get(&address).cloned().unwrap_or_default()
-                    }
-                };
-                actual.certificates.insert(address, on_listener);
-            }
-        }
-        Ok(actual)
+        Ok(read)
     }
 
-    /// Listeners, frontends and owned clusters into `actual`; how long each took.
-    fn read_all_but_certificates(&mut self, actual: &mut Actual) -> Result<ReadTimes, SozuError> {
-        let (mut times, mut since) = (ReadTimes::default(), Instant::now());
-        match self.request(RequestType::ListListeners(ListListeners {}))? {
-            Some(ResponseContent {
-                content_type: Some(ContentType::ListenersList(list)),
-            }) => {
-                // What both kinds of listener report alike.
-                let common =
-                    |interface: &Option<String>, expect_proxy, timeouts| ListenerSettings {
-                        interface: interface.clone(),
-                        expect_proxy,
-                        timeouts,
-                        ..ListenerSettings::default()
-                    };
-                for l in list.http_listeners.values() {
-                    let address = l.address.into();
-                    actual.listeners.insert(address, (Protocol::Http, l.active));
-                    let timeouts = [
-                        l.front_timeout,
-                        l.back_timeout,
-                        l.connect_timeout,
-                        l.request_timeout,
-                    ];
-                    actual
-                        .listener_settings
-                        .insert(address, common(&l.interface, l.expect_proxy, timeouts));
-                    actual
-                        .listener_answers
-                        .insert(address, answers_of(&l.answers));
-                }
-                for l in list.https_listeners.values() {
-                    let address = l.address.into();
-                    actual
-                        .listeners
-                        .insert(address, (Protocol::Https, l.active));
-                    let timeouts = [
-                        l.front_timeout,
-                        l.back_timeout,
-                        l.connect_timeout,
-                        l.request_timeout,
-                    ];
-                    let client_auth = l
-                        .client_auth
-                        .filter(|&m| m != ClientAuthMode::ClientAuthNone as i32)
-                        .map(|m| ClientAuthState {
-                            required: m == ClientAuthMode::ClientAuthRequired as i32,
-                            cas: l.client_ca_certificates.clone(),
-                            crls: l.client_ca_crls.clone(),
-                        });
-                    actual.listener_settings.insert(
-                        address,
-                        ListenerSettings {
-                            tls13_only: l.versions == [TlsVersion::TlsV13 as i32],
-                            client_auth,
-                            http2: Http2Offer::of(
-                                &l.alpn_protocols,
-                                l.disable_http11.unwrap_or(false),
-                            ),
-                            ..common(&l.interface, l.expect_proxy, timeouts)
-                        },
-                    );
-                    actual
-                        .listener_answers
-                        .insert(address, answers_of(&l.answers));
-                    if let Some(hsts) = l.hsts.as_ref().and_then(hsts_of) {
-                        actual.hsts.insert(l.address.into(), hsts);
-                    }
-                }
-                // The listeners of routes of their own port: what each reports, as
-                // `ListenerSettings::for_protocol` says a listener of its kind holds.
-                for l in list.tcp_listeners.values() {
-                    let address = l.address.into();
-                    actual.listeners.insert(address, (Protocol::Tcp, l.active));
-                    let timeouts = [l.front_timeout, l.back_timeout, l.connect_timeout, 0];
-                    actual
-                        .listener_settings
-                        .insert(address, common(&l.interface, l.expect_proxy, timeouts));
-                }
-                for l in list.udp_listeners.values() {
-                    let address = l.address.into();
-                    actual.listeners.insert(address, (Protocol::Udp, l.active));
-                    let timeouts = [l.front_timeout, l.back_timeout, 0, 0];
-                    actual
-                        .listener_settings
-                        .insert(address, common(&l.interface, false, timeouts));
-                }
-            }
-            _ => return Err(unexpected("list listeners")),
-        }
-        times.listeners = lap(&mut since);
-
+    /// Every cluster's id, and the backends, health checks and policies of the agent's, into
+    /// `actual`: the clusters' hashes from sozu's workers, then by id those whose hash
+    /// changed since they were last read. How many queries went to the workers.
+    fn clusters(
+        &mut self,
+        actual: &mut Actual,
+        times: &mut ReadTimes,
+        since: &mut Instant,
+    ) -> Result<u64, SozuError> {
         let hashes = self.cluster_hashes()?;
         actual.clusters = hashes.keys().cloned().collect();
-        times.hashes = lap(&mut since);
-
-        self.frontends(actual)?;
-        times.frontends = lap(&mut since);
+        times.hashes = lap(since);
 
         let mut read = std::mem::take(&mut self.clusters_read);
         read.retain(|id, (hash, _)| hashes.get(id) == Some(hash));
@@ -498,8 +532,9 @@ impl SozuClient {
         // Kept even if a query below fails: what it holds was read and is still current.
         self.clusters_read = read;
         times.clusters_to_read = owned.len();
+        let queries = 1 + owned.len() as u64;
         self.read_clusters(owned)?;
-        times.clusters = lap(&mut since);
+        times.clusters = lap(since);
         // The frontends of a read cluster are kept for a targeted read only.
         for (_, cluster) in self.clusters_read.values_mut() {
             cluster.frontends = Vec::new();
@@ -513,25 +548,13 @@ impl SozuClient {
                 actual.cluster_policies.insert(id.clone(), policy.clone());
             }
         }
-        Ok(times)
+        Ok(queries)
     }
 
-    /// Every frontend into `actual`, in as few answers as fit sozu's command buffer.
+    /// Every frontend into `actual`, one protocol at a time (one cluster at a time past what
+    /// fits sozu's command buffer): each answer is a piece sozu's main process builds on its
+    /// own, half the whole listing at most.
     fn frontends(&mut self, actual: &mut Actual) -> Result<(), SozuError> {
-        if !self.pieces.frontends_by_protocol {
-            // `tcp` lists the UDP ones too (sozu 2.3.3's filters have no `udp`).
-            match self.list_frontends(true, true, true, None) {
-                Ok(list) => return add_frontends(actual, list),
-                Err(e) if closed_before_answer(&e) => {
-                    tracing::info!(
-                        "sozu's frontends do not fit its command buffer in one answer: listed \
-                         one protocol at a time from now on"
-                    );
-                    self.pieces.frontends_by_protocol = true;
-                }
-                Err(e) => return Err(e),
-            }
-        }
         // TCP and UDP frontends: one per route of its own port, each port a listener of its own.
         add_frontends(actual, self.list_frontends(false, false, true, None)?)?;
         for (http, https) in [(true, false), (false, true)] {
@@ -633,30 +656,7 @@ impl SozuClient {
             Some(ContentType::WorkerResponses(responses)) => responses.map,
             _ => return Err(unexpected("query certificates from workers")),
         };
-        let mut names: BTreeMap<SocketAddr, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
-        for content in responses.into_values() {
-            let Some(ContentType::CertificatesByAddress(list)) = content.content_type else {
-                return Err(unexpected("query certificates from workers"));
-            };
-            for by_address in list.certificates {
-                let on = names.entry(by_address.address.into()).or_default();
-                for summary in by_address.certificate_summaries {
-                    on.entry(summary.fingerprint)
-                        .or_default()
-                        .insert(summary.domain.to_ascii_lowercase());
-                }
-            }
-        }
-        Ok(names
-            .into_iter()
-            .map(|(address, by_fingerprint)| {
-                let mut held = ListenerCertificates::default();
-                for (fingerprint, names) in &by_fingerprint {
-                    held.insert(fingerprint, names);
-                }
-                (address, held)
-            })
-            .collect())
+        listing::served_certificates(responses)
     }
 
     /// Every cluster's hash, as sozu's main process computes it.
@@ -749,43 +749,7 @@ impl SozuClient {
     pub fn cluster_state(&mut self, id: &str) -> Result<ClusterState, SozuError> {
         let info = self.request(RequestType::QueryClusterById(id.to_owned()))?;
         main_content(info, "query cluster", |c| match c {
-            ContentType::Clusters(list) => {
-                let mut read = ClusterState::default();
-                for info in list.vec {
-                    read.exists |= info.configuration.is_some();
-                    let http = info.http_frontends.into_iter().map(|f| (Protocol::Http, f));
-                    let https = info
-                        .https_frontends
-                        .into_iter()
-                        .map(|f| (Protocol::Https, f));
-                    read.frontends
-                        .extend(http.chain(https).map(|(p, f)| frontend_of(p, f)));
-                    read.health_check = info
-                        .configuration
-                        .as_ref()
-                        .and_then(|c| c.health_check.as_ref())
-                        .map(health_check_of);
-                    read.policy = info
-                        .configuration
-                        .as_ref()
-                        .and_then(super::request::cluster_policy_of);
-                    for b in info.backends {
-                        let weight = b
-                            .load_balancing_parameters
-                            .map_or(1, |p| u32::try_from(p.weight.max(1)).unwrap_or(1));
-                        let backend = Backend {
-                            id: b.backend_id,
-                            address: match b.unix_path {
-                                Some(path) => Address::Unix(PathBuf::from(path)),
-                                None => Address::Ip(b.address.into()),
-                            },
-                            weight,
-                        };
-                        read.backends.insert(backend);
-                    }
-                }
-                Some(read)
-            }
+            ContentType::Clusters(list) => Some(listing::cluster_state_of(list)),
             _ => None,
         })
     }
@@ -793,7 +757,13 @@ impl SozuClient {
     /// Sends one planned operation. Closing sessions answers how many are still finishing
     /// (summed over the workers).
     pub fn apply(&mut self, op: &Op) -> Result<Option<u64>, SozuError> {
-        let answer = self.request(to_request(op)?)?;
+        let request = to_request(op)?;
+        let kind = request_name(&request);
+        self.tally.begin(&kind);
+        let answer = self.request(request);
+        // Answered OK: sozu's census counted it. Refused or unanswered: it may have or not.
+        self.tally.end(&kind, answer.is_ok());
+        let answer = answer?;
         if !matches!(op, Op::CloseSessions { .. }) {
             return Ok(None);
         }
@@ -823,161 +793,46 @@ impl SozuClient {
     /// sozu skips an entry its state refuses without failing the load, so success is taken only
     /// when every entry was acknowledged by each of `workers` workers.
     pub fn load_batch(&mut self, ops: &[Op], dir: &Path, workers: usize) -> Result<(), SozuError> {
-        use std::io::Write;
-        let file_error = |reason: String| SozuError::BatchFile {
-            dir: dir.to_owned(),
-            reason,
-        };
-        if let Some(op) = ops.iter().find(|op| {
-            matches!(
-                op,
-                Op::AddCertificate { .. }
-                    | Op::ReplaceCertificate { .. }
-                    | Op::RemoveCertificate { .. }
-            )
-        }) {
-            return Err(file_error(format!(
-                "`{}` is a certificate operation: a state file never carries one (its key would \
-                 be written to disk)",
-                op.describe()
-            )));
-        }
-        private_dir(dir).map_err(file_error)?;
-        let mut file = tempfile::Builder::new()
-            .prefix(".private-ingress-")
-            .suffix(".state")
-            .tempfile_in(dir)
-            .map_err(|e| file_error(e.to_string()))?;
-        {
-            let mut out = std::io::BufWriter::new(file.as_file_mut());
-            for (i, op) in ops.iter().enumerate() {
-                let entry = WorkerRequest::new(format!("pi-{i}"), Request::from(to_request(op)?));
-                serde_json::to_writer(&mut out, &entry).map_err(|e| file_error(e.to_string()))?;
-                out.write_all(b"\n\0")
-                    .map_err(|e| file_error(e.to_string()))?;
-            }
-            out.flush().map_err(|e| file_error(e.to_string()))?;
-        }
+        let file = state_file::write(ops, dir)?;
         let path = file
             .path()
             .to_str()
-            .ok_or_else(|| file_error("the path is not UTF-8".into()))?
+            .ok_or_else(|| SozuError::BatchFile {
+                dir: dir.to_owned(),
+                reason: "the path is not UTF-8".into(),
+            })?
             .to_owned();
-        tracing::debug!(
-            entries = ops.len(),
-            bytes = file.as_file().metadata().map(|m| m.len()).unwrap_or(0),
-            "bulk state file written"
-        );
         // sozu's own deadline for a replay grows with its size; so does this one.
         let timeout = self.timeout + Duration::from_millis(ops.len() as u64);
-        let answer = self.request_within(RequestType::LoadState(path), timeout)?;
-        let expected = ops.len() * workers;
-        match acknowledged(&answer.message) {
-            Some((ok, 0)) if ok == expected => Ok(()),
-            _ => Err(SozuError::BatchIncomplete {
-                message: format!("{} ({expected} acknowledgements expected)", answer.message),
-            }),
+        // Each entry is dispatched to sozu's state, and counted in its census, as a request of
+        // its own.
+        let kinds: Vec<String> = ops
+            .iter()
+            .filter_map(|op| to_request(op).ok())
+            .map(|request| request_name(&request))
+            .collect();
+        for kind in &kinds {
+            self.tally.begin(kind);
         }
+        let loaded = self
+            .request_within(RequestType::LoadState(path), timeout)
+            .and_then(|answer| {
+                let expected = ops.len() * workers;
+                match state_file::acknowledged(&answer.message) {
+                    Some((ok, 0)) if ok == expected => Ok(()),
+                    _ => Err(SozuError::BatchIncomplete {
+                        message: format!(
+                            "{} ({expected} acknowledgements expected)",
+                            answer.message
+                        ),
+                    }),
+                }
+            });
+        for kind in &kinds {
+            self.tally.end(kind, loaded.is_ok());
+        }
+        loaded
     }
-}
-
-/// Makes `dir` if it is not there, private to this user (0700), and checks that it is: a state
-/// file describes every route, and nobody else may read it or put one there in its place.
-fn private_dir(dir: &Path) -> Result<(), String> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e.to_string()),
-    }
-    let meta = std::fs::symlink_metadata(dir).map_err(|e| e.to_string())?;
-    let me = nix::unistd::geteuid().as_raw();
-    if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o077 != 0 {
-        return Err(format!(
-            "it must be a directory of this agent's uid {me} with mode 0700 (it is uid {}, \
-             mode {:o})",
-            meta.uid(),
-            meta.mode() & 0o7777
-        ));
-    }
-    Ok(())
-}
-
-/// (acknowledged, failed) from sozu 2.3.3's answer to a state load: "Successfully loaded state
-/// from path P, N ok messages, M errors".
-fn acknowledged(message: &str) -> Option<(usize, usize)> {
-    let mut parts = message.rsplit(", ");
-    let errors = parts.next()?.strip_suffix(" errors")?.parse().ok()?;
-    let ok = parts.next()?.strip_suffix(" ok messages")?.parse().ok()?;
-    Some((ok, errors))
-}
-
-/// A listener's error pages as sozu lists them (an empty one is no page).
-fn answers_of(answers: &BTreeMap<String, String>) -> BTreeMap<String, std::sync::Arc<str>> {
-    answers
-        .iter()
-        .filter(|(_, page)| !page.is_empty())
-        .map(|(status, page)| (status.clone(), std::sync::Arc::from(page.as_str())))
-        .collect()
-}
-
-/// A frontend as sozu lists it.
-fn frontend_of(
-    protocol: Protocol,
-    f: sozu_command_lib::proto::command::RequestHttpFrontend,
-) -> Frontend {
-    let (hostname, alias) = Frontend::parse_sozu_hostname(&f.hostname);
-    let policy = super::request::frontend_policy_of(&f);
-    Frontend {
-        protocol,
-        address: f.address.into(),
-        hostname,
-        path_prefix: f.path.value,
-        cluster_id: f.cluster_id,
-        tags: f.tags.into_iter().collect(),
-        hsts: super::request::frontend_hsts_of(f.hsts.as_ref()),
-        policy,
-        alias,
-    }
-}
-
-/// The certificates a state read found.
-enum HeldCertificates {
-    /// The main state's, which does not say which listener holds which.
-    Everywhere(ListenerCertificates),
-    /// The workers', per listener.
-    ByListener(BTreeMap<SocketAddr, ListenerCertificates>),
-}
-
-/// The frontends of one listing into `actual` (listings may overlap: each is a set).
-fn add_frontends(actual: &mut Actual, list: ListedFrontends) -> Result<(), SozuError> {
-    let http = list.http_frontends.into_iter().map(|f| (Protocol::Http, f));
-    let https = list
-        .https_frontends
-        .into_iter()
-        .map(|f| (Protocol::Https, f));
-    for (protocol, f) in http.chain(https) {
-        actual.frontends.insert(frontend_of(protocol, f));
-    }
-    for f in list.tcp_frontends {
-        actual.stream_frontends.insert(StreamFrontend {
-            protocol: Protocol::Tcp,
-            address: f.address.into(),
-            sni: f.sni,
-            cluster_id: f.cluster_id,
-            tags: f.tags.into_iter().collect(),
-        });
-    }
-    for f in list.udp_frontends {
-        actual.stream_frontends.insert(StreamFrontend {
-            protocol: Protocol::Udp,
-            address: f.address.into(),
-            sni: None,
-            cluster_id: f.cluster_id,
-            tags: f.tags.into_iter().collect(),
-        });
-    }
-    Ok(())
 }
 
 /// A reading thread of [`SozuClient::read_state`] ended in a panic instead of an answer.
@@ -989,9 +844,7 @@ fn panicked(request: &str) -> SozuError {
 }
 
 fn unexpected(request: &str) -> SozuError {
-    SozuError::Unexpected {
-        request: request.into(),
-    }
+    SozuError::unexpected(request)
 }
 
 /// Scattered queries answer with one entry per worker plus `main`, the main process's state.
@@ -1014,12 +867,6 @@ fn main_content<T>(
     extract(content).ok_or_else(|| unexpected(request))
 }
 
-fn cert_names(cert: &CertificateAndKey) -> BTreeSet<String> {
-    if !cert.names.is_empty() {
-        return cert.names.iter().map(|n| n.to_ascii_lowercase()).collect();
-    }
-    crate::certs::names_of_pem(cert.certificate.as_bytes()).unwrap_or_default()
-}
 /// The request's kind only (sozu's own short name): its fields may hold key material.
 pub(crate) fn request_name(request: &RequestType) -> String {
     sozu_command_lib::proto::display::format_request_type(request).to_owned()
@@ -1044,6 +891,7 @@ mod tests {
             names: BTreeSet::from(["a.in.example.org".to_owned()]).into(),
             other_names: std::sync::Arc::from([]),
             issuer: "CN=test".into(),
+            listed: None,
         };
         let ops = [
             Op::AddCluster {
@@ -1061,31 +909,5 @@ mod tests {
             "{error}"
         );
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
-    }
-
-    /// The bulk files' directory is made private, and one that others may read is refused.
-    #[test]
-    fn state_files_go_in_a_directory_private_to_the_agent() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let private = dir.path().join(".private-ingress");
-        private_dir(&private).unwrap();
-        let mode = std::fs::metadata(&private).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o700);
-        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let refused = private_dir(&private).unwrap_err();
-        assert!(refused.contains("mode 0700"), "{refused}");
-    }
-
-    #[test]
-    fn a_state_load_answer_gives_its_counts() {
-        let message = "Successfully loaded state from path /run/sozu/.private-ingress-x.state, \
-                       4000 ok messages, 0 errors";
-        assert_eq!(acknowledged(message), Some((4000, 0)));
-        assert_eq!(
-            acknowledged("loading state: 3 ok messages, 1 errors, timed out: false"),
-            None,
-            "a failure's wording is not a success's"
-        );
     }
 }

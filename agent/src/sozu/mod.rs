@@ -4,6 +4,10 @@
 //! - [`client`]: one blocking connection; every request has a deadline. sozu answers a mutation
 //!   with `PROCESSING` and then `OK` once every worker applied it, or `FAILURE`; a query answers
 //!   `OK` with content. Any channel error drops the connection, and the next request reconnects.
+//!   It reads sozu's state back in pieces its main process answers alone, each within sozu's
+//!   command buffer, and the clusters, frontends and certificates only when sozu's census says
+//!   someone else changed them ([`census`]); `listing` turns each answer into the planner's
+//!   terms, and `state_file` writes a bulk change for sozu to load.
 //! - [`request`]: a planned operation as sozu's request.
 //! - [`phases`]: a plan sent phase after phase; [`lanes`]: over several connections.
 //! - [`bulk`]: a bulk change (a cold start, a restarted sozu) as state files that sozu loads
@@ -19,13 +23,16 @@
 //! written to a file: [`SozuClient::load_batch`] refuses certificate operations.
 
 pub mod bulk;
+pub mod census;
 pub mod client;
 pub mod generation;
 pub mod lanes;
+mod listing;
 pub mod phases;
 pub mod proxy;
 pub mod request;
 pub mod socket;
+mod state_file;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -139,6 +146,13 @@ pub fn channel_reason(error: &sozu_command_lib::channel::ChannelError) -> String
 }
 
 impl SozuError {
+    /// sozu answered `request` with content of another kind than asked for.
+    pub(crate) fn unexpected(request: &str) -> SozuError {
+        SozuError::Unexpected {
+            request: request.into(),
+        }
+    }
+
     /// A refusal leaves the connection usable; every other error means reconnecting.
     pub fn is_refusal(&self) -> bool {
         matches!(self, SozuError::Refused { .. })

@@ -39,7 +39,8 @@ pub trait Proxy: Send + 'static {
     }
     /// Reads sozu's state beside the loop: the read owns what it needs and runs on a connection
     /// the loop's requests do not use, so a rotation sent meanwhile does not wait for it (see
-    /// the loop's resync).
+    /// the loop's resync). Parts that only the agent changed since the last read may be left
+    /// unread ([`StateRead::unread`]): they are as the shadow holds them.
     fn read_state_beside(&mut self) -> ReadBeside;
     /// Whether a wait for sozu should end now: a sozu listens at a socket the agent has not
     /// tried yet (see [`super::socket`]). A proxy that cannot tell says no: the back-off and the
@@ -50,7 +51,9 @@ pub trait Proxy: Send + 'static {
 }
 
 /// A read of sozu's state that owns what it needs: the loop holds it while it goes on.
-pub type ReadBeside = std::pin::Pin<Box<dyn Future<Output = Result<Actual, SozuError>> + Send>>;
+pub type ReadBeside = std::pin::Pin<Box<dyn Future<Output = Result<StateRead, SozuError>> + Send>>;
+
+pub use super::client::StateRead;
 
 /// The connection that reads sozu's state, and the sozu connection it was made under: a read
 /// beside the loop holds it for the read's length, so the loop never waits on its lock; it
@@ -79,6 +82,13 @@ impl SozuProxy {
     /// `clients` are connections to the same socket (at least one).
     pub fn new(clients: Vec<SozuClient>) -> SozuProxy {
         let socket = clients.first().map(|c| SocketWatch::new(c.path()));
+        // Every connection counts the requests it sends in one tally, which the reader's
+        // census is compared with (see [`super::census`]).
+        let tally = clients.first().map(SozuClient::tally).unwrap_or_default();
+        let clients: Vec<SozuClient> = clients
+            .into_iter()
+            .map(|c| c.with_tally(tally.clone()))
+            .collect();
         let reader = clients
             .first()
             .map(SozuClient::sibling)
@@ -189,7 +199,7 @@ impl Proxy for SozuProxy {
     }
 
     fn read_state_beside(&mut self) -> ReadBeside {
-        Box::pin(self.with_reader(|c| c.read_state()))
+        Box::pin(self.with_reader(|c| c.read_resync()))
     }
 
     /// A `stat` of the socket, and after a refused connection one connection tried (both

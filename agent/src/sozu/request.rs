@@ -4,14 +4,15 @@ use sozu_command_lib::config::ListenerBuilder;
 use sozu_command_lib::proto::command::{
     request::RequestType, ActivateListener, AddBackend, AddCertificate, AlpnProtocols,
     CertificateAndKey, ClientAuthMode, ClientAuthPolicy, CloseSessions, Cluster, Header,
-    HeaderPosition, HealthCheckConfig, HealthCheckMode, HstsConfig, HttpStatusRange, ListenerType,
-    LoadBalancingParams, PathRule, RedirectPolicy, RedirectScheme as SozuRedirectScheme,
-    RemoveBackend, RemoveCertificate, ReplaceCertificate, RequestHttpFrontend, RulePosition,
-    SetHealthCheck, TlsVersion, UpdateHttpListenerConfig, UpdateHttpsListenerConfig,
+    HeaderMatchKind, HeaderPosition, HeaderPredicate, HealthCheckConfig, HealthCheckMode,
+    HstsConfig, HttpStatusRange, ListenerType, LoadBalancingParams, PathRule, PathRuleKind,
+    RedirectPolicy, RedirectScheme as SozuRedirectScheme, RemoveBackend, RemoveCertificate,
+    ReplaceCertificate, RequestHttpFrontend, RulePosition, SetHealthCheck, TlsVersion,
+    UpdateHttpListenerConfig, UpdateHttpsListenerConfig,
 };
 use sozu_command_lib::proto::command::{
-    DeactivateListener, ProxyProtocolConfig, RemoveListener, RequestTcpFrontend,
-    RequestUdpFrontend, UpdateTcpListenerConfig, UpdateUdpListenerConfig,
+    DeactivateListener, LoadBalancingAlgorithms, ProxyProtocolConfig, RemoveListener,
+    RequestTcpFrontend, RequestUdpFrontend, UpdateTcpListenerConfig, UpdateUdpListenerConfig,
 };
 
 use std::sync::Arc;
@@ -19,11 +20,11 @@ use std::sync::Arc;
 use super::SozuError;
 use crate::plan::state::{
     Address, Backend, Certificate, ClientAuthState, ClusterPolicy, Frontend, FrontendPolicy,
-    HeaderEdit, HealthCheck, Hsts, ListenerSettings, Probe, Protocol, StreamFrontend,
-    UNIX_BACKEND_IDENTITY,
+    HeaderEdit, HeaderMatch, HeaderTest, HealthCheck, Hsts, ListenerSettings, PathKind, Probe,
+    Protocol, StreamFrontend, UNIX_BACKEND_IDENTITY,
 };
 use crate::plan::Op;
-use crate::workspace::{Http2Offer, RedirectScheme};
+use crate::workspace::{Balancing, Http2Offer, RedirectScheme};
 
 /// A policy as sozu takes it. Off is `enabled = false`, which on a frontend suppresses the
 /// listener's policy.
@@ -180,74 +181,183 @@ pub fn frontend_policy_of(f: &RequestHttpFrontend) -> Option<Arc<FrontendPolicy>
     (!policy.is_empty()).then(|| Arc::new(policy))
 }
 
+/// A frontend as sozu is sent it. Every field of [`Frontend`] and [`FrontendPolicy`] is named
+/// here, and every field of sozu's request is written out: a field added to either side fails to
+/// compile until it is sent (or said not to be). Its mirror, read back, is [`frontend_policy_of`]
+/// and the listing's `frontend_of`.
 fn frontend_request(f: &Frontend) -> RequestHttpFrontend {
-    let policy = f.policy.as_deref();
+    let Frontend {
+        hostname: _,
+        alias: _,
+        protocol: _,
+        address,
+        path,
+        method,
+        header_predicates,
+        cluster_id,
+        tags,
+        hsts,
+        policy,
+    } = f;
+    let none = FrontendPolicy::default();
+    let FrontendPolicy {
+        redirect,
+        rewrite_host,
+        rewrite_path,
+        rewrite_port,
+        headers,
+        required_auth,
+    } = policy.as_deref().unwrap_or(&none);
     RequestHttpFrontend {
-        cluster_id: f.cluster_id.clone(),
-        address: f.address.into(),
+        cluster_id: cluster_id.clone(),
+        address: (*address).into(),
+        // The host, or its other spelling (`alias`).
         hostname: f.sozu_hostname(),
-        redirect: policy
-            .and_then(|p| p.redirect)
-            .map(|(status, _)| redirect_policy(status) as i32),
-        redirect_scheme: policy
-            .and_then(|p| p.redirect)
-            .map(|(_, scheme)| redirect_scheme(scheme) as i32),
-        rewrite_host: policy.and_then(|p| p.rewrite_host.clone()),
-        rewrite_path: policy.and_then(|p| p.rewrite_path.clone()),
-        rewrite_port: policy.and_then(|p| p.rewrite_port).map(u32::from),
-        required_auth: policy.and_then(|p| p.required_auth.then_some(true)),
-        headers: policy
-            .map(|p| {
-                p.headers
-                    .iter()
-                    .map(|h| Header {
-                        position: if h.response {
-                            HeaderPosition::Response
-                        } else {
-                            HeaderPosition::Request
-                        } as i32,
-                        key: h.name.clone(),
-                        val: h.value.clone(),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
-        path: PathRule::prefix(f.path_prefix.clone()),
+        path: path_rule(path),
+        method: method.clone(),
+        header_predicates: header_predicates.iter().map(header_predicate).collect(),
         position: RulePosition::Tree as i32,
-        tags: f
-            .tags
+        tags: tags
             .iter()
             .map(|(n, v)| (n.to_owned(), v.to_owned()))
             .collect(),
-        hsts: f.hsts.as_ref().map(|h| hsts_config(Some(h))),
-        ..Default::default()
+        redirect: redirect.map(|(status, _)| redirect_policy(status) as i32),
+        redirect_scheme: redirect.map(|(_, scheme)| redirect_scheme(scheme) as i32),
+        // sozu's own redirect answer is used as it is.
+        redirect_template: None,
+        rewrite_host: rewrite_host.clone(),
+        rewrite_path: rewrite_path.clone(),
+        rewrite_port: rewrite_port.map(u32::from),
+        required_auth: required_auth.then_some(true),
+        headers: headers
+            .iter()
+            .map(|h| Header {
+                position: if h.response {
+                    HeaderPosition::Response
+                } else {
+                    HeaderPosition::Request
+                } as i32,
+                key: h.name.clone(),
+                val: h.value.clone(),
+            })
+            .collect(),
+        hsts: hsts.as_ref().map(|h| hsts_config(Some(h))),
     }
 }
 
-/// A route's cluster: HTTP redirected to HTTPS, and its policy.
+/// A path rule as sozu is sent it.
+fn path_rule(path: &crate::plan::state::PathRule) -> PathRule {
+    match path.kind {
+        PathKind::Prefix => PathRule::prefix(path.value.clone()),
+        PathKind::Regex => PathRule::regex(path.value.clone()),
+        PathKind::Equals => PathRule::equals(path.value.clone()),
+    }
+}
+
+/// A path rule as sozu holds it: an unknown kind (a newer sozu's) is read as a prefix, the
+/// rule sozu itself falls back to.
+pub fn path_rule_of(path: PathRule) -> crate::plan::state::PathRule {
+    let kind = match PathRuleKind::try_from(path.kind) {
+        Ok(PathRuleKind::Regex) => PathKind::Regex,
+        Ok(PathRuleKind::Equals) => PathKind::Equals,
+        Ok(PathRuleKind::Prefix) | Err(_) => PathKind::Prefix,
+    };
+    crate::plan::state::PathRule {
+        kind,
+        value: path.value,
+    }
+}
+
+/// A header predicate as sozu is sent it.
+fn header_predicate(h: &HeaderMatch) -> HeaderPredicate {
+    let (kind, value) = match &h.test {
+        HeaderTest::Exact(v) => (HeaderMatchKind::Exact, Some(v.clone())),
+        HeaderTest::Regex(v) => (HeaderMatchKind::Regex, Some(v.clone())),
+        HeaderTest::Present => (HeaderMatchKind::Present, None),
+    };
+    HeaderPredicate {
+        name: h.name.clone(),
+        kind: kind as i32,
+        value,
+    }
+}
+
+/// A frontend's header predicates as sozu holds them, in the order the agent keeps them (names
+/// lowercase, sorted, each once); one of a kind this agent does not know makes the whole list
+/// unknown to it (`None`), so the frontend differs from anything the agent wants.
+pub fn header_predicates_of(list: Vec<HeaderPredicate>) -> Option<Vec<HeaderMatch>> {
+    let mut matches = list
+        .into_iter()
+        .map(|p| {
+            let test = match (HeaderMatchKind::try_from(p.kind).ok()?, p.value) {
+                (HeaderMatchKind::Exact, Some(v)) => HeaderTest::Exact(v),
+                (HeaderMatchKind::Regex, Some(v)) => HeaderTest::Regex(v),
+                (HeaderMatchKind::Present, None) => HeaderTest::Present,
+                _ => return None,
+            };
+            Some(HeaderMatch {
+                name: p.name.to_ascii_lowercase(),
+                test,
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    matches.sort();
+    matches.dedup();
+    Some(matches)
+}
+
+/// A route's cluster: HTTP redirected to HTTPS, and its policy. Every field of
+/// [`ClusterPolicy`] is named and every field of sozu's `Cluster` written out, as for a
+/// frontend ([`frontend_request`]): a field added to either fails to compile until it is sent.
+/// Its mirror, read back, is [`cluster_policy_of`].
 pub fn cluster(id: &str, policy: Option<&ClusterPolicy>) -> Cluster {
     let none = ClusterPolicy::default();
-    let policy = policy.unwrap_or(&none);
+    let ClusterPolicy {
+        authorized_hashes,
+        www_authenticate,
+        max_connections_per_ip,
+        max_connections_per_subnet,
+        retry_after,
+        answers,
+        proxy_protocol,
+        http2,
+        sticky_session,
+        load_balancing,
+    } = policy.unwrap_or(&none);
     Cluster {
         cluster_id: id.to_owned(),
-        sticky_session: false,
+        sticky_session: *sticky_session,
         https_redirect: true,
-        proxy_protocol: policy
-            .proxy_protocol
-            .then_some(ProxyProtocolConfig::SendHeader as i32),
-        authorized_hashes: policy.authorized_hashes.clone(),
-        www_authenticate: policy.www_authenticate.clone(),
-        max_connections_per_ip: policy.max_connections_per_ip,
-        max_connections_per_subnet: policy.max_connections_per_subnet,
-        retry_after: policy.retry_after,
-        answers: policy
-            .answers
+        // sozu's own port for the redirect: the https listener's.
+        https_redirect_port: None,
+        proxy_protocol: proxy_protocol.then_some(ProxyProtocolConfig::SendHeader as i32),
+        load_balancing: algorithm(*load_balancing) as i32,
+        // sozu's own measure of load for `LeastLoaded` and `PowerOfTwo` (connections).
+        load_metric: None,
+        affinity_header: None,
+        affinity_cookie: None,
+        authorized_hashes: authorized_hashes.clone(),
+        www_authenticate: www_authenticate.clone(),
+        max_connections_per_ip: *max_connections_per_ip,
+        max_connections_per_subnet: *max_connections_per_subnet,
+        retry_after: *retry_after,
+        // The pages, every one of them, are in `answers`.
+        answer_503: None,
+        answers: answers
             .iter()
             .map(|(status, page)| (status.clone(), page.to_string()))
             .collect(),
         // Absent rather than `false` for an HTTP/1.1 route, as sozu's own file loader sends it.
-        http2: policy.http2.then_some(true),
-        ..Default::default()
+        http2: http2.then_some(true),
+        // A route's health check goes by its own request (`SetHealthCheck`), which sozu
+        // applies to a running cluster; a 'udp route's too (docs/contract.md).
+        health_check: None,
+        udp: None,
+        // Every backend a candidate for every client; sozu's own number of connection attempts.
+        shard_percent: None,
+        shard_min_backends: None,
+        shard_mode: None,
+        max_connection_attempts: None,
     }
 }
 
@@ -266,8 +376,36 @@ pub fn cluster_policy_of(c: &Cluster) -> Option<Arc<ClusterPolicy>> {
             .collect(),
         proxy_protocol: c.proxy_protocol == Some(ProxyProtocolConfig::SendHeader as i32),
         http2: c.http2 == Some(true),
+        sticky_session: c.sticky_session,
+        load_balancing: balancing_of(c.load_balancing),
     };
     (!policy.is_empty()).then(|| Arc::new(policy))
+}
+
+/// sozu's algorithm for a route's `balancing`.
+fn algorithm(balancing: Balancing) -> LoadBalancingAlgorithms {
+    match balancing {
+        Balancing::RoundRobin => LoadBalancingAlgorithms::RoundRobin,
+        Balancing::Random => LoadBalancingAlgorithms::Random,
+        Balancing::LeastLoaded => LoadBalancingAlgorithms::LeastLoaded,
+        Balancing::PowerOfTwo => LoadBalancingAlgorithms::PowerOfTwo,
+        Balancing::Hrw => LoadBalancingAlgorithms::Hrw,
+        Balancing::Maglev => LoadBalancingAlgorithms::Maglev,
+    }
+}
+
+/// A cluster's algorithm as sozu holds it. A number this agent does not know reads as sozu's
+/// default, round robin, as sozu itself reads it (`try_from(..).unwrap_or_default()`,
+/// `Server::add_cluster`, lib/src/server.rs).
+fn balancing_of(value: i32) -> Balancing {
+    match LoadBalancingAlgorithms::try_from(value).unwrap_or_default() {
+        LoadBalancingAlgorithms::RoundRobin => Balancing::RoundRobin,
+        LoadBalancingAlgorithms::Random => Balancing::Random,
+        LoadBalancingAlgorithms::LeastLoaded => Balancing::LeastLoaded,
+        LoadBalancingAlgorithms::PowerOfTwo => Balancing::PowerOfTwo,
+        LoadBalancingAlgorithms::Hrw => Balancing::Hrw,
+        LoadBalancingAlgorithms::Maglev => Balancing::Maglev,
+    }
 }
 
 fn certificate_and_key(c: &Certificate) -> CertificateAndKey {
@@ -289,14 +427,17 @@ fn listener_type(protocol: Protocol) -> i32 {
     }
 }
 
-/// An HTTP or HTTPS frontend's request, adding it or removing it.
+/// An HTTP or HTTPS frontend's request, adding it or removing it. A frontend with header
+/// predicates goes by verbs of its own (`add_https_frontend_with_header_predicates` and the
+/// rest in sozu-command-lib 2.3.3's `command.proto`), which a worker too old to match headers
+/// cannot decode: sozu-command-lib's constructors pick the verb.
 fn http_frontend(op: &Op, f: &Frontend, add: bool) -> Result<RequestType, SozuError> {
     let request = frontend_request(f);
     Ok(match (f.protocol, add) {
-        (Protocol::Http, true) => RequestType::AddHttpFrontend(request),
-        (Protocol::Https, true) => RequestType::AddHttpsFrontend(request),
-        (Protocol::Http, false) => RequestType::RemoveHttpFrontend(request),
-        (Protocol::Https, false) => RequestType::RemoveHttpsFrontend(request),
+        (Protocol::Http, true) => RequestType::add_http_frontend(request),
+        (Protocol::Https, true) => RequestType::add_https_frontend(request),
+        (Protocol::Http, false) => RequestType::remove_http_frontend(request),
+        (Protocol::Https, false) => RequestType::remove_https_frontend(request),
         (Protocol::Tcp | Protocol::Udp, _) => return Err(not_for(op, f.protocol)),
     })
 }
@@ -380,6 +521,7 @@ fn patch_listener(
             address: address.into(),
             front_timeout: Some(front),
             back_timeout: Some(back),
+            max_rx_datagram_size: Some(settings.max_datagram_size),
             ..Default::default()
         }),
         Protocol::Http => RequestType::UpdateHttpListener(UpdateHttpListenerConfig {
@@ -463,7 +605,11 @@ pub fn to_request(op: &Op) -> Result<RequestType, SozuError> {
                     RequestType::AddTcpListener(builder.to_tcp(None).map_err(refused)?)
                 }
                 Protocol::Udp => {
-                    RequestType::AddUdpListener(builder.to_udp(None).map_err(refused)?)
+                    let mut config = builder.to_udp(None).map_err(refused)?;
+                    if settings.max_datagram_size > 0 {
+                        config.max_rx_datagram_size = settings.max_datagram_size;
+                    }
+                    RequestType::AddUdpListener(config)
                 }
                 Protocol::Http => {
                     RequestType::AddHttpListener(builder.to_http(None).map_err(refused)?)
@@ -556,6 +702,7 @@ pub fn to_request(op: &Op) -> Result<RequestType, SozuError> {
                 load_balancing_parameters: Some(LoadBalancingParams {
                     weight: i32::try_from(backend.weight).unwrap_or(i32::MAX),
                 }),
+                sticky_id: Some(backend.sticky_id()),
                 ..Default::default()
             })
         }
@@ -663,5 +810,47 @@ fn socket_address(
             message: "a backend named by DNS cannot be sent over the socket; resolve it first"
                 .into(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the agent sends on a cluster is what it reads back from sozu's listing, so a cluster
+    /// whose stickiness or algorithm changed behind the agent's back differs from what it wants
+    /// (drift), and one that did not, does not.
+    #[test]
+    fn stickiness_and_balancing_are_read_back_as_sent() {
+        for (sticky_session, load_balancing) in [
+            (true, Balancing::RoundRobin),
+            (false, Balancing::LeastLoaded),
+            (true, Balancing::PowerOfTwo),
+            (false, Balancing::Random),
+            (false, Balancing::Hrw),
+            (true, Balancing::Maglev),
+        ] {
+            let policy = ClusterPolicy {
+                sticky_session,
+                load_balancing,
+                ..ClusterPolicy::default()
+            };
+            let sent = cluster("pi-a", Some(&policy));
+            assert_eq!(sent.sticky_session, sticky_session);
+            assert_eq!(
+                cluster_policy_of(&sent).as_deref(),
+                Some(&policy),
+                "{policy:?}"
+            );
+            let mut changed = sent.clone();
+            changed.load_balancing = if load_balancing == Balancing::Random {
+                LoadBalancingAlgorithms::RoundRobin as i32
+            } else {
+                LoadBalancingAlgorithms::Random as i32
+            };
+            assert_ne!(cluster_policy_of(&changed).as_deref(), Some(&policy));
+        }
+        // sozu's defaults read back as no policy at all, as before these fields.
+        assert_eq!(cluster_policy_of(&cluster("pi-a", None)), None);
     }
 }

@@ -6,16 +6,13 @@
 //! is restarted several times within a second, the last new socket can appear before the agent
 //! has seen its connection to the previous sozu break. The loop then starts its wait after the
 //! last event it will get, and without this a sozu already listening would serve no route until
-//! the back-off ended (9.5 s was seen). So the loop asks, every [`PROBE_EVERY`] of a wait,
-//! whether the socket at the path is one it has not tried yet (a `stat`: microseconds), or,
-//! after a refused connection, whether a connection is now taken.
+//! the back-off ended (9.5 s was seen). So the loop asks, at a short period during a wait (the
+//! back-off's, kept with its other numbers in the loop), whether the socket at the path is one
+//! it has not tried yet (a `stat`: microseconds), or, after a refused connection, whether a
+//! connection is now taken.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
-
-/// How often a back-off's wait looks at the socket.
-pub const PROBE_EVERY: Duration = Duration::from_millis(100);
 
 /// What tells one socket file from its replacement at the same path: a new inode, or the same
 /// inode number reused with a new change time.
@@ -50,7 +47,7 @@ pub struct SocketWatch {
     refused: bool,
     /// A socket whose connection the probe found taken after a refusal: one early retry per
     /// socket, so that a socket that takes connections and then fails (another user's, say)
-    /// does not turn the back-off into a retry every [`PROBE_EVERY`].
+    /// does not turn the back-off into a retry at each of its looks at the socket.
     probed: Option<SocketIdentity>,
 }
 

@@ -78,13 +78,21 @@ impl HandshakeFailures {
     }
 }
 
-/// Asks sozu for its counters every [`EVERY`], for the life of the agent. sozu unreachable is
-/// not an error here: the loop reports that; the next reading counts what happened meanwhile
-/// (of the workers that lived through it).
-pub async fn run(socket: PathBuf, timeout: Duration, counts: HandshakeFailures) {
+/// Asks sozu for its counters every [`EVERY`], for the life of the agent, with the figures of
+/// how full it is ([`super::capacity`]) in the same small answer. sozu unreachable is not an
+/// error here: the loop reports that; the next reading counts what happened meanwhile (of the
+/// workers that lived through it).
+pub async fn run(
+    socket: PathBuf,
+    timeout: Duration,
+    counts: HandshakeFailures,
+    capacity: super::capacity::Capacity,
+) {
     let names: Vec<String> = REASONS
         .iter()
         .map(|r| format!("tls.handshake.failed.{r}"))
+        .chain(super::capacity::GAUGES.iter().map(|n| (*n).to_owned()))
+        .chain(super::capacity::COUNTERS.iter().map(|n| (*n).to_owned()))
         .collect();
     let client = Arc::new(Mutex::new(SozuClient::new(&socket, timeout)));
     let mut tick = tokio::time::interval(EVERY);
@@ -101,7 +109,10 @@ pub async fn run(socket: PathBuf, timeout: Duration, counts: HandshakeFailures) 
         })
         .await;
         match reading {
-            Ok(Ok(reading)) => counts.absorb(reading),
+            Ok(Ok(reading)) => {
+                capacity.absorb(&reading);
+                counts.absorb(reading);
+            }
             Ok(Err(e)) => tracing::debug!(error = %e, "sozu's handshake counters not read"),
             Err(e) => tracing::warn!(error = %e, "the handshake counter read failed"),
         }

@@ -17,6 +17,7 @@
 //! - [`receiver`]: the socket and the task that reads it.
 
 pub mod access_log;
+pub mod capacity;
 pub mod handshakes;
 pub mod receiver;
 pub mod record;
@@ -47,6 +48,8 @@ struct Shared {
     version: AtomicU64,
     /// TLS handshakes sozu refused, which no record tells of.
     handshakes: handshakes::HandshakeFailures,
+    /// How full sozu is, and the UDP flows and datagrams it refused.
+    capacity: capacity::Capacity,
 }
 
 impl TrafficHandle {
@@ -79,6 +82,11 @@ impl TrafficHandle {
     /// The handshakes sozu refused, by reason.
     pub fn handshakes(&self) -> &handshakes::HandshakeFailures {
         &self.0.handshakes
+    }
+
+    /// How full sozu is.
+    pub fn capacity(&self) -> &capacity::Capacity {
+        &self.0.capacity
     }
 
     /// The status last published; `None` before the receiver first ran.

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use ipnet::IpNet;
 
+use super::matching::{path_captures, route_match};
 use super::route_policy::{self, RawPolicy, RoutePolicy};
 use super::*;
 
@@ -46,6 +47,8 @@ pub enum ModelError {
     ListenerPolicy { field: &'static str, reason: String },
     #[error("{0}")]
     Policy(String),
+    #[error("traefik: {0}")]
+    Traefik(String),
 }
 
 /// `listeners.*` beyond the addresses. The contract checked each; what it let through that the
@@ -254,7 +257,15 @@ impl Workspace {
         };
         let error_pages = route_policy::error_pages_from_raw(raw.error_pages, None)
             .map_err(ModelError::Policy)?;
+        let traefik = raw
+            .traefik
+            .map(traefik::TraefikSettings::from_raw)
+            .transpose()
+            .map_err(ModelError::Traefik)?
+            .map(Box::new);
         Ok(Workspace {
+            traefik,
+            traefik_live: None,
             headers: Box::new(route_policy::headers_from_raw(raw.headers)),
             error_pages,
             zone: raw.zone,
@@ -271,6 +282,14 @@ impl Workspace {
             hsts,
             allow_special_upstream_addresses: raw.allow_special_upstream_addresses,
             traffic: Box::new(raw.traffic.map(traffic).transpose()?.unwrap_or_default()),
+            certificates: raw
+                .certificates
+                .into_iter()
+                .map(|pair| CertificateFiles {
+                    cert_file: PathBuf::from(pair.cert_file),
+                    key_file: PathBuf::from(pair.key_file),
+                })
+                .collect(),
         })
     }
 }
@@ -402,7 +421,7 @@ impl Acme {
 }
 
 impl Route {
-    pub(super) fn from_raw(raw: RawRoute) -> Result<Route, ModelError> {
+    pub fn from_raw(raw: RawRoute) -> Result<Route, ModelError> {
         let fail = |reason: String| ModelError::Route {
             host: raw.host.clone(),
             reason,
@@ -460,6 +479,7 @@ impl Route {
         {
             return Err(fail("at most one `unix://` upstream per route".into()));
         }
+        let (path, method, match_headers) = route_match(&raw).map_err(fail)?;
         let health = raw
             .health
             .map(health_from_raw)
@@ -473,7 +493,13 @@ impl Route {
                     .unwrap_or(Hsts::OFF),
             ),
         };
-        let policy = RoutePolicy::from_raw(
+        if raw.strip_prefix && !matches!(path, PathMatch::Prefix(_)) {
+            return Err(fail(format!(
+                "`strip_prefix` needs a `path_prefix`, not `{}`",
+                path.field()
+            )));
+        }
+        let mut policy = RoutePolicy::from_raw(
             RawPolicy {
                 redirect: raw.redirect,
                 rewrite: raw.rewrite,
@@ -488,6 +514,13 @@ impl Route {
             None,
         )
         .map_err(fail)?;
+        path_captures(&path, &policy).map_err(fail)?;
+        if policy.redirect.is_some() && (raw.sticky.is_some() || raw.balancing.is_some()) {
+            return Err(fail(
+                "a route with `redirect` forwards nothing: it takes no `sticky` or `balancing`"
+                    .into(),
+            ));
+        }
         if policy.redirect.is_some() && raw.upstream_protocol.is_some() {
             return Err(fail(
                 "a route with `redirect` forwards nothing: it takes no `upstream_protocol`".into(),
@@ -500,36 +533,58 @@ impl Route {
         }
         let stream_name = match raw.protocol.unwrap_or(RawProtocol::Https) {
             RawProtocol::Https => {
-                if raw.listen_port.is_some() || raw.proxy_protocol.is_some() {
+                if raw.listen_port.is_some()
+                    || raw.proxy_protocol.is_some()
+                    || raw.max_datagram_size.is_some()
+                    || raw.client_auth_exempt.is_some()
+                {
                     return Err(fail(
-                        "an 'https route takes no `listen_port` or `proxy_protocol`".into(),
+                        "an 'https route takes no `listen_port`, `proxy_protocol`, \
+                         `max_datagram_size` or `client_auth_exempt`"
+                            .into(),
                     ));
                 }
+                let http = HttpRoute {
+                    path,
+                    method,
+                    match_headers,
+                    hsts,
+                    policy: (!policy.is_empty()).then(|| Box::new(policy)),
+                    upstream_protocol: raw.upstream_protocol.unwrap_or_default(),
+                    sticky: raw.sticky.unwrap_or(false),
+                };
                 return Ok(Route {
-                    id: route_id(&raw.host, &raw.path_prefix),
+                    id: http_route_id(&raw.host, &http),
                     host: raw.host,
                     upstreams,
                     health,
-                    kind: RouteKind::Http(HttpRoute {
-                        path_prefix: raw.path_prefix,
-                        hsts,
-                        policy: (!policy.is_empty()).then(|| Box::new(policy)),
-                        upstream_protocol: raw.upstream_protocol.unwrap_or_default(),
-                    }),
+                    balancing: raw.balancing.unwrap_or_default(),
+                    kind: RouteKind::Http(http),
                 });
             }
             RawProtocol::Tcp => "tcp",
             RawProtocol::TlsPassthrough => "tls",
             RawProtocol::Udp => "udp",
         };
-        // A route of its own port: forwarded as it is, so none of what sozu reads in HTTP.
+        // A route of its own port: forwarded as it is, so none of what sozu reads in HTTP but its
+        // connection limits, which sozu applies to connections and flows alike (a refusal
+        // carries no `Retry-After`: the contract refuses one here).
+        let limits = policy.limits.take().map(|l| Limits {
+            retry_after: 0,
+            ..l
+        });
         if !policy.is_empty()
             || hsts.is_some()
-            || raw.path_prefix != "/"
+            || path != PathMatch::Prefix("/".into())
+            || method.is_some()
+            || !match_headers.is_empty()
             || raw.upstream_protocol.is_some()
+            || raw.sticky.is_some()
         {
             return Err(fail(
-                "a route of its own port takes no path_prefix, hsts or route policy".into(),
+                "a route of its own port takes no path field, method, match_headers, hsts, \
+                 sticky or route policy"
+                    .into(),
             ));
         }
         if upstreams
@@ -552,22 +607,51 @@ impl Route {
             None => return Err(fail("missing `listen_port`".into())),
         };
         let proxy_protocol = raw.proxy_protocol.unwrap_or(false);
+        if raw.max_datagram_size.is_some() && raw.protocol != Some(RawProtocol::Udp) {
+            return Err(fail("only a 'udp route takes `max_datagram_size`".into()));
+        }
+        let client_auth_exempt = raw.client_auth_exempt.unwrap_or(false);
         let kind = match raw.protocol {
             Some(RawProtocol::Tcp) => RouteKind::Tcp(StreamRoute {
                 listen_port,
                 proxy_protocol,
+                limits,
+                client_auth_exempt,
             }),
             Some(RawProtocol::TlsPassthrough) => RouteKind::TlsPassthrough(StreamRoute {
                 listen_port,
                 proxy_protocol,
+                limits,
+                client_auth_exempt,
             }),
             _ => {
-                if raw.proxy_protocol.is_some() || health.is_some() {
+                if raw.proxy_protocol.is_some() {
+                    return Err(fail("a 'udp route takes no `proxy_protocol`".into()));
+                }
+                // sozu probes a UDP route's backends by a TCP connection (docs/contract.md,
+                // "Kinds of routes"): there is no HTTP to ask them.
+                if health.as_ref().is_some_and(|h| h.probe != Probe::Tcp) {
                     return Err(fail(
-                        "a 'udp route takes no `proxy_protocol` or `health`".into(),
+                        "a 'udp route's health check is a tcp one: give it `mode = 'tcp`".into(),
                     ));
                 }
-                RouteKind::Udp(UdpRoute { listen_port })
+                let max_datagram_size = match raw.max_datagram_size {
+                    None => None,
+                    Some(n) if n.fract() == 0.0 && (512.0..=16_384.0).contains(&n) => {
+                        Some(n as u32)
+                    }
+                    Some(n) => {
+                        return Err(fail(format!(
+                            "max_datagram_size {n} is not a whole number from 512 to 16384"
+                        )))
+                    }
+                };
+                RouteKind::Udp(UdpRoute {
+                    listen_port,
+                    limits,
+                    max_datagram_size,
+                    client_auth_exempt,
+                })
             }
         };
         Ok(Route {
@@ -575,6 +659,7 @@ impl Route {
             host: raw.host,
             upstreams,
             health,
+            balancing: raw.balancing.unwrap_or_default(),
             kind,
         })
     }

@@ -6,15 +6,19 @@
 
 mod convert;
 mod listener_policy;
+mod matching;
 mod raw;
 mod route;
 mod route_policy;
+pub mod traefik;
 
 pub use convert::{dns_server, ModelError};
 pub use listener_policy::*;
+pub use matching::regex_problem;
 pub use raw::*;
 pub use route::*;
 pub use route_policy::*;
+pub use traefik::{TraefikLive, TraefikSettings};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -92,6 +96,27 @@ pub struct Workspace {
     /// 404 of an unknown host): the listeners' answers.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub error_pages: BTreeMap<u16, PathBuf>,
+    /// Certificate pairs named by path (`certificates`), each served for every route host its
+    /// certificate covers, in place of the host's pair in the tls dir. A list any source of
+    /// routes may add to (Traefik's `tls.certificates`), in order: the first pair that names a
+    /// host exactly wins, else the first whose wildcard covers it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub certificates: Vec<CertificateFiles>,
+    /// The `traefik` record: where routes in Traefik's dynamic configuration are read from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traefik: Option<Box<TraefikSettings>>,
+    /// What the Traefik source added to `routes` and what it refused ([`crate::translate::traefik::join::merge`]);
+    /// `None` in a workspace as evaluated, before any merge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traefik_live: Option<Box<TraefikLive>>,
+}
+
+/// A certificate pair named by path: the chain (leaf first) and its private key, absolute once
+/// the workspace is evaluated (relative paths are the workspace directory's).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct CertificateFiles {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
 }
 
 /// sozu's access-log stream as the agent receives it (see [`crate::traffic`]).
@@ -361,8 +386,8 @@ impl Default for Deploy {
 }
 
 impl Workspace {
-    /// Makes the relative paths of error pages and users files absolute against `dir`, the
-    /// workspace's directory.
+    /// Makes the relative paths of error pages, users files and certificate pairs absolute
+    /// against `dir`, the workspace's directory.
     pub fn anchor_files(&mut self, dir: &std::path::Path) {
         let anchor = |pages: &mut BTreeMap<u16, PathBuf>| {
             for path in pages.values_mut() {
@@ -372,6 +397,23 @@ impl Workspace {
             }
         };
         anchor(&mut self.error_pages);
+        for pair in &mut self.certificates {
+            for path in [&mut pair.cert_file, &mut pair.key_file] {
+                if path.is_relative() {
+                    *path = dir.join(&*path);
+                }
+            }
+        }
+        if let Some(traefik) = self.traefik.as_mut() {
+            for path in [&mut traefik.directory, &mut traefik.file]
+                .into_iter()
+                .flatten()
+            {
+                if path.is_relative() {
+                    *path = dir.join(&*path);
+                }
+            }
+        }
         for route in &mut self.routes {
             let policy = match &mut route.kind {
                 RouteKind::Http(http) => http.policy.as_mut(),
@@ -387,6 +429,23 @@ impl Workspace {
                 }
             }
         }
+    }
+
+    /// What `check` and `status` say of `route` when it is a route of its own port exempt from
+    /// the https listener's required client certificates (`client_auth_exempt`): sozu checks
+    /// none on its port, so any client that reaches the port gets in.
+    pub fn client_auth_exemption(&self, route: &Route) -> Option<String> {
+        let required = self.listener_policy.client_auth.mode == ClientAuthMode::Required;
+        let port = route.listen_port()?;
+        (required && route.client_auth_exempt()).then(|| {
+            format!(
+                "the '{} route `{}` on port {port} is exempt from listeners.client_auth \
+                 (client_auth_exempt): sozu checks no client certificate there, so any client \
+                 that reaches the port gets in without one",
+                route.protocol(),
+                route.host
+            )
+        })
     }
 
     /// The hosts whose certificate sozu serves (those of the routes that terminate TLS), each
@@ -444,6 +503,9 @@ pub(crate) fn test_workspace(tls_dir: &std::path::Path, routes: Vec<Route>) -> W
         traffic: Box::default(),
         headers: Box::default(),
         error_pages: BTreeMap::new(),
+        certificates: Vec::new(),
+        traefik: None,
+        traefik_live: None,
     }
 }
 
@@ -458,6 +520,11 @@ mod tests {
             port,
             upstreams: None,
             path_prefix: path.into(),
+            path_segment_prefix: None,
+            path_exact: None,
+            path_regex: None,
+            method: None,
+            match_headers: None,
             health: None,
             drain: false,
             hsts: None,
@@ -471,7 +538,11 @@ mod tests {
             protocol: None,
             listen_port: None,
             proxy_protocol: None,
+            max_datagram_size: None,
+            client_auth_exempt: None,
             upstream_protocol: None,
+            sticky: None,
+            balancing: None,
         }
     }
 
@@ -518,6 +589,168 @@ mod tests {
         assert_eq!(traffic.target().to_string(), "[::1]:9181");
         traffic.listen = "10.0.0.1:9181".parse().unwrap();
         assert_eq!(traffic.target().to_string(), "10.0.0.1:9181");
+    }
+
+    fn header(name: &str, exact: Option<&str>, regex: Option<&str>) -> RawHeaderMatch {
+        RawHeaderMatch {
+            name: name.into(),
+            exact: exact.map(Into::into),
+            regex: regex.map(Into::into),
+            present: (exact.is_none() && regex.is_none()).then_some(true),
+        }
+    }
+
+    fn http(route: &Route) -> &HttpRoute {
+        match &route.kind {
+            RouteKind::Http(http) => http,
+            _ => panic!("not an http route"),
+        }
+    }
+
+    /// Each path field becomes the sozu rule that means it, whatever query string follows the
+    /// path (sozu matches the path with it): checked with the crate sozu matches with, anchored
+    /// as sozu anchors it.
+    #[test]
+    fn each_path_field_becomes_the_rule_that_means_it() {
+        let anchored = |rule: &PathRule| {
+            regex::bytes::Regex::new(&format!("\\A(?:{})\\z", rule.value)).unwrap()
+        };
+        let mut raw = raw_route("a.z", "svc", Some(80.0), "/");
+        raw.path_exact = Some("/v2.0".into());
+        let exact = Route::from_raw(raw).unwrap();
+        let rule = http(&exact).path.rule();
+        assert_eq!(rule.kind, PathKind::Regex);
+        let re = anchored(&rule);
+        for (path, matches) in [
+            ("/v2.0", true),
+            ("/v2.0?page=2", true),
+            ("/v2x0", false),
+            ("/v2.0/", false),
+            ("/v2.0/x", false),
+        ] {
+            assert_eq!(re.is_match(path.as_bytes()), matches, "exact {path}");
+        }
+
+        let mut raw = raw_route("a.z", "svc", Some(80.0), "/");
+        raw.path_segment_prefix = Some("/v2/".into());
+        let segments = Route::from_raw(raw).unwrap();
+        let re = anchored(&http(&segments).path.rule());
+        for (path, matches) in [
+            ("/v2", true),
+            ("/v2/", true),
+            ("/v2/x/y", true),
+            ("/v2?q=1", true),
+            ("/v2example", false),
+            ("/v", false),
+        ] {
+            assert_eq!(re.is_match(path.as_bytes()), matches, "segments {path}");
+        }
+        let mut raw = raw_route("a.z", "svc", Some(80.0), "/");
+        raw.path_segment_prefix = Some("/".into());
+        let root = Route::from_raw(raw).unwrap();
+        assert_eq!(http(&root).path.rule(), PathRule::prefix("/"));
+
+        let mut raw = raw_route("a.z", "svc", Some(80.0), "/");
+        raw.path_regex = Some("^/v[0-9]+/.*$".into());
+        let regex = Route::from_raw(raw).unwrap();
+        assert_eq!(
+            http(&regex).path.rule(),
+            PathRule {
+                kind: PathKind::Regex,
+                value: "^/v[0-9]+/.*$".into()
+            }
+        );
+        // Four routes of one host, told apart.
+        let ids: BTreeSet<_> = [&exact, &segments, &root, &regex]
+            .iter()
+            .map(|r| r.id.clone())
+            .collect();
+        assert_eq!(ids.len(), 4);
+        assert_eq!(root.place(), "segments /");
+        assert_eq!(exact.place(), "exact /v2.0");
+    }
+
+    /// The method and the header matches are part of what tells a route apart (its id), the
+    /// header names lowercase and the matches sorted, as sozu files them: two spellings of one
+    /// conjunction are one route.
+    #[test]
+    fn a_method_and_header_matches_tell_routes_apart() {
+        let plain = Route::from_raw(raw_route("a.z", "svc", Some(80.0), "/v2")).unwrap();
+        assert_eq!(
+            plain.id,
+            route_id("a.z", "/v2"),
+            "a prefix route's id is as it was"
+        );
+        let mut raw = raw_route("a.z", "svc", Some(80.0), "/v2");
+        raw.method = Some("GET".into());
+        let get = Route::from_raw(raw.clone()).unwrap();
+        raw.method = Some("POST".into());
+        let post = Route::from_raw(raw.clone()).unwrap();
+        assert_ne!(get.id, plain.id);
+        assert_ne!(get.id, post.id);
+        assert_eq!(post.place(), "/v2 method POST");
+
+        raw.match_headers = Some(vec![
+            header("X-Env", None, Some("stag.*")),
+            header("x-canary", Some("1"), None),
+            header("x-debug", None, None),
+        ]);
+        let a = Route::from_raw(raw.clone()).unwrap();
+        raw.match_headers = Some(vec![
+            header("x-debug", None, None),
+            header("x-canary", Some("1"), None),
+            header("x-env", None, Some("stag.*")),
+        ]);
+        let b = Route::from_raw(raw.clone()).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(
+            a.place(),
+            "/v2 method POST header x-canary=\"1\" header x-debug header x-env=~\"stag.*\""
+        );
+        assert_ne!(a.id, post.id);
+    }
+
+    #[test]
+    fn what_sozu_would_refuse_in_a_match_is_refused() {
+        let refused = |edit: &dyn Fn(&mut RawRoute)| {
+            let mut raw = raw_route("a.z", "svc", Some(80.0), "/");
+            edit(&mut raw);
+            Route::from_raw(raw).unwrap_err().to_string()
+        };
+        assert!(refused(&|r| r.path_regex = Some("a)(b".into())).contains("path_regex"));
+        assert!(refused(&|r| {
+            r.match_headers = Some(vec![header("x-env", None, Some("stag("))])
+        })
+        .contains("x-env"));
+        assert!(
+            refused(&|r| { r.match_headers = Some(vec![header("Cookie", None, None)]) })
+                .contains("Cookie")
+        );
+        assert!(refused(&|r| r.method = Some("GET POST".into())).contains("method"));
+        assert!(refused(&|r| {
+            r.path_prefix = "/v2".into();
+            r.path_exact = Some("/v2".into());
+        })
+        .contains("one path field"));
+        assert!(refused(&|r| {
+            r.path_segment_prefix = Some("/app".into());
+            r.strip_prefix = true;
+        })
+        .contains("strip_prefix"));
+        // `$PATH[1]` is what follows a prefix, or a regex's first group.
+        assert!(refused(&|r| {
+            r.path_exact = Some("/old".into());
+            r.rewrite = Some(RawRewrite {
+                path: Some("/new$PATH[1]".into()),
+            });
+        })
+        .contains("$PATH[1]"));
+        let mut raw = raw_route("a.z", "svc", Some(80.0), "/");
+        raw.path_regex = Some("^/old/(.*)$".into());
+        raw.rewrite = Some(RawRewrite {
+            path: Some("/new/$PATH[1]".into()),
+        });
+        Route::from_raw(raw).unwrap();
     }
 
     #[test]

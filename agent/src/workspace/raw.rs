@@ -41,6 +41,41 @@ pub struct RawWorkspace {
     pub headers: Option<RawHeaders>,
     #[serde(default)]
     pub error_pages: Option<BTreeMap<String, String>>,
+    /// Absent from a workspace evaluated by an older contract: none.
+    #[serde(default)]
+    pub certificates: Vec<RawCertificateFiles>,
+    /// Routes in Traefik's dynamic configuration, served beside `routes`.
+    #[serde(default)]
+    pub traefik: Option<RawTraefik>,
+}
+
+/// One of `certificates`: paths as written (relative ones are the workspace directory's).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCertificateFiles {
+    pub cert_file: String,
+    pub key_file: String,
+}
+
+/// `traefik`: where Traefik's dynamic configuration is read from.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTraefik {
+    pub directory: Option<String>,
+    pub file: Option<String>,
+    pub endpoint: Option<String>,
+    /// A float for the same reason as [`RawRoute::port`].
+    pub poll_interval: f64,
+    pub entry_points: BTreeMap<String, RawEntryPoint>,
+}
+
+/// An entry point's kind: the contract turns the tags into strings (serde's untagged enums
+/// cannot read an enum tag) and leaves ports numbers.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawEntryPoint {
+    Port(f64),
+    Listener(String),
 }
 
 /// `traffic`: where sozu's records arrive and where the access log goes.
@@ -259,6 +294,18 @@ pub struct RawRoute {
     #[serde(default)]
     pub upstreams: Option<Vec<RawUpstream>>,
     pub path_prefix: String,
+    /// The other ways of matching the path; the contract admits at most one path field (and
+    /// `path_prefix` then holds its default, `/`).
+    #[serde(default)]
+    pub path_segment_prefix: Option<String>,
+    #[serde(default)]
+    pub path_exact: Option<String>,
+    #[serde(default)]
+    pub path_regex: Option<String>,
+    #[serde(default)]
+    pub method: Option<String>,
+    #[serde(default)]
+    pub match_headers: Option<Vec<RawHeaderMatch>>,
     #[serde(default)]
     pub health: Option<RawHealth>,
     #[serde(default)]
@@ -288,9 +335,35 @@ pub struct RawRoute {
     pub listen_port: Option<f64>,
     #[serde(default)]
     pub proxy_protocol: Option<bool>,
+    /// A 'udp route's largest datagram, in bytes. A float for the reason [`RawRoute::port`] is.
+    #[serde(default)]
+    pub max_datagram_size: Option<f64>,
+    /// A route of its own port open without a client certificate: see
+    /// [`crate::workspace::StreamRoute::client_auth_exempt`].
+    #[serde(default)]
+    pub client_auth_exempt: Option<bool>,
     /// Absent: HTTP/1.1.
     #[serde(default)]
     pub upstream_protocol: Option<UpstreamProtocol>,
+    /// Absent: not sticky.
+    #[serde(default)]
+    pub sticky: Option<bool>,
+    /// Absent: round robin.
+    #[serde(default)]
+    pub balancing: Option<super::Balancing>,
+}
+
+/// One of a route's `match_headers`: the contract admits exactly one of the three tests.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHeaderMatch {
+    pub name: String,
+    #[serde(default)]
+    pub exact: Option<String>,
+    #[serde(default)]
+    pub regex: Option<String>,
+    #[serde(default)]
+    pub present: Option<bool>,
 }
 
 /// A route's `protocol`.

@@ -39,25 +39,34 @@ impl RoutePolicy {
 
     /// One line for the status: `redirect 301 → https://new…`, `strip /app`, `auth`, ….
     pub fn summary(&self, path_prefix: &str) -> String {
+        // Every field is named: a new one fails to compile until it is shown.
+        let RoutePolicy {
+            redirect,
+            rewrite,
+            headers,
+            basic_auth,
+            limits,
+            error_pages,
+        } = self;
         let mut parts = Vec::new();
-        if let Some(r) = &self.redirect {
+        if let Some(r) = redirect {
             parts.push(format!("redirect {} {}", r.status, r.location_label()));
         }
-        match &self.rewrite.path {
-            Some(path) if self.rewrite.strips_prefix(path_prefix) => {
+        match &rewrite.path {
+            Some(path) if rewrite.strips_prefix(path_prefix) => {
                 parts.push(format!("strip {path_prefix}"))
             }
             Some(path) => parts.push(format!("path→{path}")),
             None => {}
         }
-        let edits = self.headers.count();
+        let edits = headers.count();
         if edits > 0 {
             parts.push(format!("{edits} header edit(s)"));
         }
-        if self.basic_auth.is_some() {
+        if basic_auth.is_some() {
             parts.push("basic auth".into());
         }
-        if let Some(l) = &self.limits {
+        if let Some(l) = limits {
             let mut caps = Vec::new();
             if let Some(n) = l.connections_per_ip {
                 caps.push(format!("{n}/ip"));
@@ -69,8 +78,8 @@ impl RoutePolicy {
                 parts.push(format!("≤{} connections", caps.join(", ")));
             }
         }
-        if !self.error_pages.is_empty() {
-            let statuses: Vec<String> = self.error_pages.keys().map(u16::to_string).collect();
+        if !error_pages.is_empty() {
+            let statuses: Vec<String> = error_pages.keys().map(u16::to_string).collect();
             parts.push(format!("pages {}", statuses.join(",")));
         }
         parts.join(", ")

@@ -63,7 +63,7 @@ pub struct BusyOutcome {
 /// The agent's log filter: the loop's resync and pair lines at debug level; `BUSY_AGENT_LOG`
 /// adds to it (`private_ingress=debug`, to place a slow rotation).
 fn log_filter() -> String {
-    let base = "warn,private_ingress::reconcile::driver=debug";
+    let base = "warn,private_ingress::reconcile::state::intake=debug";
     match std::env::var("BUSY_AGENT_LOG") {
         Ok(more) if !more.is_empty() => format!("{base},{more}"),
         _ => base.to_owned(),

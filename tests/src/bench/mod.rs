@@ -5,14 +5,15 @@
 //! certificate directory it was given (the CSI driver's layout: `tls.crt`/`tls.key` through a
 //! `..data` link) and proxies to a loopback [`Backend`]. What a system needs to notice a swap is
 //! its own business (the agent's directory watch, envoy's `watched_directory`, a watcher script
-//! for haproxy and nginx); the workload ([`workload`]) is the same code for all of them: the same
+//! for haproxy, nginx and Traefik); the workload ([`workload`]) is the same code for all of them: the same
 //! certificates, the same [`atomic_write`](crate::live::atomic_write), the same handshake probe
 //! and the same load. Dropping a system stops and reaps all its processes, also on a panic.
 //!
 //! - [`ours`]: private-ingress + sozu, through [`Stack`](crate::live::Stack);
 //! - [`envoy`]: file SDS with `watched_directory`, no trigger;
 //! - [`haproxy`]: a watcher runs `set ssl cert` + `commit ssl cert` on the admin socket;
-//! - [`nginx`]: a watcher runs `nginx -s reload`.
+//! - [`nginx`]: a watcher runs `nginx -s reload`;
+//! - [`traefik`]: a watcher rewrites the dynamic file that names the pair (`tls.certificates`).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -22,6 +23,7 @@ use crate::live::{atomic_write, free_port, Backend};
 use process::Group;
 
 pub mod busy;
+pub mod drift;
 pub mod envoy;
 pub mod haproxy;
 pub mod hops;
@@ -33,6 +35,7 @@ pub mod reads;
 pub mod report;
 pub mod scale;
 pub mod top;
+pub mod traefik;
 pub mod watcher;
 pub mod workload;
 
@@ -85,6 +88,11 @@ pub fn contenders() -> Vec<Contender> {
             name: "nginx (-s reload via watcher)",
             version: nginx::version,
             start: nginx::start,
+        },
+        Contender {
+            name: "traefik (dynamic file rewritten via watcher)",
+            version: traefik::version,
+            start: traefik::start,
         },
     ]
 }

@@ -2,7 +2,7 @@
 //! tests run them ([`Stack`]); the agent notices the `..data` rename itself.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -47,6 +47,15 @@ pub fn baseline_bin() -> Option<PathBuf> {
     std::env::var_os("PRIVATE_INGRESS_BASELINE_BIN")
         .filter(|p| !p.is_empty())
         .map(PathBuf::from)
+}
+
+/// The builds a bench measures in turn: the baseline (`PRIVATE_INGRESS_BASELINE_BIN`) when
+/// set, then this build (`None`: the binary the bench runs by default).
+pub fn builds(baseline: Option<&Path>) -> impl Iterator<Item = (&'static str, Option<&Path>)> {
+    baseline
+        .map(|b| ("baseline", Some(b)))
+        .into_iter()
+        .chain([("this build", None)])
 }
 
 pub fn baseline_version() -> Result<String, String> {

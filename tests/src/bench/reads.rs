@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use sozu_command_lib::channel::Channel;
 use sozu_command_lib::proto::command::{
-    request::RequestType, FrontendFilters, ListListeners, QueryCertificatesFilters,
+    request::RequestType, CountRequests, FrontendFilters, ListListeners, QueryCertificatesFilters,
     QueryClustersHashes, Request, Response, ResponseStatus,
 };
 
@@ -148,6 +148,9 @@ pub fn listings(ours: &Ours, n: usize, pairs: &[Pair]) -> Result<Vec<Listing>, S
     let mut probe = Probe::connect(&ours.stack.socket())?;
     let (sample, slow) = (n.min(200), n.min(20));
     Ok(vec![
+        measure(&mut probe, "request census (main process)", 5, 1, |_| {
+            RequestType::CountRequests(CountRequests {})
+        }),
         measure(&mut probe, "listeners", 5, 1, |_| {
             RequestType::ListListeners(ListListeners {})
         }),
@@ -270,4 +273,49 @@ pub fn resyncs(ours: &Ours, stretch: Duration) -> Resyncs {
             .map(|l| l.rsplit_once("INFO ").map_or(l, |(_, m)| m).to_owned())
             .collect(),
     }
+}
+
+/// What `/metrics` scrapes cost one agent, plain and gzip: each scrape's wall time as a client
+/// sees it, the agent's CPU per scrape (user + system, 10 ms ticks, averaged), and the body's
+/// size. The agent resyncs every 2 s ([`serve`]), so some scrapes follow a change and some do
+/// not, as with a Prometheus scraping it.
+pub struct Scrapes {
+    /// (plain, gzip): the wall time of each scrape.
+    pub took: [Vec<Duration>; 2],
+    /// (plain, gzip): the agent's CPU per scrape.
+    pub cpu: [Duration; 2],
+    /// (plain, gzip): the last body's size on the wire.
+    pub bytes: [usize; 2],
+}
+
+/// `count` scrapes each way, one after the other, plain first.
+pub fn scrapes(ours: &Ours, count: usize) -> Result<Scrapes, String> {
+    let admin = ours.stack.admin;
+    let pid = ours.stack.agent_pid().ok_or("the agent is not running")?;
+    let scrape = |gzip: bool| -> Result<usize, String> {
+        let mut request = ureq::get(&format!("http://{admin}/metrics"));
+        if gzip {
+            request = request.header("Accept-Encoding", "gzip");
+        }
+        request
+            .call()
+            .and_then(|mut r| r.body_mut().with_config().limit(u64::MAX).read_to_vec())
+            .map(|b| b.len())
+            .map_err(|e| e.to_string())
+    };
+    let mut out = Scrapes {
+        took: [Vec::new(), Vec::new()],
+        cpu: [Duration::ZERO; 2],
+        bytes: [0; 2],
+    };
+    for (k, gzip) in [false, true].into_iter().enumerate() {
+        let before = super::mass::cpu(pid);
+        for _ in 0..count {
+            let started = Instant::now();
+            out.bytes[k] = scrape(gzip)?;
+            out.took[k].push(started.elapsed());
+        }
+        out.cpu[k] = super::mass::cpu(pid).saturating_sub(before) / count.max(1) as u32;
+    }
+    Ok(out)
 }

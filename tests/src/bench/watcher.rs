@@ -1,6 +1,6 @@
 //! The watcher a user would put beside a proxy that does not watch certificate files itself: a
 //! shell loop over `inotifywait -m` on the certificate directory that runs a reload action on
-//! every rename of `..data` into it (the AtomicWriter's switch). haproxy and nginx use it with
+//! every rename of `..data` into it (the AtomicWriter's switch). haproxy, nginx and Traefik use it with
 //! their own action; the script is the same.
 
 use std::path::Path;

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use private_ingress_tests::live::{
-    certificate, eventually, https_get, route_of, sozu_add_backend, strict_transport_security,
-    Backend, KeepAlive, Stack,
+    certificate, eventually, https_get, https_get_sending, route_of, sozu_add_backend,
+    strict_transport_security, Backend, KeepAlive, Stack,
 };
 
 /// How long a start may take before the test calls the agent wedged. Not a measure of speed
@@ -487,4 +487,96 @@ fn a_frontend_removed_behind_the_agents_back_is_restored_within_a_second() {
         metrics.contains("private_ingress_drift_repairs_total 1"),
         "{metrics}"
     );
+}
+
+/// The `Set-Cookie` values of a response, and who answered.
+fn answered_with_cookies(stack: &Stack, host: &str, cookie: Option<&str>) -> (String, Vec<String>) {
+    let headers: Vec<(&str, &str)> = cookie.map(|c| ("Cookie", c)).into_iter().collect();
+    let (seen, response) =
+        https_get_sending(stack.https, host, "/", &headers).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(seen.status, 200, "{seen:?}");
+    let cookies = response
+        .into_iter()
+        .filter(|(name, _)| name == "set-cookie")
+        .map(|(_, value)| value)
+        .collect();
+    (seen.body, cookies)
+}
+
+/// `sticky = true`: sozu answers a client without its cookie with `SOZUBALANCEID=<backend>;
+/// Path=/`, and every request carrying that cookie reaches the backend it names, while clients
+/// without it are still spread over both backends. A route without `sticky` sets no cookie and
+/// ignores one sent to it. `balancing = 'hrw` pins a client by its address alone: every
+/// request from loopback reaches one backend, cookie or not. The status shows both.
+#[test]
+fn a_sticky_route_keeps_a_client_on_the_backend_its_cookie_names() {
+    let mut stack = Stack::new();
+    let (sticky, plain, hashed) = (
+        "sticky.in.example.org",
+        "plain.in.example.org",
+        "hashed.in.example.org",
+    );
+    for host in [sticky, plain, hashed] {
+        certificate(&stack.tls_dir(), host);
+    }
+    let (a, b) = (Backend::start("a"), Backend::start("b"));
+    let both = [upstream(&a, 1, false), upstream(&b, 1, false)];
+    serving(
+        &mut stack,
+        &[
+            route(sticky, &both, "sticky = true,"),
+            route(plain, &both, ""),
+            route(hashed, &both, "balancing = 'hrw,"),
+        ],
+        "",
+        &[],
+    );
+
+    // Without the cookie: both backends answer, and each answer sets the cookie.
+    let mut spread = BTreeMap::new();
+    let mut cookies = BTreeMap::new();
+    for _ in 0..20 {
+        let (who, set) = answered_with_cookies(&stack, sticky, None);
+        let [cookie] = &set[..] else {
+            panic!("one Set-Cookie expected from a sticky route, got {set:?}")
+        };
+        let (pair, attributes) = cookie.split_once(';').unwrap_or((cookie, ""));
+        assert!(pair.starts_with("SOZUBALANCEID="), "{cookie}");
+        assert_eq!(attributes.trim(), "Path=/", "{cookie}");
+        *spread.entry(who.clone()).or_insert(0) += 1;
+        cookies.insert(who, pair.to_owned());
+    }
+    assert_eq!(
+        spread.len(),
+        2,
+        "both backends answer new clients: {spread:?}"
+    );
+
+    // With it: every request reaches the backend it names, and no new cookie is set.
+    for (who, cookie) in &cookies {
+        for _ in 0..10 {
+            let (answered, set) = answered_with_cookies(&stack, sticky, Some(cookie));
+            assert_eq!(&answered, who, "{cookie} pins to {who}");
+            assert!(set.is_empty(), "the cookie sent is kept: {set:?}");
+        }
+    }
+
+    // Not sticky: no cookie set, and one sent does not pin.
+    let mut plain_spread = BTreeMap::new();
+    let any_cookie = cookies.values().next().unwrap().clone();
+    for _ in 0..10 {
+        let (who, set) = answered_with_cookies(&stack, plain, Some(&any_cookie));
+        assert!(set.is_empty(), "{set:?}");
+        *plain_spread.entry(who).or_insert(0) += 1;
+    }
+    assert_eq!(plain_spread.len(), 2, "{plain_spread:?}");
+
+    // HRW: one client address, one backend.
+    let hashed_answers = answers(&stack, hashed, 20);
+    assert_eq!(hashed_answers.len(), 1, "{hashed_answers:?}");
+
+    let status = stack.status_text();
+    assert!(status.contains("sticky"), "{status}");
+    assert!(status.contains("balancing hrw"), "{status}");
+    assert_eq!(route_state(&stack, sticky)["policy"], "sticky");
 }

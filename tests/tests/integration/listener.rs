@@ -834,3 +834,104 @@ fn a_backend_learns_nothing_of_the_client_certificate_and_a_forged_one_is_remove
     });
     assert!(seen.starts_with("GET /headers"), "{seen}");
 }
+
+/// With `client_auth.mode = 'required`, a route of its own port is open to every client that
+/// reaches it: sozu's TCP listener verifies no client certificate (`lib/src/tcp.rs`,
+/// `TcpListener::new`: no TLS configuration). So the workspace must say so on the route
+/// (`client_auth_exempt = true`), and `status` warns of it, while HTTPS without a certificate
+/// stays refused. What `status` prints of the device CA's subject is safe for a terminal: a C1
+/// control in it (U+009B, a terminal's CSI) is escaped, in the table and in the JSON, which
+/// still reads as the same subject.
+#[test]
+fn a_stream_route_exempt_from_client_certificates_is_open_and_said_so() {
+    use std::io::{Read, Write};
+    let backend = Backend::start("app");
+    let upstream = private_ingress_tests::live::echo_backend();
+    let mut stack = Stack::new();
+    certificate(&stack.tls_dir(), HOST);
+    let subject = "devices\u{9b}31m";
+    let mut ca = DeviceCa::new(subject);
+    let crl = ca.crl(&[], time::Duration::days(7));
+    let devices = stack.dir.path().join("devices");
+    write_devices(&devices, 0, &ca.pem(), &crl);
+    let listen = private_ingress_tests::live::free_port();
+    let routes = [
+        format!(
+            "{{ host = \"{HOST}\", upstream = \"{}\", port = {} }}",
+            backend.address.ip(),
+            backend.address.port()
+        ),
+        format!(
+            "{{ host = \"db.in.example.org\", protocol = 'tcp, listen_port = {listen}, upstream = \"{}\", port = {}, client_auth_exempt = true }}",
+            upstream.ip(),
+            upstream.port()
+        ),
+    ];
+    let text = stack.workspace_text_of(&routes, "").replace(
+        "listeners = {",
+        &format!("listeners = {{ {}", client_auth_field("required", &devices)),
+    );
+    // Without the exemption, `check` refuses the route, at its position.
+    let unsaid = stack.dir.path().join("ws/unsaid.ncl");
+    std::fs::write(&unsaid, text.replace(", client_auth_exempt = true", "")).unwrap();
+    let (code, out, err) = run(Command::new(agent_bin()).arg("check").arg(&unsaid));
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("routes[1]: the 'tcp route `db.in.example.org` would be open without a client certificate"),
+        "{err}"
+    );
+    assert!(err.contains("unsaid.ncl:"), "{err}");
+    // With it, `check` passes and warns.
+    stack.write_workspace(&text);
+    let (code, out, err) = run(Command::new(agent_bin())
+        .arg("check")
+        .arg(stack.workspace_path()));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        err.contains(&format!(
+            "warning: the 'tcp route `db.in.example.org` on port {listen} is exempt from listeners.client_auth"
+        )),
+        "{err}"
+    );
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(Duration::from_secs(30));
+
+    let refused = https_get_as(stack.https, HOST, "/", ANY_TLS, None);
+    assert!(
+        refused.is_err(),
+        "HTTPS without a certificate got in: {refused:?}"
+    );
+    let echoed = eventually(Duration::from_secs(30), "the TCP route echoing", || {
+        let mut conn = std::net::TcpStream::connect(("127.0.0.1", listen)).ok()?;
+        conn.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        conn.write_all(b"no certificate").ok()?;
+        let mut buf = [0u8; 14];
+        conn.read_exact(&mut buf).ok()?;
+        Some(buf)
+    });
+    assert_eq!(&echoed, b"no certificate", "the exempt route is open");
+
+    let status = stack.status_text();
+    assert!(
+        status.contains(&format!(
+            "warning: the 'tcp route `db.in.example.org` on port {listen} is exempt from listeners.client_auth"
+        )),
+        "{status}"
+    );
+    let shown = |text: &str| {
+        text.chars()
+            .find(|c| c.is_control() && *c != '\n' && *c != '\t')
+    };
+    assert_eq!(shown(&status), None, "{status:?}");
+    let (code, json, err) = run(Command::new(agent_bin())
+        .args(["status", "--json", "--admin-address"])
+        .arg(stack.admin.to_string()));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(shown(&json), None, "{json:?}");
+    let state: serde_json::Value = serde_json::from_str(&json).expect("status --json is JSON");
+    let ca_subject = state["sozu"]["client_auth"]["ca"]["subject"]
+        .as_str()
+        .unwrap();
+    assert!(ca_subject.contains(subject), "{ca_subject:?}");
+}

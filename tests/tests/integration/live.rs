@@ -249,6 +249,8 @@ const COUNTED: Duration = Duration::from_secs(60);
 fn resync_puts_back_a_removed_backend(count: usize) {
     let (stack, _, backends, _) = running_with(count, &["--resync-interval", "2"]);
     let requests = |metrics: &str| sample(metrics, "private_ingress_sozu_requests_total");
+    let worker_queries =
+        |metrics: &str| sample(metrics, "private_ingress_resync_worker_queries_total");
     let sent = requests(&stack.metrics()).expect("private_ingress_sozu_requests_total");
     // Past the first resync, which remembers each cluster's hash. A pass's counters show once
     // it has ended.
@@ -267,6 +269,14 @@ fn resync_puts_back_a_removed_backend(count: usize) {
         Some(0.0),
         "{metrics}"
     );
+    // Nobody else changed sozu: its census said so, and no resync asked its workers anything
+    // or had its main process list the frontends.
+    assert_eq!(worker_queries(&metrics), Some(0.0), "{metrics}");
+    assert_eq!(
+        sample(&metrics, "private_ingress_resync_frontend_listings_total"),
+        Some(0.0),
+        "{metrics}"
+    );
     let body = |i: usize| https_get(stack.https, &host(i), "/").map(|s| s.body);
     assert_eq!(body(0).as_deref(), Ok("backend-0"));
 
@@ -281,6 +291,122 @@ fn resync_puts_back_a_removed_backend(count: usize) {
         (body(0).as_deref() == Ok("backend-0")).then_some(())
     });
     assert_eq!(body(1).as_deref(), Ok("backend-1"));
+    // No event tells of a backend removed: the census did, and the workers were asked.
+    let metrics = stack.metrics();
+    assert!(
+        worker_queries(&metrics).is_some_and(|n| n >= 1.0),
+        "{metrics}"
+    );
+}
+
+/// A resync of a sozu nobody else changed has its main process list no frontend (at 10,000
+/// routes, 17–20 ms of its one thread per protocol, which a rotation waited behind); once
+/// someone else removes one, sozu's census shows it, and the next resync lists them once.
+#[test]
+fn a_resync_lists_the_frontends_only_after_someone_else_changed_one() {
+    let (stack, _, _backends, _) = running_with(2, &["--resync-interval", "1"]);
+    let listings =
+        |metrics: &str| sample(metrics, "private_ingress_resync_frontend_listings_total");
+    let resyncs = |metrics: &str| sample(metrics, "private_ingress_resyncs_total").unwrap_or(0.0);
+    let past = |at_least: f64| {
+        eventually(COUNTED, "resyncs", || {
+            let metrics = stack.metrics();
+            (resyncs(&metrics) >= at_least).then_some(metrics)
+        })
+    };
+    let metrics = past(2.0);
+    assert_eq!(listings(&metrics), Some(0.0), "{metrics}");
+
+    let id = route_id(&stack, &host(0));
+    let removed = std::process::Command::new(private_ingress_tests::sozu_bin())
+        .arg("-c")
+        .arg(stack.dir.path().join("sozu.toml"))
+        .args(["frontend", "https", "remove", "--address"])
+        .arg(stack.https.to_string())
+        .args(["--hostname", &host(0), "--path-prefix", "/", "id", &id])
+        .output()
+        .expect("run sozu's command line");
+    assert!(removed.status.success(), "{removed:?}");
+    let body = |i: usize| https_get(stack.https, &host(i), "/").map(|s| s.body);
+    eventually(COUNTED, "the frontend put back", || {
+        (body(0).as_deref() == Ok("backend-0")).then_some(())
+    });
+    let metrics = eventually(COUNTED, "a resync listing the frontends", || {
+        let metrics = stack.metrics();
+        listings(&metrics)
+            .is_some_and(|n| n >= 1.0)
+            .then_some(metrics)
+    });
+    // Listed once for the foreign request; the resyncs after it list nothing again.
+    let listed = listings(&metrics);
+    let metrics = past(resyncs(&metrics) + 2.0);
+    assert_eq!(listings(&metrics), listed, "{metrics}");
+    assert_eq!(body(1).as_deref(), Ok("backend-1"));
+}
+
+/// A backend someone else added to a route's cluster (no event in sozu 2.3.3 tells of it) is
+/// taken away by the next resync: the route's requests all go to its own backend again.
+#[test]
+fn a_resync_takes_away_a_backend_added_behind_the_agents_back() {
+    let (stack, _, _backends, _) = running_with(2, &["--resync-interval", "2"]);
+    let intruder = Backend::start("intruder");
+    let id = route_id(&stack, &host(0));
+    private_ingress_tests::live::sozu_add_backend(
+        &stack.socket(),
+        &id,
+        &format!("{id}-intruder"),
+        intruder.address,
+        100,
+    )
+    .expect("add a backend behind the agent's back");
+    // Weighted 100 to 1, the intruder would take nearly every request while it stays.
+    let body = || https_get(stack.https, &host(0), "/").map(|s| s.body);
+    eventually(Duration::from_secs(10), "the intruder taken away", || {
+        (0..20)
+            .all(|_| body().as_deref() == Ok("backend-0"))
+            .then_some(())
+    });
+    // sozu's census told of the foreign request, and the resync asked the workers.
+    let metrics = stack.metrics();
+    assert!(
+        sample(&metrics, "private_ingress_resync_worker_queries_total").is_some_and(|n| n >= 1.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        https_get(stack.https, &host(1), "/")
+            .map(|s| s.body)
+            .as_deref(),
+        Ok("backend-1")
+    );
+}
+
+/// A certificate someone else replaced is put back by a resync: the agent's own is presented
+/// again.
+#[test]
+fn a_resync_puts_back_a_certificate_replaced_behind_the_agents_back() {
+    let (stack, _, _backends, fingerprints) = running_with(2, &["--resync-interval", "2"]);
+    let ours = fingerprints[&host(0)].clone();
+    let other = tempfile::tempdir().expect("a directory");
+    let chain = private_ingress_tests::write_certificate(other.path(), &host(0));
+    let key = std::fs::read_to_string(other.path().join(host(0)).join("tls.key")).expect("the key");
+    private_ingress_tests::live::sozu_replace_certificate(
+        &stack.socket(),
+        stack.https,
+        &ours,
+        &chain,
+        &key,
+    )
+    .expect("replace the certificate behind the agent's back");
+    let presented = || https_get(stack.https, &host(0), "/").map(|s| s.fingerprint);
+    eventually(
+        Duration::from_secs(10),
+        "the agent's certificate back",
+        || (presented().as_deref() == Ok(ours.as_str())).then_some(()),
+    );
+    assert_eq!(
+        https_get(stack.https, &host(1), "/").map(|s| s.fingerprint),
+        Ok(fingerprints[&host(1)].clone())
+    );
 }
 
 /// A start against a sozu that already holds more clusters than the agent reads one after the

@@ -6,8 +6,15 @@ mod render_sozu;
 /// `private-ingress run` against a real sozu: what HTTPS clients see through it.
 mod live;
 
+/// How routes match: exact, segment and regex paths, methods, header matches, precedence.
+mod matching;
+
 /// Certificate rotation: every way a certificate can land on disk switches what clients see.
 mod rotation;
+
+/// Certificate pairs named by path (`certificates`): served for the hosts they cover, rotated,
+/// refused while the last good pair serves.
+mod certificate_files;
 
 /// sozu's state read back whatever its command buffer: a sozu with its default buffer and a
 /// state larger than one answer keeps taking rotations and resyncs.
@@ -65,3 +72,15 @@ mod ports;
 mod protocols;
 /// `top` on a pseudo-terminal against a real agent and sozu, and `/v1/events` on its own.
 mod top;
+
+/// The Gateway API conformance suite's HTTPRoute cases, imported with `import gateway` and
+/// served through the agent and sozu to echo backends.
+mod gateway_conformance;
+
+/// Traefik's dynamic configuration through a real Traefik and through the agent and sozu (the
+/// workspace `import traefik` writes): the same answers, and the differences the docs list.
+mod traefik;
+
+/// The workspace's `traefik` record served live: Orca's directory edited, added, broken,
+/// drained and removed; Atlas's endpoint changing, stalling and answering garbage.
+mod traefik_live;

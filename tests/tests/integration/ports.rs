@@ -576,3 +576,619 @@ fn a_tcp_route_drains_an_upstream_like_an_https_route() {
         assert_eq!(reached(listen).as_deref(), Some("blue"));
     }
 }
+
+/// A TCP server that says its name first, then echoes what it reads until the client closes:
+/// an SSH-like session, whose upstream the client can tell.
+fn named_echo_session(name: &'static str) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                if stream.write_all(format!("{name}\n").as_bytes()).is_err() {
+                    return;
+                }
+                let mut buf = [0u8; 1024];
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 || stream.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    address
+}
+
+/// A session open to `port`: the name of the upstream it reached, and the connection.
+fn session(port: u16) -> Option<(String, TcpStream)> {
+    let mut conn = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    conn.set_read_timeout(Some(PATIENCE)).ok()?;
+    let mut name = Vec::new();
+    let mut byte = [0u8; 1];
+    while name.last() != Some(&b'\n') {
+        conn.read_exact(&mut byte).ok()?;
+        name.push(byte[0]);
+    }
+    Some((String::from_utf8_lossy(&name).trim().to_owned(), conn))
+}
+
+/// Whether `conn` still echoes `message`.
+fn echoes(conn: &mut TcpStream, message: &[u8]) -> Result<(), String> {
+    conn.write_all(message).map_err(|e| format!("write: {e}"))?;
+    let mut back = vec![0u8; message.len()];
+    conn.read_exact(&mut back)
+        .map_err(|e| format!("read: {e}"))?;
+    (back == message)
+        .then_some(())
+        .ok_or_else(|| format!("echoed {:?}", String::from_utf8_lossy(&back)))
+}
+
+/// A drain on a `'tcp` route leaves the sessions open to the drained upstream alone (an SSH
+/// session, a database's connections): they go on until they close, while every new
+/// connection goes to the other upstream (docs/contract.md, "Kinds of routes").
+#[test]
+fn a_drain_on_a_tcp_route_keeps_the_sessions_open_to_the_drained_upstream() {
+    let (blue, green) = (named_echo_session("blue"), named_echo_session("green"));
+    let mut stack = Stack::new();
+    let listen = free_port();
+    let route = |blue_drained: bool| {
+        format!(
+            "{{ host = \"ssh.in.example.org\", protocol = 'tcp, listen_port = {listen}, upstreams = [\
+             {{ upstream = \"{}\", port = {}, drain = {blue_drained} }}, \
+             {{ upstream = \"{}\", port = {} }}] }}",
+            blue.ip(),
+            blue.port(),
+            green.ip(),
+            green.port(),
+        )
+    };
+    stack.write_workspace(&stack.workspace_text_of(&[route(false)], ""));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(PATIENCE);
+    // Round robin over two: one of a few sessions reaches blue.
+    let mut held = eventually(PATIENCE, "a session on blue", || {
+        (0..4).find_map(|_| session(listen).filter(|(name, _)| name == "blue"))
+    })
+    .1;
+    echoes(&mut held, b"before the drain\n").expect("the session echoes");
+
+    stack.write_workspace(&stack.workspace_text_of(&[route(true)], ""));
+    // The agent shows the upstream draining (or drained, once sozu says its last session
+    // ended) once the pass that took it out has been applied.
+    let blue_state = || {
+        let state = stack.state()?;
+        let upstreams = route_of(&state, "ssh.in.example.org")?["upstreams"].clone();
+        upstreams
+            .as_array()?
+            .iter()
+            .find(|u| u["upstream"] == blue.to_string().as_str())?["state"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    eventually(PATIENCE, "blue taken out", || {
+        blue_state().filter(|s| s.starts_with("drain"))
+    });
+    for _ in 0..10 {
+        let (name, _) = session(listen).expect("a new session");
+        assert_eq!(name, "green", "a new session after the drain");
+    }
+    for round in 0..3 {
+        echoes(&mut held, format!("after the drain {round}\n").as_bytes())
+            .expect("the session open to the drained upstream goes on");
+    }
+    // sozu still counts the session on blue: the drain goes on while it is open.
+    assert_eq!(blue_state().as_deref(), Some("draining"));
+}
+
+/// A TCP server that says `name` on each connection and holds it open, idle, without a thread
+/// per connection: the backend of many idle sessions.
+fn holding_backend(name: &'static str) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            if stream.write_all(format!("{name}\n").as_bytes()).is_ok() {
+                held.push(stream);
+            }
+        }
+    });
+    address
+}
+
+/// A `'tcp` route's `limits.connections_per_ip`: a client holding that many idle sessions has
+/// the next one closed by sozu before it reaches a backend, while an HTTPS route still
+/// handshakes and answers; once one of them closes, the client gets a session again.
+#[test]
+fn a_per_ip_limit_on_a_tcp_route_refuses_the_connection_past_it_and_https_still_answers() {
+    const LIMIT: usize = 3;
+    let backend = holding_backend("db");
+    let web = Backend::start("web");
+    let mut stack = Stack::new();
+    certificate(&stack.tls_dir(), "web.in.example.org");
+    let listen = free_port();
+    let routes = vec![
+        format!(
+            "{{ host = \"web.in.example.org\", upstream = \"{}\", port = {} }}",
+            web.address.ip(),
+            web.address.port()
+        ),
+        port_route(
+            "db.in.example.org",
+            "tcp",
+            listen,
+            backend,
+            &format!(", limits.connections_per_ip = {LIMIT}"),
+        ),
+    ];
+    stack.write_workspace(&stack.workspace_text_of(&routes, ""));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(PATIENCE);
+
+    let mut held: Vec<TcpStream> = Vec::new();
+    while held.len() < LIMIT {
+        let (name, conn) = eventually(PATIENCE, "a session within the limit", || session(listen));
+        assert_eq!(name, "db");
+        held.push(conn);
+    }
+    // sozu accepts the next connection and closes it without a byte: the client reads the end.
+    let mut past = TcpStream::connect(("127.0.0.1", listen)).expect("sozu accepts it");
+    past.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut buf = [0u8; 16];
+    match past.read(&mut buf) {
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!(
+            "the connection past the limit was not closed: {other:?} {:?}",
+            String::from_utf8_lossy(&buf)
+        ),
+    }
+    let seen = https_get(stack.https, "web.in.example.org", "/").expect("an HTTPS request");
+    assert_eq!((seen.status, seen.body.as_str()), (200, "web"));
+    for conn in &mut held {
+        let mut byte = [0u8; 1];
+        conn.set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        assert!(
+            matches!(conn.read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut),
+            "a session within the limit stays open"
+        );
+    }
+    // One closes: sozu counts it out, and a new session is admitted.
+    held.pop();
+    let (name, _again) = eventually(PATIENCE, "a session once one closed", || session(listen));
+    assert_eq!(name, "db");
+}
+
+/// Idle connections to a `'tcp` route no longer take sozu's capacity from HTTPS: 600 of them
+/// through a sozu started from the rendered configuration (sozu's own defaults, 1,000 buffers
+/// and two a TCP session, stopped it accepting at 500), and an HTTPS handshake still succeeds;
+/// the agent's `/metrics` shows how full sozu is.
+#[test]
+fn idle_tcp_connections_leave_https_room_under_the_rendered_configuration() {
+    const IDLE: usize = 600;
+    let backend = holding_backend("idle");
+    let web = Backend::start("web");
+    let mut stack = Stack::new();
+    certificate(&stack.tls_dir(), "web.in.example.org");
+    let listen = free_port();
+    let routes = vec![
+        format!(
+            "{{ host = \"web.in.example.org\", upstream = \"{}\", port = {} }}",
+            web.address.ip(),
+            web.address.port()
+        ),
+        port_route("ssh.in.example.org", "tcp", listen, backend, ""),
+    ];
+    stack.write_workspace(&stack.workspace_text_of(&routes, ""));
+    let rendered = stack.dir.path().join("rendered.sozu.toml");
+    let (code, _, err) = run(Command::new(private_ingress_tests::agent_bin())
+        .arg("render")
+        .arg(stack.workspace_path())
+        .args(["--format", "sozu-toml", "--output"])
+        .arg(&rendered)
+        .arg("--sozu-socket")
+        .arg(stack.socket()));
+    assert_eq!(code, 0, "render: {err}");
+    stack.start_sozu_with_config(&rendered);
+    stack.start_agent();
+    stack.wait_ready(PATIENCE);
+    eventually(PATIENCE, "the HTTPS route", || {
+        https_get(stack.https, "web.in.example.org", "/").ok()
+    });
+
+    let mut idle = Vec::with_capacity(IDLE);
+    for i in 0..IDLE {
+        let (name, conn) =
+            session(listen).unwrap_or_else(|| panic!("idle session {i} through the route"));
+        assert_eq!(name, "idle");
+        idle.push(conn);
+    }
+    let seen = https_get(stack.https, "web.in.example.org", "/")
+        .expect("an HTTPS request beside the idle sessions");
+    assert_eq!((seen.status, seen.body.as_str()), (200, "web"));
+    let connections = eventually(PATIENCE, "sozu's connections in /metrics", || {
+        let metrics = stack.metrics();
+        let held =
+            private_ingress_tests::live::sample(&metrics, "private_ingress_sozu_connections")?;
+        let max =
+            private_ingress_tests::live::sample(&metrics, "private_ingress_sozu_connections_max")?;
+        (held >= IDLE as f64).then_some((held, max))
+    });
+    assert_eq!(connections.1, 4096.0, "{connections:?}");
+    let metrics = stack.metrics();
+    private_ingress_tests::live::promtool_check(&metrics)
+        .unwrap_or_else(|e| panic!("{e}\n{metrics}"));
+    drop(idle);
+}
+
+/// A UDP backend that answers each datagram with its length, and tells the test every length
+/// it received.
+fn measuring_udp_backend() -> (SocketAddr, mpsc::Receiver<usize>) {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let address = socket.local_addr().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 65_536];
+        while let Ok((n, from)) = socket.recv_from(&mut buf) {
+            let _ = tx.send(n);
+            let _ = socket.send_to(format!("len:{n}").as_bytes(), from);
+        }
+    });
+    (address, rx)
+}
+
+/// The answer to a datagram of `size` bytes sent to `port`, if one comes.
+fn udp_answer(socket: &UdpSocket, port: u16, size: usize) -> Option<String> {
+    socket
+        .send_to(&vec![b'x'; size], ("127.0.0.1", port))
+        .ok()?;
+    let mut buf = [0u8; 64];
+    let (n, _) = socket.recv_from(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+/// A `'udp` route's `max_datagram_size`: a datagram of 2,000 bytes reaches the backend through
+/// a route that allows 4,096, and not through one left at sozu's 1,500 (dropped and counted,
+/// while the small datagram sent after it is answered); raised by an edit, the running
+/// listener takes it.
+#[test]
+fn a_udp_route_forwards_datagrams_up_to_its_max_datagram_size() {
+    const LARGE: usize = 2000;
+    let (upstream, received) = measuring_udp_backend();
+    let mut stack = Stack::new();
+    let (wide, narrow) = (free_port(), free_port());
+    let routes = |narrow_size: &str| {
+        vec![
+            port_route(
+                "wide.in.example.org",
+                "udp",
+                wide,
+                upstream,
+                ", max_datagram_size = 4096",
+            ),
+            port_route(
+                "narrow.in.example.org",
+                "udp",
+                narrow,
+                upstream,
+                narrow_size,
+            ),
+        ]
+    };
+    stack.write_workspace(&stack.workspace_text_of(&routes(""), ""));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(PATIENCE);
+    // A client socket per step: an answer late for one step is never read by the next.
+    let client = || {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        socket
+    };
+    let wide_client = client();
+    let answer = eventually(
+        PATIENCE,
+        "the large datagram through the wide route",
+        || udp_answer(&wide_client, wide, LARGE),
+    );
+    assert_eq!(answer, format!("len:{LARGE}"));
+
+    // The narrow route: the large datagram is dropped; the small one after it is answered, so
+    // the large one would have arrived first.
+    let drained = |rx: &mpsc::Receiver<usize>| rx.try_iter().collect::<Vec<_>>();
+    eventually(PATIENCE, "the narrow route answering", || {
+        udp_answer(&client(), narrow, 10)
+    });
+    let narrow_client = client();
+    narrow_client.set_read_timeout(Some(PATIENCE)).unwrap();
+    drained(&received);
+    narrow_client
+        .send_to(&vec![b'x'; LARGE], ("127.0.0.1", narrow))
+        .unwrap();
+    assert_eq!(
+        udp_answer(&narrow_client, narrow, 10).as_deref(),
+        Some("len:10")
+    );
+    let seen = drained(&received);
+    assert!(!seen.contains(&LARGE), "the backend got {seen:?}");
+    eventually(PATIENCE, "the dropped datagram counted", || {
+        let metrics = stack.metrics();
+        let dropped = private_ingress_tests::live::sample(
+            &metrics,
+            "private_ingress_udp_datagrams_too_large_total",
+        )?;
+        (dropped >= 1.0).then_some(())
+    });
+
+    // Raised by an edit: the running listener forwards it.
+    stack.write_workspace(&stack.workspace_text_of(&routes(", max_datagram_size = 2048"), ""));
+    let raised_client = client();
+    let answer = eventually(PATIENCE, "the large datagram once the edit applied", || {
+        udp_answer(&raised_client, narrow, LARGE)
+    });
+    assert_eq!(answer, format!("len:{LARGE}"));
+}
+
+/// A UDP backend that answers each datagram with its name; with `tcp`, it also accepts TCP
+/// connections on the same port number, as a DNS server does.
+fn named_udp_backend(name: &'static str, tcp: bool) -> (SocketAddr, Option<TcpListener>) {
+    loop {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let address = socket.local_addr().unwrap();
+        let listener = if tcp {
+            // The TCP port of the same number may be taken: try another.
+            match TcpListener::bind(address) {
+                Ok(listener) => Some(listener),
+                Err(_) => continue,
+            }
+        } else {
+            None
+        };
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 1500];
+            while let Ok((_, from)) = socket.recv_from(&mut buf) {
+                let _ = socket.send_to(name.as_bytes(), from);
+            }
+        });
+        return (address, listener);
+    }
+}
+
+/// A `'udp` route's `'tcp` health check: sozu probes each backend's port over TCP, shows the
+/// backend that does not accept `down` and sends it no new flow; the one that answers on TCP
+/// beside UDP takes them all.
+#[test]
+fn a_udp_route_health_check_takes_a_backend_without_its_tcp_port_out_of_rotation() {
+    let (dns, _tcp) = named_udp_backend("dns", true);
+    let (mute, _) = named_udp_backend("mute", false);
+    let mut stack = Stack::new();
+    let listen = free_port();
+    let route = format!(
+        "{{ host = \"dns.in.example.org\", protocol = 'udp, listen_port = {listen}, upstreams = [\
+         {{ upstream = \"{}\", port = {} }}, {{ upstream = \"{}\", port = {} }}], \
+         health = {{ mode = 'tcp, interval = 1, timeout = 1, healthy_threshold = 1, unhealthy_threshold = 1 }} }}",
+        dns.ip(),
+        dns.port(),
+        mute.ip(),
+        mute.port()
+    );
+    stack.write_workspace(&stack.workspace_text_of(&[route], ""));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(PATIENCE);
+    let health_of = |address: SocketAddr| {
+        let state = stack.state()?;
+        route_of(&state, "dns.in.example.org")?["upstreams"]
+            .as_array()?
+            .iter()
+            .flat_map(|u| u["backends"].as_array().cloned().unwrap_or_default())
+            .find(|b| b["address"] == address.to_string().as_str())?["health"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    eventually(
+        PATIENCE,
+        "the backend without a TCP port shown down",
+        || (health_of(mute)? == "down").then_some(()),
+    );
+    // sozu reports a change only: a backend healthy from the start stays `unknown`.
+    assert_ne!(health_of(dns).as_deref(), Some("down"));
+    // Each new client is a new flow: every one goes to the backend that passes.
+    for flow in 0..10 {
+        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        client.set_read_timeout(Some(PATIENCE)).unwrap();
+        client.send_to(b"query", ("127.0.0.1", listen)).unwrap();
+        let mut buf = [0u8; 16];
+        let (n, _) = client
+            .recv_from(&mut buf)
+            .unwrap_or_else(|e| panic!("flow {flow}: {e}"));
+        assert_eq!(&buf[..n], b"dns", "flow {flow}");
+    }
+}
+
+/// A `'udp` route's `limits.connections_per_ip` counts flows: a client address holding that
+/// many (a flow per source port) has its next one dropped, counted in `/metrics`, and the
+/// backend never sees it; the flows within the limit are answered.
+#[test]
+fn a_per_ip_limit_on_a_udp_route_drops_the_flow_past_it() {
+    const LIMIT: usize = 2;
+    let (upstream, received) = measuring_udp_backend();
+    let mut stack = Stack::new();
+    let listen = free_port();
+    let routes = vec![port_route(
+        "dns.in.example.org",
+        "udp",
+        listen,
+        upstream,
+        &format!(", limits.connections_per_ip = {LIMIT}"),
+    )];
+    stack.write_workspace(&stack.workspace_text_of(&routes, ""));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(PATIENCE);
+    let client = || {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket.set_read_timeout(Some(PATIENCE)).unwrap();
+        socket
+    };
+    // The first flow, once the route is in; then the second, within the limit.
+    let first = client();
+    first
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    eventually(PATIENCE, "a first flow", || udp_answer(&first, listen, 11));
+    first.set_read_timeout(Some(PATIENCE)).unwrap();
+    let second = client();
+    assert_eq!(udp_answer(&second, listen, 12).as_deref(), Some("len:12"));
+    // The third source port: dropped. Each flow then sends again and is answered, so the third
+    // one's datagram, sent before, would have reached the backend first.
+    let third = client();
+    let _: Vec<usize> = received.try_iter().collect();
+    third.send_to(&[b'x'; 13], ("127.0.0.1", listen)).unwrap();
+    assert_eq!(udp_answer(&first, listen, 11).as_deref(), Some("len:11"));
+    assert_eq!(udp_answer(&second, listen, 12).as_deref(), Some("len:12"));
+    let seen: Vec<usize> = received.try_iter().collect();
+    assert!(!seen.contains(&13), "the backend got {seen:?}");
+    eventually(PATIENCE, "the dropped flow counted", || {
+        let metrics = stack.metrics();
+        let over = private_ingress_tests::live::sample(
+            &metrics,
+            "private_ingress_udp_flows_over_limit_total",
+        )?;
+        (over >= 1.0).then_some(())
+    });
+}
+
+/// A port sozu cannot bind (another process holds it, without SO_REUSEPORT, so sozu's bind
+/// fails rather than sharing it) is its route's problem: the agent is ready for the others
+/// (`/readyz` 200, one route not served), the HTTPS route serves, and `/v1/state` and `status`
+/// show the TCP route in error with sozu's reason. Once the port is free, the route's listener
+/// is made at its next retry and the route carries connections.
+#[test]
+fn a_port_sozu_cannot_bind_is_its_routes_problem_not_the_agents() {
+    let upstream = private_ingress_tests::live::echo_backend();
+    let web = Backend::start("web");
+    let mut stack = Stack::new();
+    certificate(&stack.tls_dir(), "app.in.example.org");
+    let listen = free_port();
+    // Held by another process's socket: std's listener sets SO_REUSEADDR, not SO_REUSEPORT.
+    let holder = TcpListener::bind(("127.0.0.1", listen)).unwrap();
+    let routes = vec![
+        format!(
+            "{{ host = \"app.in.example.org\", upstream = \"{}\", port = {} }}",
+            web.address.ip(),
+            web.address.port()
+        ),
+        port_route("db.in.example.org", "tcp", listen, upstream, ""),
+    ];
+    stack.write_workspace(&stack.workspace_text_of(&routes, ""));
+    stack.start_sozu();
+    stack.start_agent();
+    let route_id = format!("pi-db.in.example.org-tcp-{listen}");
+    let failing = eventually(PATIENCE, "the route in error", || {
+        let state = stack.state()?;
+        let route = state["routes"]
+            .as_array()?
+            .iter()
+            .find(|r| r["id"] == route_id.as_str())?
+            .clone();
+        (route["state"] == "error").then_some(route)
+    });
+    let reason = failing["last_error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        reason.to_lowercase().contains("address already in use")
+            || reason.contains(&listen.to_string()),
+        "sozu's reason on the route: {failing}"
+    );
+    // The agent is ready for the route that can be served.
+    stack.wait_ready(PATIENCE);
+    let (code, body) = stack.readyz().unwrap();
+    assert_eq!(
+        (code, body.trim()),
+        (200, "ready (1 route not served)"),
+        "{body}"
+    );
+    let state = stack.state().unwrap();
+    assert_eq!(state["readiness"]["routes_not_served"], 1, "{state}");
+    assert_eq!(
+        https_get(stack.https, "app.in.example.org", "/")
+            .unwrap()
+            .body,
+        "web"
+    );
+    let status = stack.status_text();
+    let row = status
+        .lines()
+        .find(|l| l.contains(&format!("tcp:{listen}")))
+        .unwrap_or_else(|| panic!("no row for the route: {status}"));
+    assert!(row.contains("error"), "{status}");
+    assert!(
+        status.starts_with("ready: yes (1 route not served)"),
+        "{status}"
+    );
+
+    // The port freed: the next retry binds it, and the route carries connections. The retry
+    // backs off (1 s, doubling per refusal): on a slow machine several refusals may have
+    // passed, so the wait allows for a few doublings.
+    drop(holder);
+    eventually(
+        3 * PATIENCE,
+        "the route echoing once its port is free",
+        || {
+            let mut conn = TcpStream::connect(("127.0.0.1", listen)).ok()?;
+            conn.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+            conn.write_all(b"hello").ok()?;
+            let mut buf = [0u8; 5];
+            conn.read_exact(&mut buf).ok()?;
+            (&buf == b"hello").then_some(())
+        },
+    );
+    eventually(PATIENCE, "the route ok", || {
+        let state = stack.state()?;
+        let ok = state["routes"]
+            .as_array()?
+            .iter()
+            .any(|r| r["id"] == route_id.as_str() && r["state"] == "ok");
+        (ok && state["readiness"]["routes_not_served"] == 0).then_some(())
+    });
+
+    // An edit that puts a route on the agent's own admin port (this agent's --admin-address,
+    // not the default 9180) is refused by `run` at its position; the last good workspace serves
+    // on, and the admin API stays the agent's.
+    let mut on_admin = routes.clone();
+    on_admin.push(port_route(
+        "cache.in.example.org",
+        "tcp",
+        stack.admin.port(),
+        upstream,
+        "",
+    ));
+    stack.write_workspace(&stack.workspace_text_of(&on_admin, ""));
+    let error = eventually(PATIENCE, "the edit refused", || {
+        stack.state()?["workspace"]["last_error"]
+            .as_str()
+            .filter(|e| {
+                e.contains(&format!(
+                    "routes[2]: listen_port {} is the agent's admin port",
+                    stack.admin.port()
+                ))
+            })
+            .map(str::to_owned)
+    });
+    assert!(
+        error.contains("workspace.ncl:"),
+        "with its position: {error}"
+    );
+    assert!(stack.ready(), "the last good workspace serves on");
+}

@@ -236,3 +236,73 @@ fn sozu_started_from_the_rendered_file_applies_weights_health_checks_and_hsts() 
         },
     );
 }
+
+/// A sticky route in the rendered file, served by a sozu started from it alone: each backend
+/// carries the sticky id the live agent would send, so a request carrying the cookie sozu set
+/// reaches the backend it names (without one, sozu 2.3.3 follows no cookie).
+#[test]
+fn sozu_started_from_the_rendered_file_pins_a_sticky_routes_clients() {
+    use private_ingress_tests::live::{certificate, eventually, https_get_sending, Backend, Stack};
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    let mut stack = Stack::new();
+    let host = "shop.in.example.org";
+    certificate(&stack.tls_dir(), host);
+    let (a, b) = (Backend::start("a"), Backend::start("b"));
+    let upstream = |x: &Backend| {
+        format!(
+            "{{ upstream = \"{}\", port = {} }}",
+            x.address.ip(),
+            x.address.port()
+        )
+    };
+    let routes = [format!(
+        "{{ host = \"{host}\", upstreams = [{}, {}], sticky = true, balancing = 'random }}",
+        upstream(&a),
+        upstream(&b)
+    )];
+    let ws = stack.dir.path().join("ws/workspace.ncl");
+    std::fs::write(&ws, stack.workspace_text_of(&routes, "")).unwrap();
+    let config = stack.dir.path().join("rendered.toml");
+    render(&ws, &config, &stack.socket());
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(text.contains("sticky_session = true"), "{text}");
+    assert!(text.contains("load_balancing = \"RANDOM\""), "{text}");
+    let (code, output) = config_check(&config);
+    assert_eq!(
+        code, 0,
+        "sozu config check refused:\n{output}\n--- config:\n{text}"
+    );
+
+    stack.start_sozu_with_config(&config);
+    let get = |cookie: Option<&str>| {
+        let headers: Vec<(&str, &str)> = cookie.map(|c| ("Cookie", c)).into_iter().collect();
+        https_get_sending(stack.https, host, "/", &headers).ok()
+    };
+    eventually(Duration::from_secs(10), "sozu serving the file", || {
+        get(None).filter(|(s, _)| s.status == 200)
+    });
+    let mut cookies = BTreeMap::new();
+    for _ in 0..30 {
+        let (seen, headers) = get(None).expect("a request");
+        let cookie = headers
+            .iter()
+            .find(|(n, _)| n == "set-cookie")
+            .and_then(|(_, v)| v.split(';').next())
+            .unwrap_or_else(|| panic!("no cookie: {headers:?}"))
+            .to_owned();
+        cookies.insert(seen.body, cookie);
+    }
+    assert_eq!(
+        cookies.len(),
+        2,
+        "both backends answer new clients: {cookies:?}"
+    );
+    for (backend, cookie) in &cookies {
+        for _ in 0..10 {
+            let (seen, _) = get(Some(cookie)).expect("a request");
+            assert_eq!(&seen.body, backend, "{cookie}");
+        }
+    }
+}

@@ -436,3 +436,85 @@ fn clients_that_never_read_neither_stall_nor_swell_the_agent() {
     );
     drop(clients);
 }
+
+/// One client holds 600 idle connections to the admin address (more than the server's 512) and
+/// opens each again as soon as the agent closes it; meanwhile the kubelet, from another address,
+/// probes `/healthz` and `/readyz` as the rendered pod does (a new connection each, one second
+/// to answer). Every probe is answered `200`. Then the probes come from the attacker's own
+/// address, as they would from a node whose `hostNetwork` pod attacks: counted and shown, and
+/// each still answered.
+#[test]
+fn idle_connections_from_one_client_do_not_starve_the_probes() {
+    use private_ingress_tests::admin_clients::{probe, IdleFlood};
+    use std::net::{IpAddr, Ipv4Addr};
+    const IDLE: usize = 600;
+    const PROBES: usize = 30;
+    let attacker = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1));
+    let node = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+    let mut stack = Stack::new();
+    let backend = Backend::start("app");
+    write_certificate(&stack.tls_dir(), A);
+    stack.write_workspace(&stack.workspace_text_of(&[route(A, &backend)], ""));
+    stack.start_sozu();
+    stack.start_agent();
+    stack.wait_ready(Duration::from_secs(60));
+    let admin = stack.admin;
+    let one_second = Duration::from_secs(1);
+    assert_eq!(probe(node, admin, "/healthz", one_second), Ok(200));
+
+    let flood = IdleFlood::start(attacker, admin, IDLE, 4);
+    // The flood is on: the agent has closed some of its connections, and it opened them again.
+    eventually(
+        Duration::from_secs(30),
+        "the flood reopening connections",
+        || (flood.reopened() > 0).then_some(()),
+    );
+    let rounds = |from: IpAddr| {
+        let mut failed = Vec::new();
+        let mut slowest = Duration::ZERO;
+        for i in 0..PROBES {
+            for path in ["/healthz", "/readyz"] {
+                let asked = Instant::now();
+                match probe(from, admin, path, one_second) {
+                    Ok(200) => slowest = slowest.max(asked.elapsed()),
+                    other => failed.push(format!("{path} #{i}: {other:?}")),
+                }
+            }
+            // The kubelet's pace, a little faster: the readiness probe runs every second.
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        (failed, slowest)
+    };
+    let (from_node, node_slowest) = rounds(node);
+    let (from_attacker, attacker_slowest) = rounds(attacker);
+    let reopened = flood.reopened();
+    drop(flood);
+    eprintln!(
+        "{IDLE} idle connections from one client, {reopened} reopened: probes from another \
+         address {} of {} failed (slowest answer {node_slowest:?}); from the attacker's own \
+         address {} of {} failed (slowest {attacker_slowest:?})",
+        from_node.len(),
+        2 * PROBES,
+        from_attacker.len(),
+        2 * PROBES
+    );
+    assert!(
+        from_node.is_empty(),
+        "probes from another address failed: {from_node:#?}\n{}",
+        stack.logs()
+    );
+    assert!(
+        from_attacker.is_empty(),
+        "probes from the attacker's address failed: {from_attacker:#?}"
+    );
+    // Said in the metrics: connections closed to make room, none refused.
+    let metrics = stack.metrics();
+    assert!(
+        private_ingress_tests::live::sample(
+            &metrics,
+            "private_ingress_admin_connections_evicted_total"
+        )
+        .is_some_and(|n| n > 0.0),
+        "{metrics}"
+    );
+}

@@ -451,3 +451,197 @@ fn a_client_that_never_reads_cannot_grow_the_agents_memory() {
     );
     drop(stalled);
 }
+
+/// What one reader of `/v1/events` has seen so far, read on a thread of its own at its own pace.
+struct Reader {
+    seen: std::sync::Arc<std::sync::Mutex<String>>,
+    ended: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Reader {
+    /// A client from `from` that reads `chunk` bytes every `pause` (all it can when `pause` is
+    /// zero), until its stream ends.
+    fn start(from: std::net::IpAddr, admin: SocketAddr, chunk: usize, pause: Duration) -> Reader {
+        let mut stream =
+            private_ingress_tests::admin_clients::connect_from(from, admin).expect("connect");
+        write!(stream, "GET /v1/events HTTP/1.1\r\nHost: {admin}\r\n\r\n").expect("send");
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (s, e) = (seen.clone(), ended.clone());
+        std::thread::spawn(move || {
+            let mut buffer = vec![0u8; chunk];
+            loop {
+                match stream.read(&mut buffer) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        let text = String::from_utf8_lossy(&buffer[..n]);
+                        // Kept: what a test looks for, not the flood's bodies.
+                        let mut seen = s.lock().unwrap();
+                        for line in text.split_inclusive('\n') {
+                            if !line.contains("test flood") {
+                                seen.push_str(line);
+                            }
+                        }
+                    }
+                }
+                if !pause.is_zero() {
+                    std::thread::sleep(pause);
+                }
+            }
+            e.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        Reader { seen, ended }
+    }
+
+    fn seen(&self) -> String {
+        self.seen.lock().unwrap().clone()
+    }
+
+    fn ended(&self) -> bool {
+        self.ended.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Forty clients from one address ask for `/v1/events` and never read. A client from another
+/// address still gets its stream (32 slots, but at most 8 per address), and so does a later one
+/// from the silent clients' own address (their oldest gives way). When events come, the silent
+/// ones left fill their buffers and are dropped within 30 s of taking nothing more; a client
+/// that reads slowly but steadily keeps its stream, told what it skipped.
+#[test]
+fn silent_event_clients_neither_take_every_stream_nor_keep_theirs() {
+    use private_ingress_tests::admin_clients::silent_events_client;
+    use std::net::{IpAddr, Ipv4Addr};
+    const SILENT: usize = 40;
+    const FLOOD: usize = 100_000;
+    let silent_address = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1));
+    let mut stack = Stack::new();
+    let app = Backend::start("app");
+    certificate(&stack.tls_dir(), APP);
+    stack.write_workspace(
+        &stack.workspace_text(&[private_ingress_tests::live::RouteSpec {
+            host: APP.into(),
+            upstream: "127.0.0.1".into(),
+            port: Some(app.address.port()),
+        }]),
+    );
+    let go = stack.dir.path().join("flood");
+    stack.start_sozu();
+    stack.start_agent_with(
+        &[],
+        &[
+            ("RUST_LOG", "info"),
+            ("PRIVATE_INGRESS_TEST_EVENT_FLOOD", &FLOOD.to_string()),
+            (
+                "PRIVATE_INGRESS_TEST_EVENT_FLOOD_FILE",
+                &go.to_string_lossy(),
+            ),
+        ],
+    );
+    stack.wait_ready(Duration::from_secs(60));
+    let admin = stack.admin;
+    let silent: Vec<TcpStream> = (0..SILENT)
+        .map(|_| {
+            let stream = silent_events_client(silent_address, admin);
+            // Until its answer begins, without taking a byte of it.
+            stream
+                .set_read_timeout(Some(ON_SCREEN))
+                .expect("read timeout");
+            stream.peek(&mut [0u8; 1]).expect("the answer begins");
+            stream
+        })
+        .collect();
+
+    // Another address: its stream, at once.
+    let other = Reader::start(
+        IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)),
+        admin,
+        64 * 1024,
+        Duration::ZERO,
+    );
+    let answer = eventually(ON_SCREEN, "the other client's answer", || {
+        let seen = other.seen();
+        (seen.contains(": live") || seen.contains("HTTP/1.1 503") || other.ended()).then_some(seen)
+    });
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.contains(": live"),
+        "{answer}"
+    );
+    // The silent clients' own address: its stream too.
+    let same = Reader::start(silent_address, admin, 64 * 1024, Duration::ZERO);
+    eventually(
+        ON_SCREEN,
+        "a stream from the silent clients' address",
+        || same.seen().contains(": live").then_some(()),
+    );
+    // A slow reader from a third address: 16 KiB every 50 ms, far slower than the flood.
+    let slow = Reader::start(
+        IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3)),
+        admin,
+        16 * 1024,
+        Duration::from_millis(50),
+    );
+    eventually(ON_SCREEN, "the slow reader's stream", || {
+        slow.seen().contains(": live").then_some(())
+    });
+
+    // Events come: the silent clients' buffers fill, and they are dropped.
+    let flooded = Instant::now();
+    std::fs::write(&go, "").expect("start the flood");
+    stack.wait_agent_log("test flood of events emitted", Duration::from_secs(120));
+    let stalled = eventually(
+        Duration::from_secs(120),
+        "the silent clients dropped",
+        || {
+            let metrics = stack.metrics();
+            let open = sample(&metrics, "private_ingress_events_streams")?;
+            let stalled = sample(
+                &metrics,
+                "private_ingress_events_streams_closed_total{reason=\"stalled\"}",
+            )?;
+            (open == 3.0).then_some(stalled)
+        },
+    );
+    let dropped_after = flooded.elapsed();
+    eprintln!(
+        "{SILENT} silent /v1/events clients: 8 held at most, the others replaced; after a flood \
+         of {FLOOD} events, {stalled} silent streams dropped {dropped_after:?} after it began"
+    );
+    assert!(stalled >= 1.0, "no stream was dropped for stalling");
+    // Each silent client, reading at last, finds its stream ended.
+    for (i, mut stream) in silent.into_iter().enumerate() {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("read timeout");
+        let began = Instant::now();
+        let mut sink = vec![0u8; 1 << 16];
+        let ended = loop {
+            match stream.read(&mut sink) {
+                Ok(0) | Err(_) => break true,
+                Ok(_) if began.elapsed() > Duration::from_secs(60) => break false,
+                Ok(_) => {}
+            }
+        };
+        assert!(ended, "silent client {i}: its stream still goes on");
+    }
+
+    // The readers kept their streams: a rotation reaches each (the slow one once it has read
+    // what its connection's buffers still hold of the flood, megabytes at its pace).
+    certificate(&stack.tls_dir(), APP);
+    for (who, reader) in [("other", &other), ("same", &same), ("slow", &slow)] {
+        eventually(
+            Duration::from_secs(120),
+            &format!("the rotation at the {who} reader"),
+            || {
+                reader
+                    .seen()
+                    .contains("event: certificate_rotated")
+                    .then_some(())
+            },
+        );
+        assert!(!reader.ended(), "the {who} reader's stream ended");
+    }
+    assert!(
+        slow.seen().contains("event: dropped"),
+        "the slow reader was not told what it skipped"
+    );
+}

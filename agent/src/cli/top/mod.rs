@@ -55,6 +55,43 @@ pub enum TopError {
     NotATerminal,
 }
 
+/// `top`: live on the terminal, or one frame as text with `--once` (of `size`, else the
+/// terminal's, else `COLUMNS` × `LINES`), exit 2 when the agent is not ready.
+pub fn command(
+    options: &Options,
+    once: bool,
+    size: Option<(u16, u16)>,
+) -> Result<std::process::ExitCode, TopError> {
+    if !once {
+        run(options)?;
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
+    let (width, height) = size.unwrap_or_else(frame_size);
+    let (text, ready) = self::once(options, width, height)?;
+    crate::cli::output::print(text)?;
+    Ok(if ready {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(crate::cli::exit::NOT_READY)
+    })
+}
+
+/// `top --once`'s frame: the terminal's size when standard output is one, else `COLUMNS` and
+/// `LINES` when set, else 120 × 40.
+fn frame_size() -> (u16, u16) {
+    use std::io::IsTerminal;
+    if std::io::stdout().is_terminal() {
+        if let Ok(size) = crossterm::terminal::size() {
+            return size;
+        }
+    }
+    let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u16>().ok());
+    (
+        var("COLUMNS").unwrap_or(120).clamp(20, 1000),
+        var("LINES").unwrap_or(40).clamp(10, 1000),
+    )
+}
+
 fn unix_now() -> i64 {
     crate::clock::unix_seconds(std::time::SystemTime::now())
 }

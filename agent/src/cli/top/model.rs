@@ -19,7 +19,8 @@ pub const ROUTE_HISTORY: usize = 120;
 /// Events kept by `top` (the agent keeps 512 for a client joining late).
 pub const EVENTS_KEPT: usize = 2_000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A pane of `top`, as `--pane` names it too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Pane {
     Routes,
     Certificates,

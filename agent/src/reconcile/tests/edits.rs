@@ -71,6 +71,8 @@ fn random_route(rng: &mut fastrand::Rng, h: usize, path: &str, own_ports: bool) 
         route.kind = RouteKind::Tcp(StreamRoute {
             listen_port: port,
             proxy_protocol: false,
+            limits: None,
+            client_auth_exempt: false,
         });
     }
     route
@@ -317,7 +319,11 @@ async fn edits_end_where_a_fresh_agent_would_in_sozu_and_in_the_status() {
             // before (see `crate::plan`, "Frontend swaps"): sozu routes alike under either.
             let held = |harness: &Harness| {
                 let mut actual = harness.sozu.0.lock().unwrap().actual.clone();
-                actual.frontends = actual.frontends.iter().map(|f| f.spelled(false)).collect();
+                actual.frontends = actual
+                    .frontends
+                    .iter()
+                    .map(|f| crate::plan::state::Frontend::spelled_shared(f, false))
+                    .collect();
                 // A listener whose last certificate went holds none either way.
                 actual
                     .certificates

@@ -1,4 +1,5 @@
-//! The loop against an in-memory sozu, with facts fed straight in and time paused.
+//! The loop against an in-memory sozu, with facts fed straight in and time paused; `state`, a
+//! pass and a publish on the reconciler's state alone.
 
 mod backends;
 mod certificates;
@@ -7,6 +8,7 @@ mod edits;
 mod readiness;
 mod resync;
 mod sozu;
+mod state;
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -16,7 +18,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::{Agent, Settings};
+use super::{Driver, Settings};
 use crate::api::SharedStatus;
 use crate::clock::{Clock, TokioClock};
 use crate::document::{Document, ReadinessMode, RouteState, Waiting};
@@ -65,6 +67,8 @@ struct FakeSozu {
     refuse_client_auth: Option<String>,
     /// The client-certificate sets sent, refused or not.
     client_auth_sent: usize,
+    /// Listeners sozu cannot bind (another process holds the port): their activation fails.
+    unbindable: BTreeSet<std::net::SocketAddr>,
 }
 
 /// Whether the status said ready when sozu took a request, and the certificate it carried.
@@ -136,7 +140,10 @@ impl Proxy for Fake {
                     request: "ListFrontends".into(),
                     reason: reason.clone(),
                 }),
-                None => Ok(s.actual.clone()),
+                None => Ok(crate::sozu::proxy::StateRead {
+                    actual: s.actual.clone(),
+                    ..Default::default()
+                }),
             }
         })
     }
@@ -195,6 +202,14 @@ impl Proxy for Fake {
                 s.client_auth_sent += 1;
                 if let Some(reason) = &s.refuse_client_auth {
                     return Err(SendError::Refused(reason.clone()));
+                }
+            }
+            if let Op::ActivateListener { address, .. } = op {
+                if s.unbindable.contains(address) {
+                    return Err(SendError::Refused(format!(
+                        "Could not activate TCP listener: could not bind to socket {address}: \
+                         Address already in use (os error 98)"
+                    )));
                 }
             }
             if let Some(reason) = plan::refusal(&s.actual, op) {
@@ -368,7 +383,7 @@ fn start_with(
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_780_272_000),
     ));
     let heartbeat = crate::api::Heartbeat::default();
-    let agent = Agent::new(
+    let agent = Driver::new(
         sozu.clone(),
         certs.clone(),
         settings,

@@ -19,6 +19,57 @@ async fn converges_and_reports_ready() {
     assert!(status.routes.iter().all(|r| r.state == RouteState::Ok));
 }
 
+/// A route port sozu cannot bind is that route's problem: its status shows sozu's reason, it
+/// counts as not served, and the agent is ready for the others (strictly, it is not). Once the
+/// port can be bound, the listener's retry serves the route.
+#[tokio::test(start_paused = true)]
+async fn a_route_port_sozu_cannot_bind_is_the_routes_problem() {
+    for readiness in [ReadinessMode::Serving, ReadinessMode::Strict] {
+        let h = start(Settings {
+            readiness,
+            ..Settings::default()
+        });
+        let port: std::net::SocketAddr = "127.0.0.1:2222".parse().unwrap();
+        h.sozu.0.lock().unwrap().unbindable.insert(port);
+        let mut tcp = route(B, ip("10.0.0.2:22"));
+        tcp.kind = crate::workspace::RouteKind::Tcp(crate::workspace::StreamRoute {
+            listen_port: port.port(),
+            proxy_protocol: false,
+            limits: None,
+            client_auth_exempt: false,
+        });
+        h.send(workspace(vec![route(A, ip("10.0.0.1:80")), tcp]));
+        h.pair(A, 90);
+        let status = h
+            .until("the TCP route in error", |s| {
+                route_state(s, B).is_some_and(|r| r.0 == RouteState::Error)
+            })
+            .await;
+        let failing = status.routes.iter().find(|r| r.host == B).unwrap();
+        assert!(
+            failing
+                .last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("Address already in use")),
+            "{failing:?}"
+        );
+        let status = h.until_ok(A).await;
+        assert_eq!(status.readiness.routes_not_served, 1, "{readiness}");
+        match readiness {
+            ReadinessMode::Serving => assert!(status.ready, "{:?}", status.readiness),
+            ReadinessMode::Strict => assert!(!status.ready, "{:?}", status.readiness),
+        }
+        h.sozu.0.lock().unwrap().unbindable.clear();
+        let status = h
+            .until("the TCP route served at its retry", |s| {
+                route_state(s, B).is_some_and(|r| r.0 == RouteState::Ok)
+            })
+            .await;
+        assert!(status.ready, "{readiness}: {:?}", status.readiness);
+        assert_eq!(status.readiness.routes_not_served, 0);
+    }
+}
+
 /// An IP route is served as soon as its pair is known, beside a DNS route whose name has never
 /// resolved: that one is shown waiting for DNS. The agent is ready, serving the other route
 /// (strictly, it is not).

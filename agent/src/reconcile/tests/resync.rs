@@ -129,7 +129,7 @@ async fn a_sozu_listening_again_ends_a_long_back_off() {
     let started = tokio::time::Instant::now();
     h.until("ready", |s| s.ready).await;
     assert!(
-        started.elapsed() <= crate::sozu::socket::PROBE_EVERY,
+        started.elapsed() <= crate::reconcile::phase::PROBE_EVERY,
         "{:?}",
         started.elapsed()
     );

@@ -113,7 +113,7 @@ async fn a_restarted_agent_keeps_what_sozu_serves_until_its_facts_arrive() {
     let requests = sozu.0.lock().unwrap().requests;
     let status = SharedStatus::default();
     let (facts, rx) = tokio::sync::mpsc::unbounded_channel();
-    let agent = Agent::new(
+    let agent = Driver::new(
         sozu.clone(),
         FakeCerts::default(),
         Settings::default(),

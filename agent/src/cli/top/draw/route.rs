@@ -141,6 +141,13 @@ pub fn page(app: &App, area: Rect, buf: &mut Buffer) {
             (issuer.clone(), plain),
         ]);
     }
+    // A pair of `certificates`: where it is read from (the tls dir's needs no saying).
+    if let Some(file) = &c.file {
+        lines.push(vec![
+            ("  file     ".into(), look.dim()),
+            (file.clone(), plain),
+        ]);
+    }
     lines.push(vec![
         ("  rotated  ".into(), look.dim()),
         (

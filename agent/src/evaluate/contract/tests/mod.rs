@@ -112,6 +112,7 @@ fn evaluate_tracing(path: &Path, target: Target) -> (Result<Workspace, ContractE
         &Input::File(path.to_owned()),
         None,
         target,
+        DEFAULT_ADMIN_PORT,
         &TRACING_TIERS,
         trace.clone(),
     );
@@ -128,6 +129,8 @@ struct BadExample {
     named: Option<PathBuf>,
     /// Refused when rendered for sozu's configuration file (`# render: sozu-toml`).
     for_toml: bool,
+    /// Refused when rendered as Kubernetes manifests (`# render: k8s`).
+    for_k8s: bool,
 }
 
 impl BadExample {
@@ -147,6 +150,7 @@ impl BadExample {
                 .find_map(|l| l.strip_prefix("# in:"))
                 .map(|f| path.parent().unwrap().join(f.trim())),
             for_toml: text.lines().any(|l| l.trim() == "# render: sozu-toml"),
+            for_k8s: text.lines().any(|l| l.trim() == "# render: k8s"),
         }
     }
 
@@ -154,6 +158,8 @@ impl BadExample {
     fn report(&self, path: &Path) -> (String, Tiers) {
         let target = if self.for_toml {
             Target::SozuToml
+        } else if self.for_k8s {
+            Target::K8s
         } else {
             Target::Agent
         };
@@ -335,6 +341,7 @@ fn among_fast_routes(
         at,
         named: example.named.clone(),
         for_toml: example.for_toml,
+        for_k8s: example.for_k8s,
     };
     Some((copy, moved))
 }
@@ -725,4 +732,52 @@ fn paths_with_quotes_and_percent_signs_are_imported_verbatim() {
         r#"{ zone = "in.example.org", cluster_issuer = "ca", routes = [] }"#,
     );
     assert_eq!(evaluate(&path).unwrap().routes.len(), 0);
+}
+
+/// `sticky` and `balancing`: every algorithm sozu 2.3.3 has, as a tag and as a string (JSON),
+/// on an 'https route and on a route of its own port; the defaults when absent.
+#[test]
+fn sticky_and_balancing_are_read_on_the_routes_that_take_them() {
+    use crate::workspace::{Balancing, RouteKind};
+    let ws = accepted(
+        r#"{
+  zone = "in.example.org",
+  cluster_issuer = "ca",
+  routes = [
+    { host = "a.in.example.org", upstream = "10.0.0.1", port = 80, sticky = true, balancing = 'least_loaded },
+    { host = "b.in.example.org", upstream = "10.0.0.1", port = 80, balancing = "power_of_two" },
+    { host = "c.in.example.org", upstream = "10.0.0.1", port = 80, sticky = false, balancing = 'maglev },
+    { host = "d.in.example.org", upstream = "10.0.0.1", port = 80, balancing = 'hrw },
+    { host = "e.in.example.org", upstream = "10.0.0.1", port = 80, balancing = 'random },
+    { host = "f.in.example.org", upstream = "10.0.0.1", port = 80 },
+    { host = "g.in.example.org", protocol = 'tcp, listen_port = 2222, upstream = "10.0.0.1", port = 22, balancing = 'round_robin },
+  ],
+}"#,
+    );
+    let got: Vec<(String, bool, Balancing)> = ws
+        .routes
+        .iter()
+        .map(|r| {
+            let sticky = matches!(&r.kind, RouteKind::Http(h) if h.sticky);
+            (r.host.clone(), sticky, r.balancing)
+        })
+        .collect();
+    let want = |h: &str, s, b| (format!("{h}.in.example.org"), s, b);
+    assert_eq!(
+        got,
+        vec![
+            want("a", true, Balancing::LeastLoaded),
+            want("b", false, Balancing::PowerOfTwo),
+            want("c", false, Balancing::Maglev),
+            want("d", false, Balancing::Hrw),
+            want("e", false, Balancing::Random),
+            want("f", false, Balancing::RoundRobin),
+            want("g", false, Balancing::RoundRobin),
+        ]
+    );
+    assert_eq!(
+        ws.routes[0].policy_summary(),
+        "sticky, balancing least_loaded"
+    );
+    assert_eq!(ws.routes[5].policy_summary(), "");
 }

@@ -120,6 +120,7 @@ fn new_field_routes_take_the_fast_tier_with_the_values_of_the_slow_one() {
             &Input::File(path.clone()),
             None,
             Target::Agent,
+            DEFAULT_ADMIN_PORT,
             &WITHOUT_FAST_TIERS,
             std::io::sink(),
         );

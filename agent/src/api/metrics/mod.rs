@@ -1,19 +1,22 @@
 //! `/metrics`: Prometheus text exposition (what `promtool check metrics` reads). Pure.
 //!
-//! Each route's lines are rendered when the route's status changes and kept with it
-//! ([`RouteMetrics`]); a scrape copies them out under their family's header. At 10,000 routes a
-//! scrape is a few megabytes copied, not ten thousand label sets built: it costs the loop
-//! nothing and takes the CPU from a rotation for a few milliseconds at most.
+//! Each route's lines are written at each scrape from the route's status in the loop's snapshot
+//! ([`render`]), family by family: nothing of the text is kept between scrapes. The status is
+//! the one copy of what the lines say; lines kept beside it, and the whole text kept for the
+//! next scrape, held the same strings three times (31 MiB at 10,000 routes). The work is done
+//! on the low-priority thread ([`crate::api::low_priority`]), never by the loop.
 
-use std::fmt::Write as _;
-use std::sync::Arc;
+mod exposition;
+mod traffic;
+
+use exposition::{gauge, header, sample};
+pub use traffic::{write_capacity, write_handshake_failures, write_traffic};
 
 use super::Snapshot;
 use crate::document::{
     BackendHealth, Counters, DnsNameStatus, HostStatus, IssuerStatus, RenewalBasis, RouteState,
     RouteStatus,
 };
-use crate::traffic::stats::{Counts, Histogram, RouteCounts, StreamFigures, BUCKET_LABELS};
 
 /// The families whose lines come from each route: (name, type, help). Host-wide ones are
 /// rendered by a host's first route only.
@@ -90,187 +93,162 @@ const ROUTE_FAMILIES: [(&str, &str, &str); 14] = [
     ),
 ];
 
-/// One route's lines, every family's in one string of exactly their size: family `i`'s lines
-/// are `text[ends[i - 1]..ends[i]]` (empty when the route has none of it).
+/// Writes `route`'s lines of family `family` of [`ROUTE_FAMILIES`]; with `host_wide`, its host's
+/// certificate families too (one route of each host carries them).
 ///
-/// One string a route, not one per family: fourteen strings, each grown by doubling as its
-/// lines were written, held 22.5 MiB at 10,000 routes against 19.4 MiB exact (heaptrack), in
-/// fourteen allocations a route that a mass renewal frees and makes again all over the heap.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RouteMetrics {
-    text: Box<str>,
-    ends: [u32; ROUTE_FAMILIES.len()],
-}
-
-impl RouteMetrics {
-    /// The lines of `route`; with `host_wide`, its host's certificate lines too (one route of
-    /// each host carries them).
-    pub fn of(route: &RouteStatus, host_wide: bool) -> RouteMetrics {
-        // Written here, then copied once into a string of the exact size.
-        let mut out = String::with_capacity(2048);
-        let mut ends = [0u32; ROUTE_FAMILIES.len()];
-        let mut end = |out: &String, family: usize| {
-            ends[family] = u32::try_from(out.len()).unwrap_or(u32::MAX);
-        };
-        let host = [("host", route.host.as_str())];
-        sample(
-            &mut out,
-            ROUTE_FAMILIES[0].0,
-            &[("host", &route.host), ("route", &route.id)],
+/// Written at each scrape from the route's status, not kept beside it: a route's lines are its
+/// status's strings again (host, route, fingerprints, backends), and lines kept per route beside
+/// the status held 19.4 MiB at 10,000 routes after a full renewal (heaptrack), with the whole
+/// text kept for the next scrape 12 MiB more. Writing them costs a plain scrape at 10,000
+/// routes about 9 ms more CPU than copying kept lines did, on the low-priority thread
+/// ([`crate::api::low_priority`]; docs/benchmarks.md, "One copy each").
+fn write_route_family(out: &mut String, route: &RouteStatus, host_wide: bool, family: usize) {
+    let Some(&(name, _, _)) = ROUTE_FAMILIES.get(family) else {
+        return;
+    };
+    let host = [("host", route.host.as_str())];
+    let c = &route.certificate;
+    let backends = || route.upstreams.iter().flat_map(|u| &u.backends);
+    fn labels<'a>(address: &'a str, route: &'a RouteStatus) -> [(&'static str, &'a str); 3] {
+        [
+            ("backend", address),
+            ("host", route.host.as_str()),
+            ("route", route.id.as_str()),
+        ]
+    }
+    let route_labels = [("host", route.host.as_str()), ("route", route.id.as_str())];
+    match family {
+        0 => sample(
+            out,
+            name,
+            &route_labels,
             i64::from(route.state == RouteState::Ok),
-        );
-        end(&out, 0);
-        if host_wide {
-            let c = &route.certificate;
+        ),
+        1..=10 if !host_wide => {}
+        1 => {
             if let Some(t) = c.disk_not_after {
-                sample(&mut out, ROUTE_FAMILIES[1].0, &host, t);
+                sample(out, name, &host, t);
             }
-            end(&out, 1);
+        }
+        2 => {
             if let Some(t) = c.disk_not_before {
-                sample(&mut out, ROUTE_FAMILIES[2].0, &host, t);
+                sample(out, name, &host, t);
             }
-            end(&out, 2);
+        }
+        3 => {
             if c.disk_fingerprint.is_some() {
-                sample(
-                    &mut out,
-                    ROUTE_FAMILIES[3].0,
-                    &host,
-                    i64::from(c.expiring_soon),
-                );
+                sample(out, name, &host, i64::from(c.expiring_soon));
             }
-            end(&out, 3);
+        }
+        4 => {
             if let Some(t) = c.last_rotation {
-                let t = i64::try_from(t).unwrap_or(i64::MAX);
-                sample(&mut out, ROUTE_FAMILIES[4].0, &host, t);
+                sample(out, name, &host, i64::try_from(t).unwrap_or(i64::MAX));
             }
-            end(&out, 4);
+        }
+        5 => {
             if let Some(reason) = &c.error_reason {
                 let labels = [("host", route.host.as_str()), ("reason", reason.as_str())];
-                sample(&mut out, ROUTE_FAMILIES[5].0, &labels, 1);
+                sample(out, name, &labels, 1);
             }
-            end(&out, 5);
+        }
+        6 => {
             for fingerprint in &c.served_fingerprints {
                 let labels = [
                     ("fingerprint", fingerprint.as_str()),
                     ("host", route.host.as_str()),
                 ];
-                sample(&mut out, ROUTE_FAMILIES[6].0, &labels, 1);
+                sample(out, name, &labels, 1);
             }
-            end(&out, 6);
-            let rotations = i64::try_from(c.rotations).unwrap_or(i64::MAX);
-            sample(&mut out, ROUTE_FAMILIES[7].0, &host, rotations);
-            end(&out, 7);
-            // Beside `served_info`, so that an alert compares the two by fingerprint.
+        }
+        7 => sample(
+            out,
+            name,
+            &host,
+            i64::try_from(c.rotations).unwrap_or(i64::MAX),
+        ),
+        // Beside `served_info`, so that an alert compares the two by fingerprint.
+        8 => {
             if let Some(fingerprint) = &c.disk_fingerprint {
                 let labels = [
                     ("fingerprint", fingerprint.as_str()),
                     ("host", route.host.as_str()),
                 ];
-                sample(&mut out, ROUTE_FAMILIES[8].0, &labels, 1);
+                sample(out, name, &labels, 1);
             }
-            end(&out, 8);
-            // The served certificate's own lifetime: the expiry alert is relative to it.
+        }
+        // The served certificate's own lifetime: the expiry alert is relative to it.
+        9 => {
             if let Some(t) = c.served_not_before {
-                sample(&mut out, ROUTE_FAMILIES[9].0, &host, t);
+                sample(out, name, &host, t);
             }
-            end(&out, 9);
+        }
+        10 => {
             if let Some(t) = c.served_not_after {
-                sample(&mut out, ROUTE_FAMILIES[10].0, &host, t);
-            }
-            end(&out, 10);
-        } else {
-            for family in 1..=10 {
-                end(&out, family);
+                sample(out, name, &host, t);
             }
         }
-        let route_labels = [("host", route.host.as_str()), ("route", route.id.as_str())];
-        let backends = || route.upstreams.iter().flat_map(|u| &u.backends);
-        fn labels<'a>(address: &'a str, route: &'a RouteStatus) -> [(&'static str, &'a str); 3] {
-            [
-                ("backend", address),
-                ("host", route.host.as_str()),
-                ("route", route.id.as_str()),
-            ]
-        }
-        for backend in backends() {
-            let labels = labels(backend.address.as_str(), route);
-            match backend.health {
-                BackendHealth::Up => sample(&mut out, ROUTE_FAMILIES[11].0, &labels, 1),
-                BackendHealth::Down => sample(&mut out, ROUTE_FAMILIES[11].0, &labels, 0),
-                BackendHealth::Unknown => {}
+        11 => {
+            for backend in backends() {
+                let labels = labels(backend.address.as_str(), route);
+                match backend.health {
+                    BackendHealth::Up => sample(out, name, &labels, 1),
+                    BackendHealth::Down => sample(out, name, &labels, 0),
+                    BackendHealth::Unknown => {}
+                }
             }
         }
-        end(&out, 11);
-        for backend in backends() {
-            let labels = labels(backend.address.as_str(), route);
-            let transitions = i64::try_from(backend.transitions).unwrap_or(i64::MAX);
-            sample(&mut out, ROUTE_FAMILIES[12].0, &labels, transitions);
+        12 => {
+            for backend in backends() {
+                let labels = labels(backend.address.as_str(), route);
+                let transitions = i64::try_from(backend.transitions).unwrap_or(i64::MAX);
+                sample(out, name, &labels, transitions);
+            }
         }
-        end(&out, 12);
-        sample(
-            &mut out,
-            ROUTE_FAMILIES[13].0,
+        _ => sample(
+            out,
+            name,
             &route_labels,
             i64::from(route.no_available_backend),
-        );
-        end(&out, 13);
-        RouteMetrics {
-            text: Box::from(out.as_str()),
-            ends,
-        }
-    }
-
-    /// The lines of family `i` of [`ROUTE_FAMILIES`].
-    fn family(&self, i: usize) -> &str {
-        let start = i.checked_sub(1).map_or(0, |p| self.ends[p] as usize);
-        let end = self.ends.get(i).map_or(0, |&e| e as usize);
-        self.text.get(start..end).unwrap_or("")
-    }
-
-    /// Every line, in the families' order.
-    pub fn text(&self) -> &str {
-        &self.text
-    }
-
-    /// The length of every line together.
-    pub fn len(&self) -> usize {
-        self.text.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.text.is_empty()
+        ),
     }
 }
 
-/// The whole exposition: the agent's own figures, every route's lines, every upstream name's.
-pub fn render(snapshot: &Snapshot, counters: &Counters, dns: &[DnsNameStatus]) -> String {
+/// Every line of `route`, in the families' order: what a scrape shows of it.
+#[cfg(test)]
+fn route_lines(route: &RouteStatus, host_wide: bool) -> String {
+    let mut out = String::new();
+    for family in 0..ROUTE_FAMILIES.len() {
+        write_route_family(&mut out, route, host_wide, family);
+    }
+    out
+}
+
+/// The whole exposition, written into `out`: the agent's own figures, every route's lines,
+/// every upstream name's. The caller sizes `out` (from the last scrape's length): at 10,000
+/// routes it is megabytes, and a string grown by doubling copies it over and over.
+pub fn render(out: &mut String, snapshot: &Snapshot, counters: &Counters, dns: &[DnsNameStatus]) {
     let routes = snapshot.routes.len();
-    // The routes' lines are most of it, and their size is known: a string sized for them is
-    // not doubled (and copied) on the way to up to twice what it holds (at 10,000 routes, 19.5
-    // MiB kept for 12 of text).
-    let lines: usize = snapshot.routes.values().map(|r| r.metrics.len()).sum();
-    let mut out = String::with_capacity(16 * 1024 + lines + dns.len() * 512);
     let head = &snapshot.head;
     gauge(
-        &mut out,
+        out,
         "private_ingress_ready",
         "1 when the agent is ready (/readyz): sozu holds every route that can be served (every route with --readiness strict)",
         i64::from(head.readiness.ready),
     );
     gauge(
-        &mut out,
+        out,
         "private_ingress_routes_not_served",
         "Routes that cannot be served: a refused or missing certificate pair, upstream names that do not resolve, or a request sozu refused",
         i64::try_from(head.readiness.routes_not_served).unwrap_or(i64::MAX),
     );
     gauge(
-        &mut out,
+        out,
         "private_ingress_workspace_valid",
         "1 when the latest workspace edit was accepted (else the last good one serves)",
         i64::from(head.workspace.loaded && head.workspace.last_error.is_none()),
     );
     gauge(
-        &mut out,
+        out,
         "private_ingress_routes",
         "Routes in the live workspace",
         i64::try_from(routes).unwrap_or(i64::MAX),
@@ -308,13 +286,23 @@ pub fn render(snapshot: &Snapshot, counters: &Counters, dns: &[DnsNameStatus]) -
         ),
         (
             "private_ingress_resyncs_total",
-            "Full resyncs: every certificate pair and sozu's state read again",
+            "Resyncs: every certificate pair looked at again (read when its files changed) and sozu's state read again",
             counters.resyncs,
         ),
         (
             "private_ingress_sozu_read_failures_total",
             "Resyncs whose read of sozu's state failed; rotations and edits went on from what the agent knew",
             counters.sozu_read_failures,
+        ),
+        (
+            "private_ingress_resync_worker_queries_total",
+            "Queries resyncs sent to sozu's workers (cluster hashes, clusters by id, served certificates), each answered on the threads that serve traffic; none while nobody but the agent changes sozu",
+            counters.resync_worker_queries,
+        ),
+        (
+            "private_ingress_resync_frontend_listings_total",
+            "Resyncs that had sozu's main process list every frontend (a rotation waits behind each listing); none while nobody but the agent changes sozu's frontends",
+            counters.resync_frontend_listings,
         ),
         (
             "private_ingress_watch_overflows_total",
@@ -342,9 +330,9 @@ pub fn render(snapshot: &Snapshot, counters: &Counters, dns: &[DnsNameStatus]) -
             counters.dns_dropped_addresses,
         ),
     ] {
-        header(&mut out, name, "counter", help);
+        header(out, name, "counter", help);
         sample(
-            &mut out,
+            out,
             name,
             &[],
             i64::try_from(value).unwrap_or(i64::MAX),
@@ -353,26 +341,28 @@ pub fn render(snapshot: &Snapshot, counters: &Counters, dns: &[DnsNameStatus]) -
     if !counters.certificate_errors_by_reason.is_empty() {
         let name = "private_ingress_certificate_failures_total";
         header(
-            &mut out,
+            out,
             name,
             "counter",
             "Distinct certificate pairs refused before reaching sozu, by reason",
         );
         for (reason, count) in &counters.certificate_errors_by_reason {
             let count = i64::try_from(*count).unwrap_or(i64::MAX);
-            sample(&mut out, name, &[("reason", reason)], count);
+            sample(out, name, &[("reason", reason)], count);
         }
     }
+    // The routes are walked once per family: from a list, not the persistent map's tree.
+    let views: Vec<&super::RouteView> = snapshot.routes.values().map(|v| &**v).collect();
     for (i, (name, kind, help)) in ROUTE_FAMILIES.iter().enumerate() {
-        let mut lines = snapshot
-            .routes
-            .values()
-            .map(|route| route.metrics.family(i))
-            .filter(|l| !l.is_empty())
-            .peekable();
-        if lines.peek().is_some() {
-            header(&mut out, name, kind, help);
-            lines.for_each(|l| out.push_str(l));
+        // A family no route has a line of gets no header either.
+        let start = out.len();
+        header(out, name, kind, help);
+        let lines = out.len();
+        for route in &views {
+            write_route_family(out, &route.status, route.host_wide, i);
+        }
+        if out.len() == lines {
+            out.truncate(start);
         }
     }
     let families: [DnsFamily; 3] = [
@@ -397,39 +387,48 @@ pub fn render(snapshot: &Snapshot, counters: &Counters, dns: &[DnsNameStatus]) -
     ];
     if !dns.is_empty() {
         for (name, kind, help, value) in families {
-            header(&mut out, name, kind, help);
+            header(out, name, kind, help);
             for n in dns {
-                sample(&mut out, name, &[("name", &n.name)], value(n));
+                sample(out, name, &[("name", &n.name)], value(n));
             }
         }
     }
-    out
+    if let Some(traefik) = &head.workspace.traefik {
+        write_traefik(out, traefik);
+    }
 }
 
-/// TLS handshakes sozu refused since the agent started, by reason (a client without a
-/// certificate that the listener requires: `no_certificates_present`; a certificate not the
-/// device CA's, or revoked: `invalid_certificate`). Every reason is written, 0 included, so a
-/// `rate()` has a series from the first scrape.
-pub fn write_handshake_failures(
-    out: &mut String,
-    totals: &std::collections::BTreeMap<&'static str, u64>,
-) {
-    let name = "private_ingress_tls_handshake_failures_total";
+/// The `traefik` record's sources: whether each one's latest read was refused (its last good
+/// version serving meanwhile), one series per file or endpoint; the routers refused; the routes
+/// served from them.
+pub fn write_traefik(out: &mut String, status: &crate::document::TraefikStatus) {
+    let name = "private_ingress_traefik_source_errors";
     header(
         out,
         name,
-        "counter",
-        "TLS handshakes sozu refused since the agent started, by reason (from sozu's tls.handshake.failed counters)",
+        "gauge",
+        "1 when the latest read of a Traefik file or endpoint was refused (it does not parse, or does not answer): its last good version serves",
     );
-    for reason in crate::traffic::handshakes::REASONS {
-        let count = totals.get(reason).copied().unwrap_or(0);
+    for source in &status.sources {
         sample(
             out,
             name,
-            &[("reason", reason)],
-            i64::try_from(count).unwrap_or(i64::MAX),
+            &[("source", &source.source), ("kind", &source.kind)],
+            i64::from(source.error.is_some()),
         );
     }
+    gauge(
+        out,
+        "private_ingress_traefik_routers_refused",
+        "Traefik routers not served: what they ask cannot be carried, or collides with another route",
+        i64::try_from(status.refused.len()).unwrap_or(i64::MAX),
+    );
+    gauge(
+        out,
+        "private_ingress_traefik_routes",
+        "Routes served from the Traefik configuration",
+        i64::try_from(status.routes).unwrap_or(i64::MAX),
+    );
 }
 
 /// `listeners.client_auth`: the device CA's expiry, each CRL's `nextUpdate` (of the version in
@@ -582,7 +581,7 @@ pub fn write_issuer(out: &mut String, status: &IssuerStatus) {
 }
 
 /// `/v1/events`' own family: the events slow clients skipped ([`crate::api::events`]).
-pub fn write_events(out: &mut String, dropped: u64) {
+pub fn write_events(out: &mut String, events: &super::events::Events) {
     let name = "private_ingress_events_dropped_total";
     header(
         out,
@@ -590,199 +589,41 @@ pub fn write_events(out: &mut String, dropped: u64) {
         "counter",
         "Events /v1/events clients skipped because they read too slowly, since the agent started",
     );
-    sample(out, name, &[], dropped);
-}
-
-/// The traffic families ([`crate::traffic`]), appended to the `/metrics` text: one series per
-/// route (and per method and status) that has had a request, the unmatched ones, and the
-/// stream's own.
-pub fn write_traffic(
-    out: &mut String,
-    routes: &[(Arc<RouteCounts>, Counts)],
-    stream: &StreamFigures,
-) {
-    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-    for (name, help, value) in [
-        (
-            "private_ingress_traffic_records_total",
-            "Records of sozu's access-log stream taken since the agent started",
-            stream.records,
-        ),
-        (
-            "private_ingress_traffic_records_malformed_total",
-            "Datagrams on the traffic address that were not a record sozu sends, skipped",
-            stream.malformed,
-        ),
-        (
-            "private_ingress_traffic_records_rejected_total",
-            "Datagrams from an address that is neither loopback nor one of traffic.senders, dropped",
-            stream.rejected,
-        ),
-        (
-            "private_ingress_traffic_records_lost_total",
-            "Records the kernel dropped because the agent did not read them in time",
-            stream.lost,
-        ),
-        (
-            "private_ingress_access_log_lines_dropped_total",
-            "Access-log lines not written because the output did not keep up (their requests are counted)",
-            stream.access_log_dropped,
-        ),
-    ] {
-        header(out, name, "counter", help);
-        sample(out, name, &[], count(value));
-    }
-    if let Some(t) = stream.last_record {
-        gauge(
-            out,
-            "private_ingress_traffic_last_record_timestamp_seconds",
-            "When the latest record arrived, Unix seconds",
-            t,
-        );
-    }
-    write_tcp(out, routes);
-    let active: Vec<&(Arc<RouteCounts>, Counts)> = routes
-        .iter()
-        .filter(|(_, c)| !c.requests.is_empty() || !c.websockets_closed.is_empty())
-        .collect();
-    if active.is_empty() {
-        return;
-    }
-    let name = "private_ingress_http_requests_total";
+    sample(out, name, &[], events.dropped());
+    let name = "private_ingress_events_streams";
+    header(out, name, "gauge", "/v1/events streams open");
+    sample(out, name, &[], events.streams());
+    let name = "private_ingress_events_streams_closed_total";
     header(
         out,
         name,
         "counter",
-        "HTTP requests per route, by method, by the status sent to the client (sozu's own answers included; 0: none was sent) and by protocol (http/1.1, h2)",
+        "/v1/events streams the agent ended, by reason: replaced (its slot went to a newer stream), stalled (its client read nothing for 30 s)",
     );
-    for (route, counts) in &active {
-        for ((method, code, protocol), n) in &counts.requests {
-            let code = code.to_string();
-            let labels = [
-                ("code", code.as_str()),
-                ("host", route.host.as_str()),
-                ("method", method),
-                ("protocol", protocol),
-                ("route", route.id.as_str()),
-            ];
-            sample(out, name, &labels, count(*n));
-        }
-    }
-    // WebSockets: opened (each 101 sozu sent) and ended, so that the open ones are the
-    // difference. Present for a route once it has had one.
-    let websockets = || {
-        active
-            .iter()
-            .filter(|(_, c)| c.websocket_upgrades > 0 || !c.websockets_closed.is_empty())
-    };
-    if websockets().next().is_some() {
-        let name = "private_ingress_websocket_upgrades_total";
-        header(
-            out,
-            name,
-            "counter",
-            "WebSockets opened per route: the 101 responses sozu sent",
-        );
-        for (route, counts) in websockets() {
-            let labels = [("host", route.host.as_str()), ("route", route.id.as_str())];
-            sample(out, name, &labels, count(counts.websocket_upgrades));
-        }
-        let name = "private_ingress_websocket_closed_total";
-        header(
-            out,
-            name,
-            "counter",
-            "WebSockets ended per route, by how: closed (by either side), idle_timeout (a listener timeout), error",
-        );
-        for (route, counts) in websockets() {
-            for end in ["closed", "error", "idle_timeout"] {
-                let n = counts.websockets_closed.get(end).copied().unwrap_or(0);
-                let labels = [
-                    ("end", end),
-                    ("host", route.host.as_str()),
-                    ("route", route.id.as_str()),
-                ];
-                sample(out, name, &labels, count(n));
-            }
-        }
-    }
-    type Of = fn(&Counts) -> &Histogram;
-    let histograms: [(&str, &str, Of); 2] = [
+    let (replaced, stalled) = events.streams_closed();
+    sample(out, name, &[("reason", "replaced")], replaced);
+    sample(out, name, &[("reason", "stalled")], stalled);
+}
+
+/// The admin server's connections ([`super::clients`]): open, closed to make room, refused.
+pub fn write_admin_connections(out: &mut String, connections: &super::clients::Slots) {
+    let name = "private_ingress_admin_connections";
+    header(out, name, "gauge", "Connections open to the admin server");
+    sample(out, name, &[], connections.held());
+    for (name, help, value) in [
         (
-            "private_ingress_http_request_duration_seconds",
-            "From the first byte of the request to the last byte of the response, per route",
-            |c| &c.duration,
+            "private_ingress_admin_connections_evicted_total",
+            "Idle admin connections closed to make room for a new one, since the agent started",
+            connections.evicted(),
         ),
         (
-            "private_ingress_http_backend_response_duration_seconds",
-            "The backend's time to respond, per route (requests a backend answered)",
-            |c| &c.backend,
+            "private_ingress_admin_connections_refused_total",
+            "Admin connections refused because every open one was busy, since the agent started",
+            connections.refused(),
         ),
-    ];
-    for (name, help, histogram) in histograms {
-        header(out, name, "histogram", help);
-        let (bucket, sum, total) = (
-            format!("{name}_bucket"),
-            format!("{name}_sum"),
-            format!("{name}_count"),
-        );
-        for (route, counts) in &active {
-            let h = histogram(counts);
-            let labels = [("host", route.host.as_str()), ("route", route.id.as_str())];
-            let mut cumulative = 0;
-            for (le, n) in BUCKET_LABELS.iter().chain(["+Inf"].iter()).zip(h.counts) {
-                cumulative += n;
-                let [host, route] = labels;
-                sample(out, &bucket, &[host, route, ("le", le)], count(cumulative));
-            }
-            // Microseconds as decimal seconds, exactly.
-            let seconds = format!("{}.{:06}", h.sum_us / 1_000_000, h.sum_us % 1_000_000);
-            sample(out, &sum, &labels, seconds);
-            sample(out, &total, &labels, count(cumulative));
-        }
-    }
-    type Bytes = fn(&Counts) -> u64;
-    let bytes: [(&str, &str, Bytes); 2] = [
-        (
-            "private_ingress_http_request_bytes_total",
-            "Bytes received from clients, per route",
-            |c| c.bytes_in,
-        ),
-        (
-            "private_ingress_http_response_bytes_total",
-            "Bytes sent to clients, per route",
-            |c| c.bytes_out,
-        ),
-    ];
-    for (name, help, value) in bytes {
+    ] {
         header(out, name, "counter", help);
-        for (route, counts) in &active {
-            let labels = [("host", route.host.as_str()), ("route", route.id.as_str())];
-            sample(out, name, &labels, count(value(counts)));
-        }
-    }
-    let name = "private_ingress_http_upstream_requests_total";
-    let mut upstreams = active
-        .iter()
-        .filter(|(_, c)| !c.upstreams.is_empty())
-        .peekable();
-    if upstreams.peek().is_some() {
-        header(
-            out,
-            name,
-            "counter",
-            "Requests per upstream, for routes with several (`other`: a backend no upstream resolves to any more)",
-        );
-        for (route, counts) in upstreams {
-            for (upstream, n) in &counts.upstreams {
-                let labels = [
-                    ("host", route.host.as_str()),
-                    ("route", route.id.as_str()),
-                    ("upstream", upstream.as_str()),
-                ];
-                sample(out, name, &labels, count(*n));
-            }
-        }
+        sample(out, name, &[], value);
     }
 }
 
@@ -794,104 +635,24 @@ type DnsFamily = (
     fn(&DnsNameStatus) -> i64,
 );
 
-fn gauge(out: &mut String, name: &str, help: &str, value: i64) {
-    header(out, name, "gauge", help);
-    sample(out, name, &[], value);
-}
-
-/// A family's `# HELP` and `# TYPE` lines.
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let help = help.replace('\\', "\\\\").replace('\n', "\\n");
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-}
-
-/// One sample; labels in the order given (sorted by name, as exposition readers expect, but
-/// for a histogram's `le`, last by custom).
-fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
-    out.push_str(name);
-    if !labels.is_empty() {
-        out.push('{');
-        for (i, (label, value)) in labels.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            out.push_str(label);
-            out.push_str("=\"");
-            escape(out, value);
-            out.push('"');
-        }
-        out.push('}');
-    }
-    let _ = writeln!(out, " {value}");
-}
-
-/// A label value as the text format quotes it: backslash, double quote and line feed escaped.
-fn escape(out: &mut String, value: &str) {
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-}
-
-/// The TCP and TLS-passthrough routes' families: their connections, counted as each ends, and
-/// their bytes. Apart from the HTTP families, which count requests: a connection has none, and
-/// its duration (hours, for a database's) would say nothing of latency.
-fn write_tcp(out: &mut String, routes: &[(Arc<RouteCounts>, Counts)]) {
-    let active: Vec<&(Arc<RouteCounts>, Counts)> = routes
-        .iter()
-        .filter(|(_, c)| !c.tcp.closed.is_empty())
-        .collect();
-    if active.is_empty() {
-        return;
-    }
-    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-    let name = "private_ingress_tcp_connections_closed_total";
-    header(
-        out,
-        name,
-        "counter",
-        "Connections of TCP and TLS-passthrough routes ended, by how: closed (by either side), idle_timeout (a listener timeout), error",
-    );
-    for (route, counts) in &active {
-        for end in ["closed", "error", "idle_timeout"] {
-            let n = counts.tcp.closed.get(end).copied().unwrap_or(0);
-            let labels = [
-                ("end", end),
-                ("host", route.host.as_str()),
-                ("route", route.id.as_str()),
-            ];
-            sample(out, name, &labels, count(n));
-        }
-    }
-    type Bytes = fn(&Counts) -> u64;
-    let bytes: [(&str, &str, Bytes); 2] = [
-        (
-            "private_ingress_tcp_received_bytes_total",
-            "Bytes received from clients on TCP and TLS-passthrough routes, counted as each connection ends",
-            |c| c.tcp.bytes_in,
-        ),
-        (
-            "private_ingress_tcp_sent_bytes_total",
-            "Bytes sent to clients on TCP and TLS-passthrough routes, counted as each connection ends",
-            |c| c.tcp.bytes_out,
-        ),
-    ];
-    for (name, help, value) in bytes {
-        header(out, name, "counter", help);
-        for (route, counts) in &active {
-            let labels = [("host", route.host.as_str()), ("route", route.id.as_str())];
-            sample(out, name, &labels, count(value(counts)));
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The traffic table of a workspace with one route, `pi-a.in.example.org`.
+    fn one_route_table() -> crate::traffic::stats::Table {
+        let ws = crate::workspace::test_workspace(
+            std::path::Path::new("/tls"),
+            vec![crate::workspace::test_route(
+                "a.in.example.org",
+                crate::workspace::Upstream::Ip {
+                    address: "127.0.0.1:80".parse().unwrap(),
+                },
+            )],
+        );
+        crate::traffic::stats::Table::default().follow(&ws)
+    }
+    use crate::traffic::stats::StreamFigures;
 
     #[test]
     fn label_values_are_escaped() {
@@ -918,7 +679,7 @@ mod tests {
             },
             ..Default::default()
         };
-        let lines = RouteMetrics::of(&route, true).text().to_owned();
+        let lines = route_lines(&route, true);
         for line in [
             "private_ingress_certificate_disk_info{fingerprint=\"aa\",host=\"a.in.example.org\"} 1\n",
             "private_ingress_certificate_served_info{fingerprint=\"bb\",host=\"a.in.example.org\"} 1\n",
@@ -928,7 +689,7 @@ mod tests {
         ] {
             assert!(lines.contains(line), "{line} missing from\n{lines}");
         }
-        let other = RouteMetrics::of(&route, false).text().to_owned();
+        let other = route_lines(&route, false);
         assert!(!other.contains("disk_info"), "{other}");
     }
     fn issuer_sample() -> IssuerStatus {
@@ -984,16 +745,7 @@ mod tests {
 
     #[test]
     fn traffic_is_written_per_route_method_and_status() {
-        let ws = crate::workspace::test_workspace(
-            std::path::Path::new("/tls"),
-            vec![crate::workspace::test_route(
-                "a.in.example.org",
-                crate::workspace::Upstream::Ip {
-                    address: "127.0.0.1:80".parse().unwrap(),
-                },
-            )],
-        );
-        let table = crate::traffic::stats::Table::default().follow(&ws);
+        let table = one_route_table();
         let none = |_: &str| Vec::new();
         for (cluster, status, us) in [
             (Some("pi-a.in.example.org"), 200, 4_000),
@@ -1030,16 +782,7 @@ mod tests {
     #[test]
     fn protocols_and_websockets_are_counted_apart() {
         use crate::traffic::record::{decode, tests::record};
-        let ws = crate::workspace::test_workspace(
-            std::path::Path::new("/tls"),
-            vec![crate::workspace::test_route(
-                "a.in.example.org",
-                crate::workspace::Upstream::Ip {
-                    address: "127.0.0.1:80".parse().unwrap(),
-                },
-            )],
-        );
-        let table = crate::traffic::stats::Table::default().follow(&ws);
+        let table = one_route_table();
         let none = |_: &str| Vec::new();
         let a = Some("pi-a.in.example.org");
         let mut h2 = decode(&record(a, "POST", 200, 1_000)).unwrap();
@@ -1077,16 +820,7 @@ mod tests {
     #[test]
     fn tcp_connections_are_no_requests() {
         use crate::traffic::record::{decode, tests::tcp_record};
-        let ws = crate::workspace::test_workspace(
-            std::path::Path::new("/tls"),
-            vec![crate::workspace::test_route(
-                "a.in.example.org",
-                crate::workspace::Upstream::Ip {
-                    address: "127.0.0.1:80".parse().unwrap(),
-                },
-            )],
-        );
-        let table = crate::traffic::stats::Table::default().follow(&ws);
+        let table = one_route_table();
         for message in [None, Some("back socket read error")] {
             let r = decode(&tcp_record("pi-a.in.example.org", message)).unwrap();
             table.of(&r).observe(&r, &|_| Vec::new());

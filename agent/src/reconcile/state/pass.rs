@@ -4,101 +4,74 @@
 //! The desired state is kept between passes ([`Model`]) and updated where facts changed it; the
 //! plan covers what changed ([`Scope`]): one host for a rotation, the routes that differ for a
 //! workspace edit, a name's clusters for a DNS answer, what a resync's read found differing
-//! ([`super::resync`]). A new sozu or a retry after sozu could not be reached plan everything.
+//! ([`crate::reconcile::resync`]). A new sozu or a retry after sozu could not be reached plan
+//! everything.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::time::Instant as TokioInstant;
 
-use super::driver::{Agent, Work};
-use super::model::Model;
+use super::{step_took, NextPass, PassOutcome, Reconciler};
+use crate::plan::state::{ClientAuthState, Protocol};
 use crate::plan::{self, Op, Outcome, Scope};
-use crate::sources::CertSource;
+use crate::reconcile::model::Model;
 use crate::sozu::Proxy;
 
-/// How a pass ended, for the loop's error policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PassOutcome {
-    /// As far as it could go: converged, or some requests refused (each retried on its own).
-    Done,
-    /// sozu could not be reached, or the connection broke: the loop backs off.
-    Unreachable,
-}
-
-/// A pass that sent at least this many requests was a bulk one (a start, a restarted sozu, a big
-/// edit): the memory it used for the plan and its copies is handed back to the system afterwards.
-const BULK_REQUESTS: u64 = 256;
-
-impl<P: Proxy, C: CertSource> Agent<P, C> {
-    pub(super) async fn pass(&mut self, work: Work) -> PassOutcome {
+impl<P: Proxy> Reconciler<P> {
+    /// One pass over what `next` asks for. The status is not published here: the caller
+    /// publishes once it knows whether readiness must wait for a settle.
+    pub async fn pass(&mut self, next: NextPass) -> PassOutcome {
         self.counters.reconciles += 1;
         let sent_before = self.counters.sozu_requests;
         let was_unreachable = self.sozu_error.is_some();
-        let result = self.sync(&work).await;
+        let result = self.sync(&next).await;
         if let Ok(scope) = &result {
-            self.dirty.scope(scope);
+            self.stale_views.scope(scope);
             // What the backend maps keep follows the routes and their names' answers.
-            if scope.everything || work.workspace || !work.names.is_empty() {
+            if scope.everything || next.workspace || !next.names.is_empty() {
                 let started = Instant::now();
                 self.prune_backends();
                 step_took(started, "backend entries pruned");
             }
         }
         // Every route shows whether sozu can be reached.
-        self.dirty.all |= was_unreachable != result.is_err();
+        self.stale_views.all |= was_unreachable != result.is_err();
         if let Err(e) = result {
             self.counters.reconcile_errors += 1;
             self.sozu_error = Some(e);
-            self.publish();
             return PassOutcome::Unreachable;
         }
-        let sent = self.counters.sozu_requests - sent_before;
-        // A bulk pass that may make the agent ready settles first (`Agent::settle`). One made
-        // while ready (a big edit, a restarted sozu) leaves readiness as it is.
-        if sent >= BULK_REQUESTS && !self.ready {
-            self.settling = true;
+        PassOutcome::Done {
+            requests_sent: self.counters.sozu_requests - sent_before,
         }
-        let started = Instant::now();
-        self.publish();
-        step_took(started, "status published");
-        // After publishing, so that the publication's own garbage is returned too: trimmed
-        // before it, 30 MiB more stayed at rest at 10,000 routes.
-        if sent >= BULK_REQUESTS {
-            if !self.settling {
-                self.churn.trim();
-            }
-        } else {
-            self.churn.add(usize::try_from(sent).unwrap_or(usize::MAX));
-        }
-        PassOutcome::Done
     }
 
     /// Brings sozu to the desired state within what changed: asks who sozu is (unless a pass
     /// about certificates alone trusts the shadow), reads its state when the shadow is gone,
     /// updates the model, plans, holds back what waits for a retry, applies. Returns the scope
     /// planned; an error means sozu could not be reached.
-    async fn sync(&mut self, work: &Work) -> Result<Scope, String> {
+    async fn sync(&mut self, next: &NextPass) -> Result<Scope, String> {
         let Some(workspace) = self.workspace.current.clone() else {
             return Ok(Scope::default());
         };
-        if !work.certificates_only() || !self.sozu.is_known() {
+        if !next.certificates_only() || !self.sozu.is_known() {
             let started = Instant::now();
             if self.sozu.check().await.map_err(|e| e.to_string())? {
                 self.counters.sozu_reconnects += 1;
                 self.backends.sozu_restarted();
-                self.dirty.all = true;
+                self.stale_views.all = true;
             }
             step_took(started, "sozu's generation checked");
         }
         let fresh = !self.sozu.is_known();
         self.sozu.actual().await.map_err(|e| e.to_string())?;
         if fresh && self.read_error.take().is_some() {
-            self.dirty.all = true;
+            self.stale_views.all = true;
         }
         // Clusters someone else changed: read again, in place of what the shadow believed.
         if !fresh {
-            for id in &work.drifted {
+            for id in &next.drifted {
                 let hosts: Vec<String> = self
                     .model
                     .as_ref()
@@ -116,7 +89,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
 
         let started = Instant::now();
         let scope = match &mut self.model {
-            Some(model) if !fresh && !work.everything => {
+            Some(model) if !fresh && !next.everything => {
                 let mut scope = if Arc::ptr_eq(model.workspace(), &workspace) {
                     Scope::default()
                 } else {
@@ -149,15 +122,15 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                     );
                     scope
                 };
-                for host in &work.hosts {
+                for host in &next.hosts {
                     scope.extend(model.host_changed(host, &self.certs, actual));
                 }
-                for name in &work.names {
+                for name in &next.names {
                     scope.extend(model.name_changed(name, &self.dns, actual));
                 }
-                scope.extend(work.retry.clone());
-                scope.extend(work.differs.clone());
-                for id in &work.drifted {
+                scope.extend(next.retry.clone());
+                scope.extend(next.differs.clone());
+                for id in &next.drifted {
                     scope.clusters.insert(id.clone());
                     scope
                         .hosts
@@ -259,7 +232,12 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                     if matches!(op, Op::SetClientAuth { .. }) {
                         self.client_auth.sozu_refused(reason.clone());
                     }
-                    self.refusals.refused(&op, reason, now);
+                    let routes = self
+                        .model
+                        .as_ref()
+                        .map(|m| plan::listener_routes(m.desired(), &op))
+                        .unwrap_or_default();
+                    self.refusals.refused(&op, reason, routes, now);
                     refused = true;
                 }
                 Outcome::Skipped => refused = true,
@@ -279,9 +257,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         }
         Ok(scope)
     }
-}
 
-impl<P: Proxy, C: CertSource> Agent<P, C> {
     /// Drops health and drain entries of backends no route has any more. Each entry the tracker
     /// keeps is looked up in its route (the cluster is the id up to its last `-`), rather than
     /// every backend of every route formatted to compare against: that took 40 ms of the loop
@@ -290,7 +266,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         let Some(model) = &self.model else {
             return;
         };
-        let names = crate::plan::desired::Names::Resolved(self.dns.resolved());
+        let names = crate::plan::desired::DnsUpstreams::Resolved(self.dns.resolved());
         let keep = |id: &str| {
             let Some((cluster, _)) = id.rsplit_once('-') else {
                 return false;
@@ -309,23 +285,46 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
 }
 
 /// The device CA and CRLs `op` gives the HTTPS listener, when it gives it some: its
-/// replacement, or a new listener made with them.
-fn client_auth_sent(op: &Op) -> Option<&crate::plan::state::ClientAuthState> {
+/// replacement, or a new listener made with them. Every kind of request is named, so that a new
+/// one that carries client certificates cannot be missed.
+fn client_auth_sent(op: &Op) -> Option<&ClientAuthState> {
     match op {
         Op::SetClientAuth {
             client_auth: Some(auth),
             ..
         } => Some(auth),
         Op::AddListener {
-            protocol: crate::plan::state::Protocol::Https,
+            protocol: Protocol::Https,
             settings,
             ..
         } => settings.client_auth.as_ref().filter(|a| !a.cas.is_empty()),
-        _ => None,
+        Op::SetClientAuth {
+            client_auth: None, ..
+        }
+        | Op::AddListener {
+            protocol: Protocol::Http | Protocol::Tcp | Protocol::Udp,
+            ..
+        }
+        | Op::PatchListener { .. }
+        | Op::ActivateListener { .. }
+        | Op::SetListenerHsts { .. }
+        | Op::AddCluster { .. }
+        | Op::SetListenerAnswers { .. }
+        | Op::SwapFrontend { .. }
+        | Op::SetHealthCheck { .. }
+        | Op::RemoveHealthCheck { .. }
+        | Op::AddBackend { .. }
+        | Op::AddCertificate { .. }
+        | Op::ReplaceCertificate { .. }
+        | Op::RemoveCertificate { .. }
+        | Op::RemoveFrontend(_)
+        | Op::AddFrontend(_)
+        | Op::AddStreamFrontend(_)
+        | Op::RemoveStreamFrontend(_)
+        | Op::DeactivateListener { .. }
+        | Op::RemoveListener { .. }
+        | Op::RemoveBackend { .. }
+        | Op::CloseSessions { .. }
+        | Op::RemoveCluster { .. } => None,
     }
-}
-
-/// Logs at debug how long a step of a pass took: the breakdown the cold-start figures come from.
-pub(super) fn step_took(started: Instant, step: &str) {
-    tracing::debug!(elapsed_ms = started.elapsed().as_secs_f64() * 1e3, "{step}");
 }

@@ -5,54 +5,35 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::announce;
-use super::backends::Drain;
-use super::driver::Agent;
-use super::readiness;
-use crate::api::metrics::RouteMetrics;
+use super::Reconciler;
 use crate::api::{Head, RouteKey, RouteView, Snapshot};
 use crate::document::{
     BackendHealth, BackendStatus, CertificateStatus, ListenersStatus, RouteState, RouteStatus,
     UpstreamStatus, Waiting,
 };
-use crate::plan::desired::{self, Names};
-use crate::plan::Scope;
-use crate::sources::CertSource;
+use crate::plan::desired::{self, DnsUpstreams};
+use crate::reconcile::announce;
+use crate::reconcile::backends::Drain;
+use crate::reconcile::readiness;
 use crate::sozu::Proxy;
-use crate::workspace::{Route, RouteUpstream, Upstream};
+use crate::workspace::{Route, RouteKind, RouteUpstream, Upstream};
 
-/// Which routes' status must be built again.
-#[derive(Debug, Default)]
-pub struct Dirty {
-    pub all: bool,
-    pub hosts: BTreeSet<String>,
-    pub clusters: BTreeSet<String>,
-    pub names: BTreeSet<String>,
-}
-
-impl Dirty {
-    pub fn scope(&mut self, scope: &Scope) {
-        self.all |= scope.everything;
-        self.hosts.extend(scope.hosts.iter().cloned());
-        self.clusters.extend(scope.clusters.iter().cloned());
-    }
-}
-
-impl<P: Proxy, C: CertSource> Agent<P, C> {
-    /// Publishes the status: readiness, the workspace, sozu, and the routes that changed.
-    pub(super) fn publish(&mut self) {
+impl<P: Proxy> Reconciler<P> {
+    /// Publishes the status: readiness, the workspace, sozu, and the routes whose status is
+    /// stale. `settling`: a bulk pass made readiness wait (see [`crate::reconcile::phase`]).
+    pub fn publish(&mut self, settling: bool) {
         let now = self.clock.unix();
         for host in self.certs.entered_warning(now) {
-            self.dirty.hosts.insert(host);
+            self.stale_views.hosts.insert(host);
         }
-        let dirty = std::mem::take(&mut self.dirty);
+        let stale = std::mem::take(&mut self.stale_views);
         // What was shown, to announce what changed (`announce`): cheap, the maps are shared.
-        let shown_routes = self.routes.clone();
+        let shown_routes = self.route_views.clone();
         let shown = self.status.load();
         let mut rebuilt: Vec<RouteKey> = Vec::new();
         match &self.model {
-            None => self.routes = imbl::OrdMap::new(),
-            Some(model) if dirty.all => {
+            None => self.route_views = imbl::OrdMap::new(),
+            Some(model) if stale.all => {
                 let mut routes = imbl::OrdMap::new();
                 let mut previous_host = None;
                 for route in &model.workspace().routes {
@@ -62,15 +43,15 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                     previous_host = Some(&route.host);
                     routes.insert(key(route), Arc::new(self.route_view(route, first, now)));
                 }
-                self.routes = routes;
-                rebuilt.extend(self.routes.keys().cloned());
+                self.route_views = routes;
+                rebuilt.extend(self.route_views.keys().cloned());
             }
             Some(model) => {
-                let mut hosts: BTreeSet<&str> = dirty.hosts.iter().map(String::as_str).collect();
-                for id in &dirty.clusters {
+                let mut hosts: BTreeSet<&str> = stale.hosts.iter().map(String::as_str).collect();
+                for id in &stale.clusters {
                     hosts.extend(model.route_by_id(id).map(|r| r.host.as_str()));
                 }
-                for name in &dirty.names {
+                for name in &stale.names {
                     hosts.extend(model.routes_of_name(name).map(|r| r.host.as_str()));
                 }
                 // A host's routes go together: the first of them carries the host's metrics.
@@ -78,18 +59,18 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 // route or moved it to another path.
                 for host in hosts {
                     let shown: Vec<RouteKey> = self
-                        .routes
+                        .route_views
                         .range((host.to_owned(), String::new())..)
                         .take_while(|(k, _)| k.0 == host)
                         .map(|(k, _)| k.clone())
                         .collect();
                     for key in shown {
-                        self.routes.remove(&key);
+                        self.route_views.remove(&key);
                     }
                     for (i, route) in model.routes_of_host(host).enumerate() {
                         let view = self.route_view(route, i == 0 && route.terminates_tls(), now);
                         rebuilt.push(key(route));
-                        self.routes.insert(key(route), Arc::new(view));
+                        self.route_views.insert(key(route), Arc::new(view));
                     }
                 }
             }
@@ -101,7 +82,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             None => None,
         };
         let readiness = readiness::decide(
-            self.settings.readiness,
+            self.readiness,
             &readiness::Facts {
                 model: self.model.as_ref(),
                 latest_applied: self.model.as_ref().is_some_and(|model| {
@@ -121,7 +102,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                         })
                     })
                     .map(|(_, _, stalled)| stalled),
-                settling: self.settling,
+                settling,
             },
         );
         self.ready = readiness.ready;
@@ -134,6 +115,9 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         head.workspace.zone = workspace.map(|w| w.zone.clone());
         head.workspace.last_error = self.workspace.last_error.clone();
         head.workspace.listeners = workspace.map(listeners);
+        head.workspace.traefik = workspace
+            .and_then(|w| w.traefik_live.as_ref())
+            .map(|live| live.status.clone());
         if let Some(generation) = self.sozu.generation() {
             head.sozu.generation = Some(generation.to_string());
             head.sozu.connected = true;
@@ -165,7 +149,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         let mut said = Vec::new();
         let mut hosts_done = BTreeSet::new();
         for key in &rebuilt {
-            if let (Some(old), Some(new)) = (shown_routes.get(key), self.routes.get(key)) {
+            if let (Some(old), Some(new)) = (shown_routes.get(key), self.route_views.get(key)) {
                 if !Arc::ptr_eq(old, new) {
                     announce::route(&old.status, &new.status, &mut hosts_done, &mut said);
                 }
@@ -177,7 +161,7 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         }
         self.status.store(Snapshot {
             head,
-            routes: self.routes.clone(),
+            routes: self.route_views.clone(),
         });
         for a in said {
             self.events
@@ -185,9 +169,9 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         }
     }
 
-    /// One route's status and metric lines; `first` carries its host's metrics.
+    /// One route's status; `first` carries its host's metrics.
     fn route_view(&self, route: &Route, first: bool, now: i64) -> RouteView {
-        let names = Names::Resolved(self.dns.resolved());
+        let names = DnsUpstreams::Resolved(self.dns.resolved());
         let backends_desired: Vec<String> = desired::backends(route, names)
             .values()
             .map(|b| b.address.to_string())
@@ -239,7 +223,9 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
             .refusals
             .iter()
             .find(|r| {
-                (tls && r.scope.hosts.contains(&route.host)) || r.scope.clusters.contains(&route.id)
+                (tls && r.scope.hosts.contains(&route.host))
+                    || r.scope.clusters.contains(&route.id)
+                    || r.routes.contains(&route.id)
             })
             .map(|r| r.message.clone());
         let policy = route.policy();
@@ -288,10 +274,21 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
         } else {
             RouteState::Ok
         };
+        let warnings: Vec<String> = self
+            .workspace
+            .current
+            .as_deref()
+            .and_then(|w| w.client_auth_exemption(route))
+            .into_iter()
+            .collect();
         let status = RouteStatus {
             id: route.id.clone(),
             host: route.host.clone(),
             path_prefix: route.path_prefix().to_owned(),
+            matches: match &route.kind {
+                RouteKind::Http(http) if !http.prefix_only() => http.place(),
+                _ => String::new(),
+            },
             protocol: route.protocol().to_owned(),
             listen_port: route.listen_port(),
             upstream: route.upstreams_label(),
@@ -309,30 +306,37 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 error: cert_error.map(|(m, _)| m.to_owned()),
                 error_reason: cert_error.map(|(_, r)| r.to_owned()),
                 other_names: disk.map(|c| c.other_names.to_vec()).unwrap_or_default(),
+                file: disk
+                    .and_then(|c| c.listed.as_deref())
+                    .map(|p| p.display().to_string()),
                 rotations: rotation.map_or(0, |r| r.0),
                 last_rotation: rotation.map(|r| r.1),
             },
             state,
             waiting_for,
             last_error,
-            policy: route.policy().summary(route.path_prefix()),
+            policy: route.policy_summary(),
             upstreams,
             no_available_backend,
+            warnings,
+            origin: self
+                .workspace
+                .current
+                .as_deref()
+                .and_then(|w| w.traefik_live.as_ref()?.origins.get(&route.id).cloned()),
         };
         RouteView {
-            metrics: RouteMetrics::of(&status, first),
             status,
+            host_wide: first,
         }
     }
-}
 
-impl<P: Proxy, C: CertSource> Agent<P, C> {
     /// One upstream of `route`: its backends' health, and where its drain stands.
     fn upstream_status(
         &self,
         route: &Route,
         upstream: &RouteUpstream,
-        names: Names<'_>,
+        names: DnsUpstreams<'_>,
     ) -> UpstreamStatus {
         let ids: Vec<(String, String)> = desired::addresses(&upstream.upstream, names)
             .iter()
@@ -357,14 +361,14 @@ impl<P: Proxy, C: CertSource> Agent<P, C> {
                 .iter()
                 .filter_map(|(id, _)| match self.backends.drain_of(id) {
                     Some(Drain::Draining(sessions)) => Some(sessions),
-                    _ => None,
+                    Some(Drain::Drained) | None => None,
                 })
                 .collect();
             if draining.is_empty() {
                 "drained".to_owned()
             } else if draining.iter().all(Option::is_none) {
-                // Its sessions were not closed, so sozu gave no count (see
-                // `Desired::hsts_clusters`): they end when their connections do.
+                // Its sessions were not closed, so sozu gave no count (a route of its own
+                // port, or see `Desired::hsts_clusters`): they end when their connections do.
                 "draining".to_owned()
             } else {
                 let sessions: u64 = draining.iter().flatten().sum();
