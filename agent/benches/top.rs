@@ -55,8 +55,8 @@ fn document(routes: usize) -> Document {
                 },
                 last_error: (i % 97 == 0).then(|| "every backend is reported down".into()),
                 certificate: CertificateStatus {
-                    served_fingerprints: vec!["ab".repeat(32)],
-                    disk_fingerprint: Some("ab".repeat(32)),
+                    served_fingerprints: vec!["ab".repeat(32).into()],
+                    disk_fingerprint: Some("ab".repeat(32).into()),
                     served_not_before: Some(now - 30 * 86_400),
                     served_not_after: Some(now + (i % 90) as i64 * 86_400),
                     ..CertificateStatus::default()

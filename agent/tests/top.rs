@@ -27,10 +27,10 @@ fn route(host: &str, state: RouteState, days_left: i64) -> RouteStatus {
         backends_desired: vec!["10.0.0.1:8080".into()],
         backends_actual: vec!["10.0.0.1:8080".into()],
         certificate: CertificateStatus {
-            disk_fingerprint: Some("a877dc973904".repeat(5) + "abcd"),
+            disk_fingerprint: Some(("a877dc973904".repeat(5) + "abcd").into()),
             disk_not_before: Some(NOW - 30 * DAY),
             disk_not_after: Some(NOW + days_left * DAY),
-            served_fingerprints: vec!["a877dc973904".repeat(5) + "abcd"],
+            served_fingerprints: vec![("a877dc973904".repeat(5) + "abcd").into()],
             served_not_before: Some(NOW - 30 * DAY),
             served_not_after: Some(NOW + days_left * DAY),
             disk_issuer: Some("CN=internal-ca".into()),

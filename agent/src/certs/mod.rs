@@ -42,12 +42,13 @@ impl fmt::Debug for KeyPem {
     }
 }
 
-/// A certificate chain ready to send: leaf first. Cheap to clone (the PEM text and the names are
-/// shared): the last good pair of every host is copied into each pass's desired state and plan.
+/// A certificate chain ready to send: leaf first. Cheap to clone (its fingerprint, PEM text and
+/// names are shared): the last good pair of every host is copied into each pass's desired state
+/// and plan, and its fingerprint into the index of what sozu holds, the status and the tracker.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Certificate {
     /// SHA-256 of the leaf's DER, lowercase hex: how sozu names certificates.
-    pub fingerprint: String,
+    pub fingerprint: Arc<str>,
     /// PEM blocks, leaf first.
     pub chain: Arc<[String]>,
     pub key: KeyPem,
@@ -77,17 +78,13 @@ impl Names {
     pub fn contains(&self, name: &str) -> bool {
         self.0.binary_search_by(|n| n.as_str().cmp(name)).is_ok()
     }
+}
 
-    pub fn iter(&self) -> std::slice::Iter<'_, String> {
-        self.0.iter()
-    }
+impl std::ops::Deref for Names {
+    type Target = [String];
 
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+    fn deref(&self) -> &[String] {
+        &self.0
     }
 }
 
@@ -103,6 +100,12 @@ impl<'a> IntoIterator for &'a Names {
 impl From<BTreeSet<String>> for Names {
     fn from(names: BTreeSet<String>) -> Names {
         Names(names.into_iter().collect())
+    }
+}
+
+impl From<&BTreeSet<String>> for Names {
+    fn from(names: &BTreeSet<String>) -> Names {
+        Names(names.iter().cloned().collect())
     }
 }
 
@@ -246,7 +249,7 @@ mod tests {
         let cert = check(&m.crt, &m.key).unwrap();
         assert_eq!(cert.names, BTreeSet::from([HOST.to_owned()]).into());
         let der = CertificateDer::from_pem_slice(m.crt.as_bytes()).unwrap();
-        assert_eq!(cert.fingerprint, fingerprint(der.as_ref()));
+        assert_eq!(*cert.fingerprint, fingerprint(der.as_ref()));
         assert_eq!(cert.not_after, 1_798_761_600);
         assert_eq!(
             CertificateDer::from_pem_slice(cert.chain[0].as_bytes()).unwrap(),
@@ -468,7 +471,7 @@ mod tests {
         std::os::unix::fs::symlink("..data/tls.key", dir.join("tls.key")).unwrap();
         let cert = load(tls.path(), HOST, NOW).unwrap();
         let der = CertificateDer::from_pem_slice(m.crt.as_bytes()).unwrap();
-        assert_eq!(cert.fingerprint, fingerprint(der.as_ref()));
+        assert_eq!(*cert.fingerprint, fingerprint(der.as_ref()));
         // The timestamped directory gone (a swap half done): a clear error naming the visible file.
         std::fs::remove_dir_all(&stamp).unwrap();
         let err = load(tls.path(), HOST, NOW).unwrap_err();

@@ -175,7 +175,7 @@ fn parse_pair(
         _ => "PRIVATE KEY",
     };
     let certificate = Certificate {
-        fingerprint: fingerprint(leaf_der.as_ref()),
+        fingerprint: fingerprint(leaf_der.as_ref()).into(),
         chain,
         key: KeyPem::new(pem(key_label, key_der.secret_der())),
         not_before: validity.not_before.timestamp(),

@@ -902,10 +902,10 @@ mod tests {
                 backends_desired: vec!["10.0.0.1:80".into()],
                 backends_actual: vec!["10.0.0.1:80".into()],
                 certificate: CertificateStatus {
-                    disk_fingerprint: Some("aa".repeat(32)),
+                    disk_fingerprint: Some("aa".repeat(32).into()),
                     disk_not_after: Some(1_900_000_000),
                     expiring_soon: true,
-                    served_fingerprints: vec!["bb".repeat(32)],
+                    served_fingerprints: vec!["bb".repeat(32).into()],
                     ..CertificateStatus::default()
                 },
                 state: RouteState::Error,

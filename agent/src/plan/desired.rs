@@ -359,7 +359,7 @@ pub fn host(
             .get(&https)?
             .named(name)
             .find(|(_, names)| owned_certificate(names, &desired.zone))
-            .map(|(fingerprint, _)| fingerprint.to_owned())
+            .map(|(fingerprint, _)| Arc::clone(fingerprint))
     };
     // sozu's certificate is looked up only for a host without a validated pair of its own.
     let served = match certificate {

@@ -606,9 +606,9 @@ struct CertificatePlan<'a> {
     present: &'a ListenerCertificates,
     /// Fingerprints added or replacing another in this plan (a certificate naming two hosts
     /// goes once).
-    sent: BTreeSet<String>,
+    sent: BTreeSet<Arc<str>>,
     /// Fingerprints replaced or removed in this plan.
-    removed: BTreeSet<String>,
+    removed: BTreeSet<Arc<str>>,
 }
 
 impl CertificatePlan<'_> {
@@ -618,20 +618,20 @@ impl CertificatePlan<'_> {
         };
         let owned = |names: &[String]| owned_certificate(names, &desired.zone);
         if let Some(certificate) = desired.certificates().get(host) {
-            let fingerprint = certificate.fingerprint.as_str();
+            let fingerprint = &certificate.fingerprint;
             let names_differ = self
                 .present
                 .names_of(fingerprint)
-                .is_some_and(|names| !names.iter().eq(certificate.names.iter()));
+                .is_some_and(|names| names != &certificate.names);
             if names_differ && !self.sent.contains(fingerprint) {
                 // Held under other names (sent by an older agent with every SAN): replaced by
                 // itself under the host's name alone, which sozu 2.3.3 does in one step.
                 ops.push(Op::ReplaceCertificate {
                     address,
-                    old_fingerprint: fingerprint.to_owned(),
+                    old_fingerprint: Arc::clone(fingerprint),
                     certificate: certificate.clone(),
                 });
-                self.sent.insert(fingerprint.to_owned());
+                self.sent.insert(Arc::clone(fingerprint));
             } else if !self.present.contains(fingerprint) && !self.sent.contains(fingerprint) {
                 // Replace one of ours when there is one, so the switch has no gap.
                 let old = self.present.named(host).find(|(old, names)| {
@@ -641,17 +641,17 @@ impl CertificatePlan<'_> {
                     Some((old, _)) => {
                         ops.push(Op::ReplaceCertificate {
                             address,
-                            old_fingerprint: old.to_owned(),
+                            old_fingerprint: Arc::clone(old),
                             certificate: certificate.clone(),
                         });
-                        self.removed.insert(old.to_owned());
+                        self.removed.insert(Arc::clone(old));
                     }
                     None => ops.push(Op::AddCertificate {
                         address,
                         certificate: certificate.clone(),
                     }),
                 }
-                self.sent.insert(fingerprint.to_owned());
+                self.sent.insert(Arc::clone(fingerprint));
             }
         }
         // Every other certificate of ours naming the host: it has another, or left the workspace.
@@ -662,9 +662,9 @@ impl CertificatePlan<'_> {
             {
                 ops.push(Op::RemoveCertificate {
                     address,
-                    fingerprint: fingerprint.to_owned(),
+                    fingerprint: Arc::clone(fingerprint),
                 });
-                self.removed.insert(fingerprint.to_owned());
+                self.removed.insert(Arc::clone(fingerprint));
             }
         }
     }

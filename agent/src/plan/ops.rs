@@ -81,12 +81,12 @@ pub enum Op {
     },
     ReplaceCertificate {
         address: SocketAddr,
-        old_fingerprint: String,
+        old_fingerprint: Arc<str>,
         certificate: Certificate,
     },
     RemoveCertificate {
         address: SocketAddr,
-        fingerprint: String,
+        fingerprint: Arc<str>,
     },
     /// A frontend is shared with the state it comes from (see [`crate::plan::state::Desired`]).
     RemoveFrontend(Arc<Frontend>),

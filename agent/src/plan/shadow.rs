@@ -2,6 +2,7 @@
 //! with each request sozu accepted (and how the tests' in-memory sozu applies them). Pure.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use super::Op;
 use crate::plan::state::{Actual, Certificate};
@@ -215,11 +216,10 @@ pub fn refusal(actual: &Actual, op: &Op) -> Option<String> {
 }
 
 fn add_summary(actual: &mut Actual, address: SocketAddr, certificate: &Certificate) {
-    actual
-        .certificates
-        .entry(address)
-        .or_default()
-        .insert(&certificate.fingerprint, &certificate.names);
+    actual.certificates.entry(address).or_default().insert(
+        Arc::clone(&certificate.fingerprint),
+        certificate.names.clone(),
+    );
 }
 
 fn remove_summary(actual: &mut Actual, address: SocketAddr, fingerprint: &str) {

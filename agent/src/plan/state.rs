@@ -13,7 +13,7 @@ use serde::Serialize;
 pub use crate::plan::route_policy::{ClusterPolicy, FrontendPolicy, HeaderEdit};
 // What the workspace asks sozu to check (health) and send (HSTS), and a validated pair, are part
 // of the vocabulary too; they are defined where they come from.
-pub use crate::certs::{Certificate, KeyPem};
+pub use crate::certs::{Certificate, KeyPem, Names};
 pub use crate::workspace::{
     HeaderMatch, HeaderTest, HealthCheck, Hsts, Http2Offer, PathKind, PathRule, Probe,
 };
@@ -571,10 +571,11 @@ pub struct Desired {
     certificates: BTreeMap<String, Certificate>,
     /// Certificates sozu already holds that stay as they are, by host: those of hosts whose
     /// pair the agent has not validated yet (see `crate::plan::desired`).
-    kept: BTreeMap<String, String>,
+    kept: BTreeMap<String, Arc<str>>,
     /// How many hosts want each fingerprint (served or kept): whether one of sozu's
-    /// certificates may go is one look-up, not a scan of every host.
-    wanted: BTreeMap<String, usize>,
+    /// certificates may go is one look-up, not a scan of every host. The fingerprints are the
+    /// certificates' own, shared.
+    wanted: BTreeMap<Arc<str>, usize>,
     /// The HTTPS listener the certificates live on.
     pub https_address: Option<SocketAddr>,
     /// Hosts the agent manages certificates for; certificates naming only hosts inside this zone
@@ -608,10 +609,10 @@ impl Desired {
     }
 
     /// Keeps sozu's certificate `fingerprint` for `host`, in place of any other.
-    pub fn keep_certificate(&mut self, host: &str, fingerprint: &str) {
+    pub fn keep_certificate(&mut self, host: &str, fingerprint: &Arc<str>) {
         self.clear_certificate(host);
         self.want(fingerprint);
-        self.kept.insert(host.to_owned(), fingerprint.to_owned());
+        self.kept.insert(host.to_owned(), Arc::clone(fingerprint));
     }
 
     /// No certificate for `host`.
@@ -631,8 +632,13 @@ impl Desired {
         }
     }
 
-    fn want(&mut self, fingerprint: &str) {
-        *self.wanted.entry(fingerprint.to_owned()).or_default() += 1;
+    fn want(&mut self, fingerprint: &Arc<str>) {
+        match self.wanted.get_mut(fingerprint) {
+            Some(count) => *count += 1,
+            None => {
+                self.wanted.insert(Arc::clone(fingerprint), 1);
+            }
+        }
     }
 
     /// The certificates to serve, by host.
@@ -655,31 +661,38 @@ impl Desired {
 }
 
 /// The certificates on one listener, by fingerprint, and by the names they cover.
+///
+/// The fingerprints and name lists of certificates the agent sent are those of its
+/// [`Certificate`]s, shared rather than copied: at 10,000 hosts each copy of a fingerprint is
+/// about a megabyte.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListenerCertificates {
-    /// Fingerprint → the names it covers, sorted. A boxed slice rather than a set: a set's first
-    /// node has room for eleven names, and a certificate names one or two hosts.
-    by_fingerprint: BTreeMap<String, Box<[String]>>,
+    /// Fingerprint → the names it covers, sorted.
+    by_fingerprint: BTreeMap<Arc<str>, Names>,
     /// Name → the fingerprints covering it: kept up to date, so that a pass about one host
     /// finds that host's certificates in one look-up instead of indexing every certificate.
-    by_name: BTreeMap<String, Vec<String>>,
+    by_name: BTreeMap<String, Vec<Arc<str>>>,
 }
 
 impl ListenerCertificates {
-    /// Adds a certificate; one already there under that fingerprint stays as it is.
-    pub fn insert<'n>(&mut self, fingerprint: &str, names: impl IntoIterator<Item = &'n String>) {
-        if self.by_fingerprint.contains_key(fingerprint) {
+    /// Adds a certificate; one already there under that fingerprint stays as it is. Given an
+    /// `Arc` and [`Names`], it shares them.
+    pub fn insert(&mut self, fingerprint: impl Into<Arc<str>>, names: impl Into<Names>) {
+        let fingerprint = fingerprint.into();
+        if self.by_fingerprint.contains_key(&fingerprint) {
             return;
         }
-        let names: BTreeSet<&String> = names.into_iter().collect();
+        let names = names.into();
         for name in &names {
-            self.by_name
-                .entry((*name).clone())
-                .or_default()
-                .push(fingerprint.to_owned());
+            match self.by_name.get_mut(name.as_str()) {
+                Some(fingerprints) => fingerprints.push(Arc::clone(&fingerprint)),
+                None => {
+                    self.by_name
+                        .insert(name.clone(), vec![Arc::clone(&fingerprint)]);
+                }
+            }
         }
-        self.by_fingerprint
-            .insert(fingerprint.to_owned(), names.into_iter().cloned().collect());
+        self.by_fingerprint.insert(fingerprint, names);
     }
 
     pub fn remove(&mut self, fingerprint: &str) {
@@ -688,7 +701,7 @@ impl ListenerCertificates {
         };
         for name in names.iter() {
             if let Some(fingerprints) = self.by_name.get_mut(name) {
-                fingerprints.retain(|f| f != fingerprint);
+                fingerprints.retain(|f| **f != *fingerprint);
                 if fingerprints.is_empty() {
                     self.by_name.remove(name);
                 }
@@ -701,15 +714,13 @@ impl ListenerCertificates {
     }
 
     /// The names the certificate `fingerprint` is served for.
-    pub fn names_of(&self, fingerprint: &str) -> Option<&[String]> {
-        self.by_fingerprint.get(fingerprint).map(|n| &n[..])
+    pub fn names_of(&self, fingerprint: &str) -> Option<&Names> {
+        self.by_fingerprint.get(fingerprint)
     }
 
     /// Every certificate: (fingerprint, names), by fingerprint.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &[String])> {
-        self.by_fingerprint
-            .iter()
-            .map(|(f, n)| (f.as_str(), &n[..]))
+    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &Names)> {
+        self.by_fingerprint.iter()
     }
 
     /// Every name a certificate covers.
@@ -718,13 +729,12 @@ impl ListenerCertificates {
     }
 
     /// The certificates covering `name` exactly (as sozu indexes them): (fingerprint, names).
-    pub fn named<'a>(&'a self, name: &str) -> impl Iterator<Item = (&'a str, &'a [String])> + 'a {
+    pub fn named<'a>(&'a self, name: &str) -> impl Iterator<Item = (&'a Arc<str>, &'a Names)> + 'a {
         self.by_name
             .get(name)
             .into_iter()
             .flatten()
             .filter_map(|f| self.by_fingerprint.get_key_value(f))
-            .map(|(f, n)| (f.as_str(), &n[..]))
     }
 }
 
@@ -841,10 +851,10 @@ mod tests {
         let names =
             |list: &[&str]| -> BTreeSet<String> { list.iter().map(|n| (*n).to_owned()).collect() };
         let mut held = ListenerCertificates::default();
-        held.insert("aa", &names(&["a.example.org", "b.example.org"]));
-        held.insert("bb", &names(&["b.example.org"]));
+        held.insert("aa", names(&["a.example.org", "b.example.org"]));
+        held.insert("bb", names(&["b.example.org"]));
         let named = |held: &ListenerCertificates, name: &str| -> Vec<String> {
-            held.named(name).map(|(f, _)| f.to_owned()).collect()
+            held.named(name).map(|(f, _)| f.to_string()).collect()
         };
         assert_eq!(named(&held, "b.example.org"), ["aa", "bb"]);
         held.remove("aa");

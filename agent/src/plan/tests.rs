@@ -29,7 +29,7 @@ pub(crate) fn cert(host: &str, serial: u8) -> Certificate {
         other_names: std::sync::Arc::from([]),
         issuer: "CN=test".into(),
         listed: None,
-        fingerprint: format!("{serial:02x}{}", "ab".repeat(31)),
+        fingerprint: format!("{serial:02x}{}", "ab".repeat(31)).into(),
         chain: vec![format!("PEM {host} {serial}")].into(),
         key: KeyPem::new("key".into()),
         not_before: 1_700_000_000,
@@ -87,8 +87,8 @@ fn a_certificate_held_under_other_names_is_replaced_by_itself() {
     let held = actual.certificates.get_mut(&https).unwrap();
     held.remove(&a.fingerprint);
     held.insert(
-        &a.fingerprint,
-        &BTreeSet::from(["a.in.example.org".to_owned(), "b.in.example.org".to_owned()]),
+        Arc::clone(&a.fingerprint),
+        BTreeSet::from(["a.in.example.org".to_owned(), "b.in.example.org".to_owned()]),
     );
     let ops = plan(&actual, &want);
     assert_eq!(
@@ -102,11 +102,11 @@ fn a_certificate_held_under_other_names_is_replaced_by_itself() {
     apply(&mut actual, &ops[0]);
     let held = &actual.certificates[&https];
     assert_eq!(
-        held.names_of(&a.fingerprint),
+        held.names_of(&a.fingerprint).map(|names| &names[..]),
         Some(&["a.in.example.org".to_owned()][..])
     );
-    let b_served: Vec<&str> = held.named("b.in.example.org").map(|(f, _)| f).collect();
-    assert_eq!(b_served, [b.fingerprint.as_str()]);
+    let b_served: Vec<&Arc<str>> = held.named("b.in.example.org").map(|(f, _)| f).collect();
+    assert_eq!(b_served, [&b.fingerprint]);
     assert_eq!(plan(&actual, &want), []);
 }
 
@@ -168,8 +168,8 @@ fn what_the_agent_does_not_own_is_left_alone() {
         alias: false,
     }));
     actual.certificates.entry(https).or_default().insert(
-        &"ff".repeat(32),
-        &BTreeSet::from(["app.example.org".to_owned()]),
+        "ff".repeat(32),
+        BTreeSet::from(["app.example.org".to_owned()]),
     );
     let ops = converge(&mut actual, &want);
     assert!(
@@ -188,8 +188,8 @@ fn a_renewed_certificate_replaces_the_old_one_and_leaves_exactly_one() {
     converge(&mut actual, &desired(&ws, &[cert("a.in.example.org", 1)]));
     // A stale duplicate left behind by someone else's add.
     actual.certificates.get_mut(&https).unwrap().insert(
-        &cert("a.in.example.org", 9).fingerprint,
-        &BTreeSet::from(["a.in.example.org".to_owned()]),
+        cert("a.in.example.org", 9).fingerprint,
+        BTreeSet::from(["a.in.example.org".to_owned()]),
     );
     let renewed = cert("a.in.example.org", 2);
     let ops = converge(&mut actual, &desired(&ws, std::slice::from_ref(&renewed)));

@@ -351,7 +351,7 @@ mod tests {
             path_prefix: "/".into(),
             state: RouteState::Ok,
             certificate: CertificateStatus {
-                served_fingerprints: vec!["aa".repeat(32)],
+                served_fingerprints: vec!["aa".repeat(32).into()],
                 ..CertificateStatus::default()
             },
             upstreams: vec![UpstreamStatus {
@@ -381,7 +381,7 @@ mod tests {
         let old = route("a.in.example.org");
         let mut new = old.clone();
         new.certificate.rotations = 1;
-        new.certificate.served_fingerprints = vec!["bb".repeat(32)];
+        new.certificate.served_fingerprints = vec!["bb".repeat(32).into()];
         let out = announced(&old, &new);
         assert_eq!(out.len(), 1, "{out:?}");
         assert_eq!(out[0].kind, EventKind::CertificateRotated);

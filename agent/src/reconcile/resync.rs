@@ -163,6 +163,7 @@ mod tests {
     use crate::plan::tests::cert;
     use std::collections::BTreeSet;
     use std::net::SocketAddr;
+    use std::sync::Arc;
 
     const HTTPS: &str = "127.0.0.1:8443";
 
@@ -175,7 +176,7 @@ mod tests {
             .certificates
             .entry(address)
             .or_default()
-            .insert(fingerprint, &BTreeSet::from([host.to_owned()]));
+            .insert(Arc::clone(fingerprint), BTreeSet::from([host.to_owned()]));
         actual
     }
 
@@ -212,8 +213,8 @@ mod tests {
         let mut read = shadow.clone();
         let address: SocketAddr = HTTPS.parse().expect("address");
         read.certificates.entry(address).or_default().insert(
-            &cert("b.example", 3).fingerprint,
-            &BTreeSet::from(["b.example".to_owned()]),
+            cert("b.example", 3).fingerprint,
+            BTreeSet::from(["b.example".to_owned()]),
         );
         let scope = differences(&shadow, &read, &[]);
         assert!(!scope.everything);

@@ -221,7 +221,7 @@ mod tests {
         use crate::plan::state::{Certificate, Frontend, KeyPem, Protocol};
         let https: std::net::SocketAddr = "127.0.0.1:8443".parse().unwrap();
         let cert = |host: &str, serial: u8| Certificate {
-            fingerprint: format!("{serial:02x}{}", "cd".repeat(31)),
+            fingerprint: format!("{serial:02x}{}", "cd".repeat(31)).into(),
             chain: vec!["PEM".to_owned()].into(),
             key: KeyPem::new("key".into()),
             not_before: 0,

@@ -88,7 +88,7 @@ pub struct CertTracker {
     /// The validity of each host's previous last good certificate (fingerprint, not before, not
     /// after): sozu may still serve it while its replacement waits (refused, or not sent yet),
     /// and the expiry alert needs the served certificate's lifetime, not the one on disk.
-    replaced: BTreeMap<String, (String, i64, i64)>,
+    replaced: BTreeMap<String, (Arc<str>, i64, i64)>,
     /// The current failure of each host's pair on disk (message, reason), so each is logged and
     /// counted once, and shown until fixed.
     failures: BTreeMap<String, (String, &'static str)>,
@@ -146,7 +146,7 @@ impl CertTracker {
                 if let Some(old) = self.last_good.insert(host.to_owned(), certificate) {
                     self.replaced.insert(
                         host.to_owned(),
-                        (old.fingerprint.clone(), old.not_before, old.not_after),
+                        (old.fingerprint, old.not_before, old.not_after),
                     );
                     self.expiry
                         .remove(&(old.not_after.saturating_sub(self.warning), host.to_owned()));
@@ -202,13 +202,13 @@ impl CertTracker {
         if let Some(c) = self
             .last_good
             .get(host)
-            .filter(|c| c.fingerprint == fingerprint)
+            .filter(|c| *c.fingerprint == *fingerprint)
         {
             return Some((c.not_before, c.not_after));
         }
         self.replaced
             .get(host)
-            .filter(|(f, _, _)| f == fingerprint)
+            .filter(|(f, _, _)| **f == *fingerprint)
             .map(|(_, from, to)| (*from, *to))
     }
 

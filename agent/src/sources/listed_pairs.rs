@@ -268,7 +268,7 @@ mod tests {
             hosts(&["a.in.example.org", "b.in.example.org"])
         );
         let a = pairs.pair_of("a.in.example.org").unwrap().unwrap();
-        assert_eq!(a.fingerprint, "w");
+        assert_eq!(&*a.fingerprint, "w");
         assert_eq!(a.names, hosts(&["a.in.example.org"]).into());
         assert_eq!(a.other_names.to_vec(), vec!["*.in.example.org".to_owned()]);
         assert_eq!(a.listed.as_deref(), Some(Path::new("/certs/wild.crt")));
@@ -278,7 +278,7 @@ mod tests {
                 .unwrap()
                 .unwrap()
                 .fingerprint,
-            "e"
+            "e".into()
         );
         assert!(pairs.pair_of("c.other.org").is_none(), "the tls dir's");
         // Nothing changed: nothing to publish.
@@ -324,7 +324,7 @@ mod tests {
                 .unwrap()
                 .unwrap()
                 .fingerprint,
-            "w2"
+            "w2".into()
         );
         // Unlisted: its hosts go back to the tls dir.
         assert_eq!(pairs.set(&[files("broken")]), Vec::<usize>::new());

@@ -636,7 +636,7 @@ impl SozuClient {
                 let mut held = ListenerCertificates::default();
                 // The keys are dropped here, with the rest of the response.
                 for (fingerprint, cert) in &found.certs {
-                    held.insert(fingerprint, &cert_names(cert));
+                    held.insert(fingerprint.as_str(), cert_names(cert));
                 }
                 Ok(held)
             }
@@ -883,7 +883,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut client = SozuClient::new(&dir.path().join("absent.sock"), Duration::from_secs(1));
         let certificate = Certificate {
-            fingerprint: "ab".repeat(32),
+            fingerprint: "ab".repeat(32).into(),
             chain: vec!["PEM".to_owned()].into(),
             key: KeyPem::new("-----BEGIN PRIVATE KEY-----".into()),
             not_before: 0,

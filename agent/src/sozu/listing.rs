@@ -225,7 +225,7 @@ pub(super) fn served_certificates(
         .map(|(address, by_fingerprint)| {
             let mut held = ListenerCertificates::default();
             for (fingerprint, names) in &by_fingerprint {
-                held.insert(fingerprint, names);
+                held.insert(fingerprint.as_str(), names);
             }
             (address, held)
         })

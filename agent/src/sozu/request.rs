@@ -780,7 +780,7 @@ pub fn to_request(op: &Op) -> Result<RequestType, SozuError> {
         } => RequestType::ReplaceCertificate(ReplaceCertificate {
             address: (*address).into(),
             new_certificate: certificate_and_key(certificate),
-            old_fingerprint: old_fingerprint.clone(),
+            old_fingerprint: old_fingerprint.to_string(),
             new_expired_at: None,
         }),
         Op::RemoveCertificate {
@@ -788,7 +788,7 @@ pub fn to_request(op: &Op) -> Result<RequestType, SozuError> {
             fingerprint,
         } => RequestType::RemoveCertificate(RemoveCertificate {
             address: (*address).into(),
-            fingerprint: fingerprint.clone(),
+            fingerprint: fingerprint.to_string(),
         }),
     })
 }

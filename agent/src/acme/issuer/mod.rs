@@ -624,7 +624,7 @@ impl<C: Ca> Issuer<C> {
                 record.issued = Some(Issued {
                     chain_pem: obtained.chain_pem.clone(),
                     key_pem: obtained.key_pem.clone(),
-                    fingerprint: c.fingerprint.clone(),
+                    fingerprint: c.fingerprint.to_string(),
                     not_before: c.not_before,
                     not_after: c.not_after,
                     directory: acme.directory.clone(),

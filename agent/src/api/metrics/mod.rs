@@ -154,7 +154,7 @@ fn write_route_family(out: &mut String, route: &RouteStatus, host_wide: bool, fa
         6 => {
             for fingerprint in &c.served_fingerprints {
                 let labels = [
-                    ("fingerprint", fingerprint.as_str()),
+                    ("fingerprint", &**fingerprint),
                     ("host", route.host.as_str()),
                 ];
                 sample(out, name, &labels, 1);
@@ -170,7 +170,7 @@ fn write_route_family(out: &mut String, route: &RouteStatus, host_wide: bool, fa
         8 => {
             if let Some(fingerprint) = &c.disk_fingerprint {
                 let labels = [
-                    ("fingerprint", fingerprint.as_str()),
+                    ("fingerprint", &**fingerprint),
                     ("host", route.host.as_str()),
                 ];
                 sample(out, name, &labels, 1);

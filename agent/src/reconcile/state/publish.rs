@@ -202,10 +202,14 @@ impl<P: Proxy> Reconciler<P> {
             .as_ref()
             .map(|w| w.listeners.https)
             .filter(|_| tls);
-        let served_fingerprints: Vec<String> = shadow
+        let served_fingerprints: Vec<Arc<str>> = shadow
             .zip(https)
             .and_then(|(shadow, address)| shadow.certificates.get(&address))
-            .map(|held| held.named(&route.host).map(|(f, _)| f.to_owned()).collect())
+            .map(|held| {
+                held.named(&route.host)
+                    .map(|(f, _)| Arc::clone(f))
+                    .collect()
+            })
             .unwrap_or_default();
         let disk = self.certs.last_good().get(&route.host).filter(|_| tls);
         let served_validity = served_fingerprints
@@ -302,7 +306,7 @@ impl<P: Proxy> Reconciler<P> {
                 served_fingerprints,
                 served_not_before: served_validity.map(|v| v.0),
                 served_not_after: served_validity.map(|v| v.1),
-                disk_issuer: disk.map(|c| c.issuer.to_string()),
+                disk_issuer: disk.map(|c| Arc::clone(&c.issuer)),
                 error: cert_error.map(|(m, _)| m.to_owned()),
                 error_reason: cert_error.map(|(_, r)| r.to_owned()),
                 other_names: disk.map(|c| c.other_names.to_vec()).unwrap_or_default(),

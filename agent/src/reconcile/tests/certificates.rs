@@ -18,7 +18,7 @@ async fn a_refused_certificate_delays_no_other_host() {
         .lock()
         .unwrap()
         .refuse
-        .insert(a.fingerprint.clone());
+        .insert(a.fingerprint.to_string());
     h.send(Fact::Pairs(vec![(A.into(), Ok(a.clone()))]));
     h.pair(B, 90);
     let status = h
@@ -75,7 +75,7 @@ async fn the_served_validity_is_the_served_certificates_while_a_renewal_is_refus
         .lock()
         .unwrap()
         .refuse
-        .insert(renewed.fingerprint.clone());
+        .insert(renewed.fingerprint.to_string());
     h.send(Fact::Pairs(vec![(A.into(), Ok(renewed.clone()))]));
     let status = h
         .until("the renewal refused", |s| {

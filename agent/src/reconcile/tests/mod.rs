@@ -177,7 +177,7 @@ impl Proxy for Fake {
                 let fingerprint = match op {
                     Op::AddCertificate { certificate, .. }
                     | Op::ReplaceCertificate { certificate, .. } => {
-                        Some(certificate.fingerprint.clone())
+                        Some(certificate.fingerprint.to_string())
                     }
                     _ => None,
                 };
@@ -186,7 +186,7 @@ impl Proxy for Fake {
             if let Op::AddCertificate { certificate, .. }
             | Op::ReplaceCertificate { certificate, .. } = op
             {
-                if s.refuse.contains(&certificate.fingerprint) {
+                if s.refuse.contains(&*certificate.fingerprint) {
                     return Err(SendError::Refused("KeyMismatch".into()));
                 }
             }
@@ -442,14 +442,14 @@ impl Harness {
     }
 
     /// Fingerprints sozu holds for `host`.
-    fn served(&self, host: &str) -> Vec<String> {
+    fn served(&self, host: &str) -> Vec<std::sync::Arc<str>> {
         let s = self.sozu.0.lock().unwrap();
         s.actual
             .certificates
             .values()
             .flat_map(|held| {
                 held.named(host)
-                    .map(|(f, _)| f.to_owned())
+                    .map(|(f, _)| std::sync::Arc::clone(f))
                     .collect::<Vec<_>>()
             })
             .collect()

@@ -389,7 +389,7 @@ async fn readiness_waits_for_what_queued_during_the_start() {
     assert!(seen.len() > 400, "a bulk start: {} requests", seen.len());
     let sent_when_ready = seen
         .iter()
-        .find(|(_, fp)| fp.as_deref() == Some(swapped.fingerprint.as_str()))
+        .find(|(_, fp)| fp.as_deref() == Some(&*swapped.fingerprint))
         .map(|(ready, _)| *ready);
     assert_eq!(
         sent_when_ready,

@@ -50,14 +50,14 @@ impl Alone {
         (c.clone(), Fact::Pairs(vec![(host.into(), Ok(c))]))
     }
 
-    fn served(&self, host: &str) -> Vec<String> {
+    fn served(&self, host: &str) -> Vec<std::sync::Arc<str>> {
         let s = self.sozu.0.lock().unwrap();
         s.actual
             .certificates
             .values()
             .flat_map(|held| {
                 held.named(host)
-                    .map(|(f, _)| f.to_owned())
+                    .map(|(f, _)| std::sync::Arc::clone(f))
                     .collect::<Vec<_>>()
             })
             .collect()

@@ -138,7 +138,7 @@ pub fn page(app: &App, area: Rect, buf: &mut Buffer) {
     if let Some(issuer) = &c.disk_issuer {
         lines.push(vec![
             ("  issuer   ".into(), look.dim()),
-            (issuer.clone(), plain),
+            (issuer.to_string(), plain),
         ]);
     }
     // A pair of `certificates`: where it is read from (the tls dir's needs no saying).
