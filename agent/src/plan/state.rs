@@ -633,12 +633,7 @@ impl Desired {
     }
 
     fn want(&mut self, fingerprint: &Arc<str>) {
-        match self.wanted.get_mut(fingerprint) {
-            Some(count) => *count += 1,
-            None => {
-                self.wanted.insert(Arc::clone(fingerprint), 1);
-            }
-        }
+        *self.wanted.entry(Arc::clone(fingerprint)).or_default() += 1;
     }
 
     /// The certificates to serve, by host.

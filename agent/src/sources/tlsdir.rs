@@ -529,9 +529,12 @@ impl Reader {
             (&self.hosts, &self.tls_dir, &self.listed, &self.stamps);
         let slice = next_slice(
             &mut self.backlog,
+            // A pair of `certificates` is always read again; the others' files are looked at.
             |host| {
-                let look = tls_dir.as_ref().and_then(|d| Look::of(&d.join(host)));
-                listed.pairs.serves(host) || !stamps.unchanged(host, look.as_ref(), now)
+                listed.pairs.serves(host) || {
+                    let look = tls_dir.as_ref().and_then(|d| Look::of(&d.join(host)));
+                    !stamps.unchanged(host, look.as_ref(), now)
+                }
             },
             hosts,
         );
