@@ -61,7 +61,7 @@ mod shadow;
 pub mod state;
 
 pub use ops::{listener_routes, scope_of, summary, Op, Outcome, Scope};
-pub use order::{depends_on, phase};
+pub use order::{depends_on, overtakes, phase};
 pub use shadow::{apply, refusal};
 
 /// Every request that turns `actual` into `desired`.

@@ -95,3 +95,75 @@ pub fn depends_on(later: &Op, failed: &Op) -> bool {
         _ => false,
     }
 }
+
+/// True when `ops` may be sent while `in_flight` is still with sozu, in whichever order sozu
+/// takes the two: `ops` are certificate requests alone, `in_flight` neither makes nor changes
+/// a listener they are for, and no fingerprint is in both. sozu keys a listener's certificates
+/// by fingerprint and its frontends name none, so such requests commute with everything else
+/// an edit sends (clusters, backends, frontends, other certificates). What a rotation needs to
+/// go past an edit's requests rather than wait for their answers.
+pub fn overtakes(ops: &[Op], in_flight: &[Op]) -> bool {
+    let mut fingerprints = Vec::new();
+    let mut addresses = Vec::new();
+    for op in ops {
+        match op {
+            Op::AddCertificate {
+                address,
+                certificate,
+            } => {
+                fingerprints.push(&*certificate.fingerprint);
+                addresses.push(*address);
+            }
+            Op::ReplaceCertificate {
+                address,
+                old_fingerprint,
+                certificate,
+            } => {
+                fingerprints.extend([&**old_fingerprint, &*certificate.fingerprint]);
+                addresses.push(*address);
+            }
+            Op::RemoveCertificate {
+                address,
+                fingerprint,
+            } => {
+                fingerprints.push(&**fingerprint);
+                addresses.push(*address);
+            }
+            _ => return false,
+        }
+    }
+    in_flight.iter().all(|op| match op {
+        Op::AddCertificate { certificate, .. } => {
+            !fingerprints.contains(&&*certificate.fingerprint)
+        }
+        Op::ReplaceCertificate {
+            old_fingerprint,
+            certificate,
+            ..
+        } => {
+            !fingerprints.contains(&&**old_fingerprint)
+                && !fingerprints.contains(&&*certificate.fingerprint)
+        }
+        Op::RemoveCertificate { fingerprint, .. } => !fingerprints.contains(&&**fingerprint),
+        Op::AddListener { address, .. }
+        | Op::PatchListener { address, .. }
+        | Op::ActivateListener { address, .. }
+        | Op::SetClientAuth { address, .. }
+        | Op::SetListenerHsts { address, .. }
+        | Op::SetListenerAnswers { address, .. }
+        | Op::DeactivateListener { address, .. }
+        | Op::RemoveListener { address, .. } => !addresses.contains(address),
+        Op::AddCluster { .. }
+        | Op::SwapFrontend { .. }
+        | Op::SetHealthCheck { .. }
+        | Op::RemoveHealthCheck { .. }
+        | Op::AddBackend { .. }
+        | Op::RemoveFrontend(_)
+        | Op::AddFrontend(_)
+        | Op::AddStreamFrontend(_)
+        | Op::RemoveStreamFrontend(_)
+        | Op::RemoveBackend { .. }
+        | Op::CloseSessions { .. }
+        | Op::RemoveCluster { .. } => true,
+    })
+}

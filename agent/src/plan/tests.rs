@@ -931,3 +931,108 @@ fn a_drain_on_a_tcp_route_keeps_the_sessions_open_to_the_drained_backend() {
         "{drain:?}"
     );
 }
+
+/// The plans of an edit (a route added: its cluster, backend and frontend; another removed with
+/// its certificate) and of a rotation, made by the planner from real states.
+fn edit_and_rotation() -> (Vec<Op>, Vec<Op>) {
+    let before = workspace(&[
+        ("a.in.example.org", "/", "10.0.0.1:80"),
+        ("r.in.example.org", "/", "10.0.0.2:80"),
+    ]);
+    let after = workspace(&[
+        ("b.in.example.org", "/", "10.0.0.3:80"),
+        ("r.in.example.org", "/", "10.0.0.2:80"),
+    ]);
+    let mut actual = Actual::default();
+    converge(
+        &mut actual,
+        &desired(
+            &before,
+            &[
+                cert("a.in.example.org", 1),
+                cert("b.in.example.org", 3),
+                cert("r.in.example.org", 5),
+            ],
+        ),
+    );
+    let edit = plan(
+        &actual,
+        &desired(
+            &after,
+            &[cert("b.in.example.org", 3), cert("r.in.example.org", 5)],
+        ),
+    );
+    let rotation = plan(
+        &actual,
+        &desired(
+            &before,
+            &[
+                cert("a.in.example.org", 1),
+                cert("b.in.example.org", 3),
+                cert("r.in.example.org", 6),
+            ],
+        ),
+    );
+    (edit, rotation)
+}
+
+#[test]
+fn a_rotation_goes_past_an_edit_that_touches_none_of_its_certificates_or_listeners() {
+    let (edit, rotation) = edit_and_rotation();
+    assert!(
+        edit.iter().any(|op| matches!(op, Op::AddFrontend(_)))
+            && edit
+                .iter()
+                .any(|op| matches!(op, Op::RemoveCertificate { .. })),
+        "{edit:#?}"
+    );
+    assert!(
+        matches!(&rotation[..], [Op::ReplaceCertificate { .. }]),
+        "{rotation:#?}"
+    );
+    assert!(overtakes(&rotation, &edit));
+    // Nothing goes past a plan that would have to wait for the edit itself.
+    assert!(!overtakes(&edit, &rotation));
+}
+
+#[test]
+fn a_rotation_waits_for_an_edit_sharing_a_fingerprint_or_changing_its_listener() {
+    let (edit, rotation) = edit_and_rotation();
+    let Op::ReplaceCertificate {
+        address,
+        old_fingerprint,
+        certificate,
+    } = &rotation[0]
+    else {
+        panic!("{rotation:#?}");
+    };
+    // The edit removes the certificate the rotation replaces, or brings in its successor.
+    let removes_old = Op::RemoveCertificate {
+        address: *address,
+        fingerprint: old_fingerprint.clone(),
+    };
+    let adds_new = Op::AddCertificate {
+        address: *address,
+        certificate: certificate.clone(),
+    };
+    for clash in [removes_old, adds_new] {
+        let mut edit = edit.clone();
+        edit.push(clash.clone());
+        assert!(!overtakes(&rotation, &edit), "{}", clash.describe());
+    }
+    let hsts = Op::SetListenerHsts {
+        address: *address,
+        hsts: None,
+    };
+    let mut edit_with_listener = edit.clone();
+    edit_with_listener.push(hsts);
+    assert!(!overtakes(&rotation, &edit_with_listener));
+    // Another listener's settings do not concern it.
+    let elsewhere = Op::SetListenerHsts {
+        address: "127.0.0.1:1".parse().unwrap(),
+        hsts: None,
+    };
+    let mut edit_elsewhere = edit;
+    edit_elsewhere.push(elsewhere);
+    assert!(overtakes(&rotation, &edit_elsewhere));
+}

@@ -19,11 +19,12 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
 use super::phase::{LoopPhase, Phase};
-use super::state::{NextPass, PassOutcome, Reconciler};
+use super::state::{Begun, InFlight, NextPass, Overtaken, PassOutcome, Reconciler};
 use crate::api::{Heartbeat, SharedStatus};
 use crate::clock::Clock;
 use crate::document::ReadinessMode;
 use crate::sources::{CertSource, Fact};
+use crate::sozu::proxy::SendBeside;
 use crate::sozu::Proxy;
 
 #[derive(Debug, Clone)]
@@ -196,9 +197,67 @@ impl<P: Proxy, C: CertSource> Driver<P, C> {
 
     /// One pass, then what its outcome asks of the loop: back off, settle, or hand memory back.
     async fn pass(&mut self, facts: &mut UnboundedReceiver<Fact>, next: &mut NextPass) {
-        match self.state.pass(std::mem::take(next)).await {
+        let outcome = match self.state.begin(std::mem::take(next)).await {
+            Begun::Done(outcome) => outcome,
+            Begun::Sending(flight, sending) => self.beside(flight, sending, facts, next).await,
+        };
+        self.passed(outcome, next, true);
+        if self.phase.phase() == Phase::Settling {
+            self.settle(facts, next);
+        }
+    }
+
+    /// While a pass's requests are with sozu: a rotation taken up meanwhile goes past them when
+    /// it commutes with them, rather than waiting for their answers (11 to 31 ms for an edit at
+    /// 10,000 routes). Only pairs are taken up, and only until any other fact arrives: the
+    /// others (sozu's reports of the requests under way among them, which the ledger must
+    /// know were sent) wait, in their order, for the pass to finish, and so do the pairs after
+    /// them.
+    async fn beside(
+        &mut self,
+        flight: Box<InFlight>,
+        mut sending: SendBeside,
+        facts: &mut UnboundedReceiver<Fact>,
+        next: &mut NextPass,
+    ) -> PassOutcome {
+        let mut waiting = Vec::new();
+        let mut open = true;
+        let delivered = loop {
+            tokio::select! {
+                biased;
+                delivered = &mut sending => break delivered,
+                fact = facts.recv(), if open => match fact {
+                    None => open = false,
+                    Some(fact @ Fact::Pairs(_)) if waiting.is_empty() => {
+                        self.take(fact, next);
+                        if next.certificates_only() && self.state.may_overtake() {
+                            match self.state.overtake(std::mem::take(next), &flight).await {
+                                // Published with the pass it went past, once that is answered.
+                                Overtaken::Done(outcome) => self.passed(outcome, next, false),
+                                Overtaken::Deferred(scope) => next.differs.extend(scope),
+                            }
+                        }
+                    }
+                    Some(fact) => waiting.push(fact),
+                },
+            }
+        };
+        let outcome = self.state.finish(flight, delivered).await;
+        for fact in waiting {
+            self.take(fact, next);
+        }
+        outcome
+    }
+
+    /// What a pass's outcome asks of the loop: back off, or hand memory back; and the status
+    /// published, unless another pass's requests are still with sozu (`publish` false): the
+    /// status would show their routes as served before sozu has answered.
+    fn passed(&mut self, outcome: PassOutcome, next: &mut NextPass, publish: bool) {
+        match outcome {
             PassOutcome::Unreachable => {
-                self.state.publish(self.phase.settling());
+                if publish {
+                    self.state.publish(self.phase.settling());
+                }
                 let wait = self.phase.unreachable(Instant::now());
                 tracing::warn!(
                     error = self.state.sozu_error().unwrap_or_default(),
@@ -215,12 +274,14 @@ impl<P: Proxy, C: CertSource> Driver<P, C> {
                 // while ready (a big edit, a restarted sozu) leaves readiness as it is.
                 self.phase
                     .reached(Instant::now(), bulk && !self.state.ready());
-                let started = std::time::Instant::now();
-                self.state.publish(self.phase.settling());
-                tracing::debug!(
-                    elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
-                    "status published"
-                );
+                if publish {
+                    let started = std::time::Instant::now();
+                    self.state.publish(self.phase.settling());
+                    tracing::debug!(
+                        elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+                        "status published"
+                    );
+                }
                 // After publishing, so that the publication's own garbage is returned too:
                 // trimmed before it, 30 MiB more stayed at rest at 10,000 routes.
                 if bulk {
@@ -232,9 +293,6 @@ impl<P: Proxy, C: CertSource> Driver<P, C> {
                         .add(usize::try_from(requests_sent).unwrap_or(usize::MAX));
                 }
             }
-        }
-        if self.phase.phase() == Phase::Settling {
-            self.settle(facts, next);
         }
     }
 

@@ -8,8 +8,9 @@ use std::collections::BTreeSet;
 use crate::plan::state::{Actual, ClusterState};
 use crate::plan::{self, Op, Outcome};
 use crate::sozu::generation::{should_resync, Generation};
-use crate::sozu::Proxy;
+use crate::sozu::proxy::SendBeside;
 use crate::sozu::SozuError;
+use crate::sozu::{Delivered, Proxy};
 use crate::workspace::ID_PREFIX;
 
 pub struct SozuSync<P> {
@@ -125,6 +126,35 @@ impl<P: Proxy> SozuSync<P> {
             elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
             "changes sent"
         );
+        self.sent(ops, delivered).await
+    }
+
+    /// As [`Self::apply`], past a send beside the loop that is under way (see
+    /// [`Proxy::apply_past`]).
+    pub async fn apply_past(&mut self, ops: Vec<Op>) -> (Vec<(Op, Outcome, bool)>, usize) {
+        let started = std::time::Instant::now();
+        let delivered = self.proxy.apply_past(ops.clone()).await;
+        tracing::debug!(
+            requests = ops.len(),
+            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+            "changes sent past the change under way"
+        );
+        self.sent(ops, delivered).await
+    }
+
+    /// Sends `ops` beside the loop, or hands them back when they go in bulk (see
+    /// [`Proxy::send_beside`]). Once the send is over, [`Self::sent`] says what became of each.
+    pub fn send_beside(&mut self, ops: Vec<Op>) -> Result<SendBeside, Vec<Op>> {
+        self.proxy.send_beside(ops)
+    }
+
+    /// What became of `ops`, sent as `delivered` says, as [`Self::apply`] says it; the shadow
+    /// advances with each request sozu applied.
+    pub async fn sent(
+        &mut self,
+        ops: Vec<Op>,
+        delivered: Delivered,
+    ) -> (Vec<(Op, Outcome, bool)>, usize) {
         let mut broken = false;
         let done: Vec<(Op, Outcome, bool)> = ops
             .into_iter()

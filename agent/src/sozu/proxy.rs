@@ -28,6 +28,18 @@ pub trait Proxy: Send + 'static {
     /// Sends `ops` (see [`super::phases::send_in_phases`]) and says what became of each,
     /// and how each went (see [`Delivered`]).
     fn apply(&mut self, ops: Vec<Op>) -> impl Future<Output = Delivered> + Send;
+    /// Sends `ops` beside the loop: the send owns what it needs, so that the loop can take up a
+    /// rotation while sozu answers them and send it past them ([`Proxy::apply_past`]). A change
+    /// that goes in bulk is handed back, for the loop to await [`Proxy::apply`] with it. A proxy
+    /// that cannot send beside the loop hands every change back.
+    fn send_beside(&mut self, ops: Vec<Op>) -> Result<SendBeside, Vec<Op>> {
+        Err(ops)
+    }
+    /// Sends `ops` while a send beside the loop ([`Proxy::send_beside`]) is under way, on a
+    /// connection that send does not use, one request at a time.
+    fn apply_past(&mut self, ops: Vec<Op>) -> impl Future<Output = Delivered> + Send {
+        self.apply(ops)
+    }
     /// Takes `created`, clusters the agent has just created in bulk, as already read (see
     /// [`SozuClient::remember_created`]). A proxy with nothing to remember has nothing to do.
     fn remember_created(
@@ -50,6 +62,9 @@ pub trait Proxy: Send + 'static {
     }
 }
 
+/// A send of a change that owns what it needs: the loop holds it while it goes on.
+pub type SendBeside = std::pin::Pin<Box<dyn Future<Output = Delivered> + Send>>;
+
 /// A read of sozu's state that owns what it needs: the loop holds it while it goes on.
 pub type ReadBeside = std::pin::Pin<Box<dyn Future<Output = Result<StateRead, SozuError>> + Send>>;
 
@@ -64,6 +79,9 @@ pub struct SozuProxy {
     lanes: Vec<Lane>,
     /// State reads, on a connection of their own (with what it has read of each cluster).
     reader: Reader,
+    /// The connection of the requests that go past a change under way (a rotation sent while
+    /// sozu answers an edit's requests on the lanes): see [`Proxy::apply_past`].
+    spare: Lane,
     /// Which socket the first lane last connected to, or tried to.
     socket: Option<SocketWatch>,
     /// Counts the connections the first lane opened: each may be to another sozu.
@@ -93,8 +111,10 @@ impl SozuProxy {
             .first()
             .map(SozuClient::sibling)
             .unwrap_or_else(|| SozuClient::new(std::path::Path::new(""), Default::default()));
+        let spare = Arc::new(Mutex::new(reader.sibling()));
         SozuProxy {
             reader: Arc::new(Mutex::new((reader, 0))),
+            spare,
             socket,
             lanes: clients
                 .into_iter()
@@ -172,7 +192,7 @@ impl Proxy for SozuProxy {
         if new_connection {
             self.connection += 1;
             // The other lanes may still talk to the previous sozu: reconnect them too.
-            for lane in &self.lanes[1..] {
+            for lane in self.lanes[1..].iter().chain([&self.spare]) {
                 lock(lane).disconnect();
             }
         }
@@ -223,13 +243,7 @@ impl Proxy for SozuProxy {
     async fn apply(&mut self, ops: Vec<Op>) -> Delivered {
         let count = ops.len();
         let lanes = self.lanes.clone();
-        let now = std::time::Instant::now();
-        let paused = self.bulk_paused_until.is_some_and(|until| now < until);
-        let batch = self
-            .batch_dir
-            .clone()
-            .filter(|_| count >= BATCH_MIN && !paused)
-            .map(|dir| (dir, self.workers));
+        let batch = self.batch(count);
         let result = tokio::task::spawn_blocking(move || match batch {
             Some((dir, workers)) => send_bulk(&lanes, &ops, &dir, workers),
             None => (Delivered::one_by_one(send_over(&lanes, &ops)), None),
@@ -263,5 +277,39 @@ impl Proxy for SozuProxy {
             }
             Err(e) => Delivered::one_by_one(vec![Outcome::NotSent(e.to_string()); count]),
         }
+    }
+
+    /// Every change but a bulk one (see [`SozuProxy::apply`]).
+    fn send_beside(&mut self, ops: Vec<Op>) -> Result<SendBeside, Vec<Op>> {
+        if self.batch(ops.len()).is_some() {
+            return Err(ops);
+        }
+        Ok(Box::pin(send_blocking(self.lanes.clone(), ops)))
+    }
+
+    async fn apply_past(&mut self, ops: Vec<Op>) -> Delivered {
+        send_blocking(vec![self.spare.clone()], ops).await
+    }
+}
+
+impl SozuProxy {
+    /// Where a change of `count` requests goes in bulk, and over how many workers; `None`: it
+    /// goes one request at a time.
+    fn batch(&self, count: usize) -> Option<(PathBuf, usize)> {
+        let now = std::time::Instant::now();
+        let paused = self.bulk_paused_until.is_some_and(|until| now < until);
+        self.batch_dir
+            .clone()
+            .filter(|_| count >= BATCH_MIN && !paused)
+            .map(|dir| (dir, self.workers))
+    }
+}
+
+/// Sends `ops` over `lanes` one request at a time, on tokio's blocking pool.
+async fn send_blocking(lanes: Vec<Lane>, ops: Vec<Op>) -> Delivered {
+    let count = ops.len();
+    match tokio::task::spawn_blocking(move || send_over(&lanes, &ops)).await {
+        Ok(outcomes) => Delivered::one_by_one(outcomes),
+        Err(e) => Delivered::one_by_one(vec![Outcome::NotSent(e.to_string()); count]),
     }
 }

@@ -15,6 +15,8 @@ mod intake;
 mod pass;
 mod publish;
 
+pub use pass::{Begun, InFlight, Overtaken};
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;

@@ -16,16 +16,163 @@ use super::{step_took, NextPass, PassOutcome, Reconciler};
 use crate::plan::state::{ClientAuthState, Protocol};
 use crate::plan::{self, Op, Outcome, Scope};
 use crate::reconcile::model::Model;
-use crate::sozu::Proxy;
+use crate::sozu::proxy::SendBeside;
+use crate::sozu::{Delivered, Proxy};
+
+/// A pass whose requests are with sozu beside the loop ([`Reconciler::begin`]): what is left of
+/// it once they are answered ([`Reconciler::finish`]).
+pub struct InFlight {
+    next: NextPass,
+    start: PassStart,
+    planned: Planned,
+}
+
+/// A pass as [`Reconciler::begin`] left it.
+pub enum Begun {
+    /// Over: nothing to send, or sent and answered (a bulk change, which the loop awaits).
+    Done(PassOutcome),
+    /// Its requests are with sozu: the loop awaits the send, may send a rotation past it
+    /// meanwhile ([`Reconciler::overtake`]), then finishes the pass with what was delivered.
+    Sending(Box<InFlight>, SendBeside),
+}
+
+/// What became of a pass taken up while another's requests were with sozu.
+pub enum Overtaken {
+    /// It went past them, or had nothing to send.
+    Done(PassOutcome),
+    /// Its requests do not commute with those under way ([`plan::overtakes`]): nothing was
+    /// sent, and this is what it concerns, for a pass after them.
+    Deferred(Scope),
+}
+
+/// What a pass counts from.
+struct PassStart {
+    sent_before: u64,
+    was_unreachable: bool,
+}
+
+/// A plan about to be sent: what it concerns, its requests, whether some were held back until
+/// their retry, and when it was made.
+struct Planned {
+    scope: Scope,
+    ops: Vec<Op>,
+    held: bool,
+    now: TokioInstant,
+}
+
+/// How far a pass's preparation got.
+enum Step {
+    /// Nothing to send for this scope.
+    Nothing(Scope),
+    Send(Planned),
+}
 
 impl<P: Proxy> Reconciler<P> {
-    /// One pass over what `next` asks for. The status is not published here: the caller
-    /// publishes once it knows whether readiness must wait for a settle.
+    /// One pass over what `next` asks for, its requests awaited. The status is not published
+    /// here: the caller publishes once it knows whether readiness must wait for a settle.
     pub async fn pass(&mut self, next: NextPass) -> PassOutcome {
+        let start = self.start_pass();
+        let result = match self.prepare(&next).await {
+            Ok(Step::Send(planned)) => {
+                log_sending(&planned.ops);
+                let (done, files) = self.sozu.apply(planned.ops.clone()).await;
+                self.applied(planned, done, files)
+            }
+            Ok(Step::Nothing(scope)) => Ok(scope),
+            Err(e) => Err(e),
+        };
+        self.end_pass(&next, start, result)
+    }
+
+    /// One pass over what `next` asks for, up to its requests: those that can go beside the
+    /// loop are left with sozu ([`Begun::Sending`]), so that a rotation taken up while sozu
+    /// answers them need not wait for them. An edit's few requests took sozu 11 to 31 ms at
+    /// 10,000 routes, and a rotation's pair read meanwhile waited for all of them.
+    pub async fn begin(&mut self, next: NextPass) -> Begun {
+        let start = self.start_pass();
+        let planned = match self.prepare(&next).await {
+            Ok(Step::Send(planned)) => planned,
+            Ok(Step::Nothing(scope)) => return Begun::Done(self.end_pass(&next, start, Ok(scope))),
+            Err(e) => return Begun::Done(self.end_pass(&next, start, Err(e))),
+        };
+        log_sending(&planned.ops);
+        match self.sozu.send_beside(planned.ops.clone()) {
+            Ok(sending) => Begun::Sending(
+                Box::new(InFlight {
+                    next,
+                    start,
+                    planned,
+                }),
+                sending,
+            ),
+            Err(ops) => {
+                let (done, files) = self.sozu.apply(ops).await;
+                let result = self.applied(planned, done, files);
+                Begun::Done(self.end_pass(&next, start, result))
+            }
+        }
+    }
+
+    /// Whether a pass may be taken up while `flight`'s requests are with sozu: only with a
+    /// shadow to plan on, since asking sozu who it is would wait for them.
+    pub fn may_overtake(&self) -> bool {
+        self.sozu.is_known() && self.sozu_error.is_none()
+    }
+
+    /// A pass about certificates alone (`next`), taken up while `flight`'s requests are with
+    /// sozu: sent past them on a connection of its own when its requests commute with theirs
+    /// ([`plan::overtakes`]), deferred otherwise.
+    pub async fn overtake(&mut self, next: NextPass, flight: &InFlight) -> Overtaken {
+        let start = self.start_pass();
+        let result = match self.prepare(&next).await {
+            Ok(Step::Send(planned)) if plan::overtakes(&planned.ops, &flight.planned.ops) => {
+                log_sending(&planned.ops);
+                let (done, files) = self.sozu.apply_past(planned.ops.clone()).await;
+                self.applied(planned, done, files)
+            }
+            Ok(Step::Send(planned)) => {
+                tracing::debug!(
+                    requests = planned.ops.len(),
+                    "a rotation waits for the change under way, whose requests it does not \
+                     commute with"
+                );
+                return Overtaken::Deferred(planned.scope);
+            }
+            Ok(Step::Nothing(scope)) => Ok(scope),
+            Err(e) => Err(e),
+        };
+        Overtaken::Done(self.end_pass(&next, start, result))
+    }
+
+    /// The end of a pass whose requests went beside the loop: `delivered` is what became of
+    /// them.
+    pub async fn finish(&mut self, flight: Box<InFlight>, delivered: Delivered) -> PassOutcome {
+        let InFlight {
+            next,
+            start,
+            planned,
+        } = *flight;
+        let (done, files) = self.sozu.sent(planned.ops.clone(), delivered).await;
+        let result = self.applied(planned, done, files);
+        self.end_pass(&next, start, result)
+    }
+
+    fn start_pass(&mut self) -> PassStart {
         self.counters.reconciles += 1;
-        let sent_before = self.counters.sozu_requests;
-        let was_unreachable = self.sozu_error.is_some();
-        let result = self.sync(&next).await;
+        PassStart {
+            sent_before: self.counters.sozu_requests,
+            was_unreachable: self.sozu_error.is_some(),
+        }
+    }
+
+    /// What a pass's end leaves in the state, whatever became of its requests (`result`: the
+    /// scope planned, or why sozu could not be reached).
+    fn end_pass(
+        &mut self,
+        next: &NextPass,
+        start: PassStart,
+        result: Result<Scope, String>,
+    ) -> PassOutcome {
         if let Ok(scope) = &result {
             self.stale_views.scope(scope);
             // What the backend maps keep follows the routes and their names' answers.
@@ -36,24 +183,24 @@ impl<P: Proxy> Reconciler<P> {
             }
         }
         // Every route shows whether sozu can be reached.
-        self.stale_views.all |= was_unreachable != result.is_err();
+        self.stale_views.all |= start.was_unreachable != result.is_err();
         if let Err(e) = result {
             self.counters.reconcile_errors += 1;
             self.sozu_error = Some(e);
             return PassOutcome::Unreachable;
         }
         PassOutcome::Done {
-            requests_sent: self.counters.sozu_requests - sent_before,
+            requests_sent: self.counters.sozu_requests - start.sent_before,
         }
     }
 
-    /// Brings sozu to the desired state within what changed: asks who sozu is (unless a pass
+    /// Brings the desired state and the plan up to what changed: asks who sozu is (unless a pass
     /// about certificates alone trusts the shadow), reads its state when the shadow is gone,
-    /// updates the model, plans, holds back what waits for a retry, applies. Returns the scope
-    /// planned; an error means sozu could not be reached.
-    async fn sync(&mut self, next: &NextPass) -> Result<Scope, String> {
+    /// updates the model, plans, holds back what waits for a retry. An error means sozu could
+    /// not be reached.
+    async fn prepare(&mut self, next: &NextPass) -> Result<Step, String> {
         let Some(workspace) = self.workspace.current.clone() else {
-            return Ok(Scope::default());
+            return Ok(Step::Nothing(Scope::default()));
         };
         if !next.certificates_only() || !self.sozu.is_known() {
             let started = Instant::now();
@@ -159,7 +306,7 @@ impl<P: Proxy> Reconciler<P> {
         }
         step_took(started, "desired state updated");
         let Some(model) = &self.model else {
-            return Ok(scope);
+            return Ok(Step::Nothing(scope));
         };
         let started = Instant::now();
         let planned = plan::plan_scope(actual, model.desired(), &scope);
@@ -185,18 +332,31 @@ impl<P: Proxy> Reconciler<P> {
                 self.last_converged = u64::try_from(self.clock.unix()).ok();
             }
             self.sozu_error = None;
-            return Ok(scope);
+            return Ok(Step::Nothing(scope));
         }
-        let summary = plan::summary(&ops)
-            .into_iter()
-            .map(|(kind, count)| format!("{kind}={count}"))
-            .collect::<Vec<_>>()
-            .join(" ");
-        tracing::info!(requests = ops.len(), %summary, "applying changes to sozu");
+        Ok(Step::Send(Planned {
+            scope,
+            ops,
+            held: !held.is_empty(),
+            now,
+        }))
+    }
+
+    /// What became of a plan's requests (`done`, and `files` state files loaded) taken into
+    /// the state; returns the scope planned, or why sozu could not be reached.
+    fn applied(
+        &mut self,
+        planned: Planned,
+        done: Vec<(Op, Outcome, bool)>,
+        files: usize,
+    ) -> Result<Scope, String> {
+        let Planned {
+            scope, held, now, ..
+        } = planned;
+
         let mut broken = None;
         let mut refused = false;
-        let sent_at = TokioInstant::now();
-        let (done, files) = self.sozu.apply(ops).await;
+        let sent_at = now;
         // Each state file is reported once, each request of its own twice.
         for _ in 0..files {
             self.ledger.loaded(sent_at);
@@ -250,7 +410,7 @@ impl<P: Proxy> Reconciler<P> {
             return Err(reason);
         }
         self.sozu_error = None;
-        if refused || !held.is_empty() {
+        if refused || held {
             self.counters.reconcile_errors += 1;
         } else if self.refusals.is_empty() {
             self.last_converged = u64::try_from(self.clock.unix()).ok();
@@ -282,6 +442,16 @@ impl<P: Proxy> Reconciler<P> {
         self.backends
             .retain(keep, |cluster| model.route_by_id(cluster).is_some());
     }
+}
+
+/// Says at info what a pass sends: how many requests of each kind.
+fn log_sending(ops: &[Op]) {
+    let summary = plan::summary(ops)
+        .into_iter()
+        .map(|(kind, count)| format!("{kind}={count}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    tracing::info!(requests = ops.len(), %summary, "applying changes to sozu");
 }
 
 /// The device CA and CRLs `op` gives the HTTPS listener, when it gives it some: its

@@ -5,6 +5,7 @@ mod backends;
 mod certificates;
 mod client_auth;
 mod edits;
+mod overtaking;
 mod readiness;
 mod resync;
 mod sozu;
@@ -46,6 +47,12 @@ struct FakeSozu {
     /// proxy decides; the next bulk change fails to load in part, and turns bulk off for good.
     bulk_from: Option<usize>,
     bulk_fails_next: bool,
+    /// A change sent beside the loop waits for this before sozu takes its requests, as an
+    /// edit's requests wait for sozu's answers; how many sends have waited for it.
+    send_gate: Option<Arc<tokio::sync::Notify>>,
+    sends_waiting: usize,
+    /// Requests sent past a change under way.
+    sent_past: usize,
     /// A resync's read beside the loop waits for this before it answers, as a long read of a
     /// large state does; what it lists is sozu's state once the gate opens.
     read_gate: Option<Arc<tokio::sync::Notify>>,
@@ -161,63 +168,36 @@ impl Proxy for Fake {
         if bulk {
             return self.apply_in_bulk(&ops);
         }
-        Delivered::one_by_one(send_in_phases(&ops, 1, |_, op| {
-            let mut s = self.0.lock().unwrap();
-            if s.down {
-                return Err(SendError::Broken("EPIPE".into()));
+        self.send(&ops)
+    }
+    /// Every change but a bulk one; the send waits for `send_gate` when there is one.
+    fn send_beside(&mut self, ops: Vec<Op>) -> Result<crate::sozu::proxy::SendBeside, Vec<Op>> {
+        let (hang, bulk, gate) = {
+            let s = self.0.lock().unwrap();
+            (
+                s.hang,
+                s.bulk_from.is_some_and(|n| ops.len() >= n),
+                s.send_gate.clone(),
+            )
+        };
+        if bulk {
+            return Err(ops);
+        }
+        let fake = self.clone();
+        Ok(Box::pin(async move {
+            if hang {
+                return std::future::pending().await;
             }
-            s.requests += 1;
-            s.report(op);
-            if s.during.as_ref().is_some_and(|(at, _)| *at == s.requests) {
-                if let (Some((_, fact)), Some(facts)) = (s.during.take(), &s.events) {
-                    let _ = facts.send(fact);
-                }
+            if let Some(gate) = gate {
+                fake.0.lock().unwrap().sends_waiting += 1;
+                gate.notified().await;
             }
-            if let Some((status, seen)) = &mut s.watch {
-                let fingerprint = match op {
-                    Op::AddCertificate { certificate, .. }
-                    | Op::ReplaceCertificate { certificate, .. } => {
-                        Some(certificate.fingerprint.to_string())
-                    }
-                    _ => None,
-                };
-                seen.push((status.load().head.readiness.ready, fingerprint));
-            }
-            if let Op::AddCertificate { certificate, .. }
-            | Op::ReplaceCertificate { certificate, .. } = op
-            {
-                if s.refuse.contains(&*certificate.fingerprint) {
-                    return Err(SendError::Refused("KeyMismatch".into()));
-                }
-            }
-            // What the real proxy refuses before sending: a listener it cannot build (an https
-            // one without its client certificates).
-            if let Err(e) = crate::sozu::request::to_request(op) {
-                return Err(match e {
-                    SozuError::Refused { message, .. } => SendError::Refused(message),
-                    other => SendError::Broken(other.to_string()),
-                });
-            }
-            if let Op::SetClientAuth { .. } = op {
-                s.client_auth_sent += 1;
-                if let Some(reason) = &s.refuse_client_auth {
-                    return Err(SendError::Refused(reason.clone()));
-                }
-            }
-            if let Op::ActivateListener { address, .. } = op {
-                if s.unbindable.contains(address) {
-                    return Err(SendError::Refused(format!(
-                        "Could not activate TCP listener: could not bind to socket {address}: \
-                         Address already in use (os error 98)"
-                    )));
-                }
-            }
-            if let Some(reason) = plan::refusal(&s.actual, op) {
-                return Err(SendError::Refused(reason));
-            }
-            plan::apply(&mut s.actual, op);
-            Ok(matches!(op, Op::CloseSessions { .. }).then_some(0))
+            fake.send(&ops)
         }))
+    }
+    async fn apply_past(&mut self, ops: Vec<Op>) -> Delivered {
+        self.0.lock().unwrap().sent_past += ops.len();
+        self.send(&ops)
     }
     async fn read_cluster(
         &mut self,
@@ -241,6 +221,70 @@ impl Proxy for Fake {
 }
 
 impl Fake {
+    /// Sends `ops` one request at a time, as sozu takes them.
+    fn send(&self, ops: &[Op]) -> Delivered {
+        Delivered::one_by_one(send_in_phases(ops, 1, |_, op| self.take(op)))
+    }
+
+    /// One request, as sozu takes it.
+    fn take(&self, op: &Op) -> Result<Option<u64>, SendError> {
+        let mut s = self.0.lock().unwrap();
+        if s.down {
+            return Err(SendError::Broken("EPIPE".into()));
+        }
+        s.requests += 1;
+        s.report(op);
+        if s.during.as_ref().is_some_and(|(at, _)| *at == s.requests) {
+            if let (Some((_, fact)), Some(facts)) = (s.during.take(), &s.events) {
+                let _ = facts.send(fact);
+            }
+        }
+        if let Some((status, seen)) = &mut s.watch {
+            let fingerprint = match op {
+                Op::AddCertificate { certificate, .. }
+                | Op::ReplaceCertificate { certificate, .. } => {
+                    Some(certificate.fingerprint.to_string())
+                }
+                _ => None,
+            };
+            seen.push((status.load().head.readiness.ready, fingerprint));
+        }
+        if let Op::AddCertificate { certificate, .. } | Op::ReplaceCertificate { certificate, .. } =
+            op
+        {
+            if s.refuse.contains(&*certificate.fingerprint) {
+                return Err(SendError::Refused("KeyMismatch".into()));
+            }
+        }
+        // What the real proxy refuses before sending: a listener it cannot build (an https
+        // one without its client certificates).
+        if let Err(e) = crate::sozu::request::to_request(op) {
+            return Err(match e {
+                SozuError::Refused { message, .. } => SendError::Refused(message),
+                other => SendError::Broken(other.to_string()),
+            });
+        }
+        if let Op::SetClientAuth { .. } = op {
+            s.client_auth_sent += 1;
+            if let Some(reason) = &s.refuse_client_auth {
+                return Err(SendError::Refused(reason.clone()));
+            }
+        }
+        if let Op::ActivateListener { address, .. } = op {
+            if s.unbindable.contains(address) {
+                return Err(SendError::Refused(format!(
+                    "Could not activate TCP listener: could not bind to socket {address}: \
+                     Address already in use (os error 98)"
+                )));
+            }
+        }
+        if let Some(reason) = plan::refusal(&s.actual, op) {
+            return Err(SendError::Refused(reason));
+        }
+        plan::apply(&mut s.actual, op);
+        Ok(matches!(op, Op::CloseSessions { .. }).then_some(0))
+    }
+
     /// A bulk change as the real proxy sends one: certificates by request, everything else in
     /// one state file, reported once. A file that fails to load in part turns bulk off.
     fn apply_in_bulk(&self, ops: &[Op]) -> Delivered {

@@ -1,0 +1,135 @@
+//! A rotation taken up while sozu answers an edit's requests: it goes past them when its
+//! requests commute with theirs, and waits for them otherwise; facts other than pairs wait for
+//! the edit, and the pairs after them too.
+
+use super::*;
+
+/// Two routes served, and a gate that holds the next change's requests from sozu, as sozu's
+/// answers to an edit take their time.
+async fn served_and_gated() -> (Harness, Arc<tokio::sync::Notify>) {
+    let h = start(Settings::default());
+    h.send(workspace(vec![
+        route(A, ip("10.0.0.1:80")),
+        route(B, ip("10.0.0.2:80")),
+    ]));
+    h.pair(A, 90);
+    h.pair(B, 90);
+    h.until("ready", |s| s.ready).await;
+    let gate = Arc::new(tokio::sync::Notify::new());
+    h.sozu.0.lock().unwrap().send_gate = Some(gate.clone());
+    (h, gate)
+}
+
+impl Harness {
+    /// Waits (in paused time) until a change's requests wait at the gate.
+    async fn until_gated(&self) {
+        for _ in 0..10_000 {
+            if self.sozu.0.lock().unwrap().sends_waiting > 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        panic!("no change waits at the gate");
+    }
+
+    /// Lets the change at the gate through, and those after it.
+    fn open_gate(&self, gate: &tokio::sync::Notify) {
+        self.sozu.0.lock().unwrap().send_gate = None;
+        gate.notify_one();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rotation_goes_past_an_edit_sozu_has_not_answered() {
+    let (h, gate) = served_and_gated().await;
+    h.pair(C, 90);
+    h.send(workspace(vec![
+        route(A, ip("10.0.0.1:80")),
+        route(B, ip("10.0.0.2:80")),
+        route(C, ip("10.0.0.3:80")),
+    ]));
+    h.until_gated().await;
+    let renewed = h.pair(A, 90);
+    h.until("A's renewal served", |_| {
+        h.served(A) == [renewed.fingerprint.clone()]
+    })
+    .await;
+    assert!(
+        !h.hosts_routed().contains(C),
+        "the edit's requests are still waiting"
+    );
+    assert_eq!(h.sozu.0.lock().unwrap().sent_past, 1);
+    // The status shows neither before sozu has answered the edit: C is not served yet.
+    assert!(route_state(&h.status(), C).is_none_or(|r| r.0 != RouteState::Ok));
+    h.open_gate(&gate);
+    let status = h.until_ok(C).await;
+    let a = status.routes.iter().find(|r| r.host == A).unwrap();
+    assert_eq!(a.certificate.rotations, 1, "the rotation is shown");
+    assert_eq!(h.served(A), [renewed.fingerprint], "the renewal stays");
+    assert_eq!(
+        h.hosts_routed().len(),
+        3,
+        "{:#?} {:#?}",
+        h.hosts_routed(),
+        h.sozu
+            .0
+            .lock()
+            .unwrap()
+            .actual
+            .frontends
+            .iter()
+            .map(|f| (f.hostname.clone(), f.protocol))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(h.backends(C), ["10.0.0.3:80"]);
+}
+
+/// The edit brings C in, with its certificate; a renewal of C's pair meanwhile would plan the
+/// edit's own requests for C again (its frontends): it waits, and is served once the edit is
+/// answered.
+#[tokio::test(start_paused = true)]
+async fn a_rotation_of_a_host_the_edit_brings_in_waits_for_the_edit() {
+    let (h, gate) = served_and_gated().await;
+    let first = h.pair(C, 90);
+    h.send(workspace(vec![
+        route(A, ip("10.0.0.1:80")),
+        route(B, ip("10.0.0.2:80")),
+        route(C, ip("10.0.0.3:80")),
+    ]));
+    h.until_gated().await;
+    let renewed = h.pair(C, 90);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(h.served(C).is_empty(), "nothing of C goes before the edit");
+    assert_eq!(h.sozu.0.lock().unwrap().sent_past, 0);
+    h.open_gate(&gate);
+    h.until("C's renewal served", |_| {
+        h.served(C) == [renewed.fingerprint.clone()]
+    })
+    .await;
+    assert_ne!(first.fingerprint, renewed.fingerprint);
+    h.until_ok(C).await;
+}
+
+/// A fact other than a pair (here a DNS answer) arrives first: it waits for the edit, and the
+/// renewal after it waits too, so that facts are taken up in their order.
+#[tokio::test(start_paused = true)]
+async fn a_rotation_after_another_fact_waits_for_the_edit() {
+    let (h, gate) = served_and_gated().await;
+    let before = h.served(B);
+    h.send(workspace(vec![
+        route(A, ip("10.0.0.1:80")),
+        route(B, ip("10.0.0.2:80")),
+        route(C, ip("10.0.0.3:80")),
+    ]));
+    h.until_gated().await;
+    h.send(answer("db.internal", &["10.0.1.1"], None));
+    let renewed = h.pair(B, 90);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(h.served(B), before);
+    h.open_gate(&gate);
+    h.until("B's renewal served", |_| {
+        h.served(B) == [renewed.fingerprint.clone()]
+    })
+    .await;
+    assert_eq!(h.sozu.0.lock().unwrap().sent_past, 0);
+}
