@@ -6,7 +6,7 @@
 //! |---|---|
 //! | the workspace changed | plans the routes that differ, after asking sozu who it is |
 //! | a DNS answer changed | plans the clusters of the name's routes, after asking sozu who it is |
-//! | a host's pair changed | plans that host alone, trusting the shadow without asking sozu first: a rotation costs one request, whatever the number of routes |
+//! | a host's pair changed | plans that host alone, trusting the shadow without asking sozu first: a rotation costs one request, whatever the number of routes; one that commutes with the requests of a pass sozu is answering goes past them ([`Driver::beside`]) |
 //! | sozu's socket came or went | asks sozu who it is; reads its state again, and plans everything, if it is a new sozu |
 //! | resync (`--resync-interval`) | nothing at once: sozu's state is read beside the loop and every pair again; once read, plans only what differs from the shadow ([`super::resync`]) |
 //! | sozu could not be reached | nothing until the back-off ends (a new socket, or a sozu listening at a socket not tried yet, ends it early); facts keep arriving meanwhile |
@@ -197,11 +197,15 @@ impl<P: Proxy, C: CertSource> Driver<P, C> {
 
     /// One pass, then what its outcome asks of the loop: back off, settle, or hand memory back.
     async fn pass(&mut self, facts: &mut UnboundedReceiver<Fact>, next: &mut NextPass) {
-        let outcome = match self.state.begin(std::mem::take(next)).await {
-            Begun::Done(outcome) => outcome,
+        let (outcome, deferred) = match self.state.begin(std::mem::take(next)).await {
+            Begun::Done(outcome) => (outcome, false),
             Begun::Sending(flight, sending) => self.beside(flight, sending, facts, next).await,
         };
-        self.passed(outcome, next, true);
+        // A rotation deferred during the pass is in the desired state but not in sozu: the
+        // status waits for the pass that sends it, which comes next. One that shows sozu
+        // unreachable is published at once.
+        let publish = !deferred || outcome == PassOutcome::Unreachable;
+        self.passed(outcome, next, publish);
         if self.phase.phase() == Phase::Settling {
             self.settle(facts, next);
         }
@@ -212,16 +216,18 @@ impl<P: Proxy, C: CertSource> Driver<P, C> {
     /// 10,000 routes). Only pairs are taken up, and only until any other fact arrives: the
     /// others (sozu's reports of the requests under way among them, which the ledger must
     /// know were sent) wait, in their order, for the pass to finish, and so do the pairs after
-    /// them.
+    /// them. Says whether a rotation was deferred: its host is in the desired state as it will
+    /// be once the next pass has sent it.
     async fn beside(
         &mut self,
         flight: Box<InFlight>,
         mut sending: SendBeside,
         facts: &mut UnboundedReceiver<Fact>,
         next: &mut NextPass,
-    ) -> PassOutcome {
+    ) -> (PassOutcome, bool) {
         let mut waiting = Vec::new();
         let mut open = true;
+        let mut deferred = false;
         let delivered = loop {
             tokio::select! {
                 biased;
@@ -234,7 +240,10 @@ impl<P: Proxy, C: CertSource> Driver<P, C> {
                             match self.state.overtake(std::mem::take(next), &flight).await {
                                 // Published with the pass it went past, once that is answered.
                                 Overtaken::Done(outcome) => self.passed(outcome, next, false),
-                                Overtaken::Deferred(scope) => next.differs.extend(scope),
+                                Overtaken::Deferred(scope) => {
+                                    next.differs.extend(scope);
+                                    deferred = true;
+                                }
                             }
                         }
                     }
@@ -246,7 +255,7 @@ impl<P: Proxy, C: CertSource> Driver<P, C> {
         for fact in waiting {
             self.take(fact, next);
         }
-        outcome
+        (outcome, deferred)
     }
 
     /// What a pass's outcome asks of the loop: back off, or hand memory back; and the status

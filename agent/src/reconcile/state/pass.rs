@@ -157,8 +157,7 @@ impl<P: Proxy> Reconciler<P> {
         self.end_pass(&next, start, result)
     }
 
-    fn start_pass(&mut self) -> PassStart {
-        self.counters.reconciles += 1;
+    fn start_pass(&self) -> PassStart {
         PassStart {
             sent_before: self.counters.sozu_requests,
             was_unreachable: self.sozu_error.is_some(),
@@ -173,6 +172,7 @@ impl<P: Proxy> Reconciler<P> {
         start: PassStart,
         result: Result<Scope, String>,
     ) -> PassOutcome {
+        self.counters.reconciles += 1;
         if let Ok(scope) = &result {
             self.stale_views.scope(scope);
             // What the backend maps keep follows the routes and their names' answers.

@@ -67,8 +67,8 @@ struct FakeSozu {
     /// A fact that arrives while sozu takes its request with this number (1-based), as a
     /// swapped pair arrives in the middle of a long pass.
     during: Option<(usize, Fact)>,
-    /// The published status, read at each request: whether `/readyz` said ready then, and the
-    /// certificate sent, if any.
+    /// The published status, read at each request (and each bulk change): whether `/readyz`
+    /// said ready then, and the certificate sent, if any.
     watch: Option<(SharedStatus, Vec<SeenAtRequest>)>,
     /// sozu refuses every new set of client certificates for this reason.
     refuse_client_auth: Option<String>,
@@ -289,6 +289,9 @@ impl Fake {
     /// one state file, reported once. A file that fails to load in part turns bulk off.
     fn apply_in_bulk(&self, ops: &[Op]) -> Delivered {
         let mut s = self.0.lock().unwrap();
+        if let Some((status, seen)) = &mut s.watch {
+            seen.push((status.load().head.readiness.ready, None));
+        }
         let certificate = |op: &Op| {
             matches!(
                 op,

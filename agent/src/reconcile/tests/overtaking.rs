@@ -133,3 +133,47 @@ async fn a_rotation_after_another_fact_waits_for_the_edit() {
     .await;
     assert_eq!(h.sozu.0.lock().unwrap().sent_past, 0);
 }
+
+/// A start's first pass, before any pair was read, is with sozu when the pairs arrive: their
+/// rotations bring the hosts' frontends in, so they wait for it. Readiness says ready only once
+/// sozu holds them: never while a request of theirs is still to be sent. (25 routes, as the
+/// real proxy sends them: the first pass's 54 requests one at a time, the pairs' 75 in bulk.)
+#[tokio::test(start_paused = true)]
+async fn pairs_read_during_a_starts_first_pass_wait_and_readiness_waits_for_them() {
+    let h = start(Settings::default());
+    let gate = Arc::new(tokio::sync::Notify::new());
+    {
+        let mut s = h.sozu.0.lock().unwrap();
+        s.send_gate = Some(gate.clone());
+        s.bulk_from = Some(crate::sozu::bulk::BATCH_MIN);
+        s.watch = Some((h.status.clone(), Vec::new()));
+    }
+    let hosts: Vec<String> = (0..25).map(|i| format!("svc{i}.in.example.org")).collect();
+    h.send(workspace(
+        hosts
+            .iter()
+            .enumerate()
+            .map(|(i, host)| route(host, ip(&format!("10.0.3.{}:80", i + 1))))
+            .collect(),
+    ));
+    h.until_gated().await;
+    // The tls dir source reads every pair at start and sends them in one fact.
+    let now = h.clock.now();
+    h.send(Fact::Pairs(
+        hosts
+            .iter()
+            .map(|host| (host.clone(), Ok(certificate(host, now, 90))))
+            .collect(),
+    ));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(h.sozu.0.lock().unwrap().sent_past, 0);
+    h.open_gate(&gate);
+    h.until("ready", |s| s.ready).await;
+    assert_eq!(h.hosts_routed().len(), hosts.len());
+    let s = h.sozu.0.lock().unwrap();
+    let seen = &s.watch.as_ref().unwrap().1;
+    assert!(
+        seen.iter().all(|(ready, _)| !ready),
+        "a request sent while /readyz said ready: {seen:?}"
+    );
+}
