@@ -19,6 +19,11 @@ use crate::reconcile::model::Model;
 use crate::sozu::proxy::SendBeside;
 use crate::sozu::{Delivered, Proxy};
 
+/// The most requests a pass sends past another's ([`Reconciler::overtake`]), one at a time on
+/// a connection of its own: a rotation's latency is worth it, a mass renewal's requests go
+/// faster over every connection once the pass before them is answered.
+const PAST_MAX: usize = 16;
+
 /// A pass whose requests are with sozu beside the loop ([`Reconciler::begin`]): what is left of
 /// it once they are answered ([`Reconciler::finish`]).
 pub struct InFlight {
@@ -121,11 +126,14 @@ impl<P: Proxy> Reconciler<P> {
 
     /// A pass about certificates alone (`next`), taken up while `flight`'s requests are with
     /// sozu: sent past them on a connection of its own when its requests commute with theirs
-    /// ([`plan::overtakes`]), deferred otherwise.
+    /// ([`plan::overtakes`]) and are few ([`PAST_MAX`]), deferred otherwise.
     pub async fn overtake(&mut self, next: NextPass, flight: &InFlight) -> Overtaken {
         let start = self.start_pass();
         let result = match self.prepare(&next).await {
-            Ok(Step::Send(planned)) if plan::overtakes(&planned.ops, &flight.planned.ops) => {
+            Ok(Step::Send(planned))
+                if planned.ops.len() <= PAST_MAX
+                    && plan::overtakes(&planned.ops, &flight.planned.ops) =>
+            {
                 log_sending(&planned.ops);
                 let (done, files) = self.sozu.apply_past(planned.ops.clone()).await;
                 self.applied(planned, done, files)

@@ -177,3 +177,53 @@ async fn pairs_read_during_a_starts_first_pass_wait_and_readiness_waits_for_them
         "a request sent while /readyz said ready: {seen:?}"
     );
 }
+
+/// A renewal of many pairs at once waits for the edit, then goes over every connection, rather
+/// than one request at a time past it.
+#[tokio::test(start_paused = true)]
+async fn a_mass_renewal_waits_for_the_edit() {
+    let h = start(Settings::default());
+    let hosts: Vec<String> = (0..20).map(|i| format!("svc{i}.in.example.org")).collect();
+    let routes = |extra: bool| {
+        let mut routes: Vec<Route> = hosts
+            .iter()
+            .enumerate()
+            .map(|(i, host)| route(host, ip(&format!("10.0.3.{}:80", i + 1))))
+            .collect();
+        if extra {
+            routes.push(route(C, ip("10.0.0.3:80")));
+        }
+        workspace(routes)
+    };
+    h.send(routes(false));
+    let renew = || {
+        let now = h.clock.now();
+        let pairs: Vec<(String, Certificate)> = hosts
+            .iter()
+            .map(|host| (host.clone(), certificate(host, now, 90)))
+            .collect();
+        h.send(Fact::Pairs(
+            pairs
+                .iter()
+                .map(|(h, c)| (h.clone(), Ok(c.clone())))
+                .collect(),
+        ));
+        pairs
+    };
+    renew();
+    h.until("ready", |s| s.ready).await;
+    let gate = Arc::new(tokio::sync::Notify::new());
+    h.sozu.0.lock().unwrap().send_gate = Some(gate.clone());
+    h.send(routes(true));
+    h.until_gated().await;
+    let renewed = renew();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(h.sozu.0.lock().unwrap().sent_past, 0);
+    h.open_gate(&gate);
+    h.until("every renewal served", |_| {
+        renewed
+            .iter()
+            .all(|(host, c)| h.served(host) == [c.fingerprint.clone()])
+    })
+    .await;
+}
