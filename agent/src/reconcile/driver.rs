@@ -213,11 +213,14 @@ impl<P: Proxy, C: CertSource> Driver<P, C> {
 
     /// While a pass's requests are with sozu: a rotation taken up meanwhile goes past them when
     /// it commutes with them, rather than waiting for their answers (11 to 31 ms for an edit at
-    /// 10,000 routes). Only pairs are taken up, and only until any other fact arrives: the
-    /// others (sozu's reports of the requests under way among them, which the ledger must
-    /// know were sent) wait, in their order, for the pass to finish, and so do the pairs after
-    /// them. Says whether a rotation was deferred: its host is in the desired state as it will
-    /// be once the next pass has sent it.
+    /// 10,000 routes). Only pairs are taken up. Every other fact waits, in its order, for the
+    /// pass to finish: sozu's reports among them, of the requests under way too, which the
+    /// ledger must know were sent before it reads them. Pairs may be taken up before the reports
+    /// waiting (the two are about different things, and the reports come during every edit);
+    /// once any other fact waits, the pairs after it wait too, so that they never go before a
+    /// workspace, an answer or a new socket that came first. Says whether a rotation was
+    /// deferred: its host is in the desired state as it will be once the next pass has sent
+    /// it.
     async fn beside(
         &mut self,
         flight: Box<InFlight>,
@@ -226,6 +229,8 @@ impl<P: Proxy, C: CertSource> Driver<P, C> {
         next: &mut NextPass,
     ) -> (PassOutcome, bool) {
         let mut waiting = Vec::new();
+        // A fact other than a pair or a report of sozu's waits: pairs wait behind it.
+        let mut blocked = false;
         let mut open = true;
         let mut deferred = false;
         let delivered = loop {
@@ -234,7 +239,7 @@ impl<P: Proxy, C: CertSource> Driver<P, C> {
                 delivered = &mut sending => break delivered,
                 fact = facts.recv(), if open => match fact {
                     None => open = false,
-                    Some(fact @ Fact::Pairs(_)) if waiting.is_empty() => {
+                    Some(fact @ Fact::Pairs(_)) if !blocked => {
                         self.take(fact, next);
                         if next.certificates_only() && self.state.may_overtake() {
                             match self.state.overtake(std::mem::take(next), &flight).await {
@@ -247,7 +252,10 @@ impl<P: Proxy, C: CertSource> Driver<P, C> {
                             }
                         }
                     }
-                    Some(fact) => waiting.push(fact),
+                    Some(fact) => {
+                        blocked |= !matches!(fact, Fact::Sozu(_) | Fact::Pairs(_));
+                        waiting.push(fact);
+                    }
                 },
             }
         };

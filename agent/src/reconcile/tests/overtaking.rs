@@ -84,6 +84,41 @@ async fn a_rotation_goes_past_an_edit_sozu_has_not_answered() {
     assert_eq!(h.backends(C), ["10.0.0.3:80"]);
 }
 
+/// sozu reports the edit's changes while it answers them: the reports wait for the edit (the
+/// ledger must know its requests were sent), and a renewal after them still goes past it.
+#[tokio::test(start_paused = true)]
+async fn a_rotation_goes_past_an_edit_after_sozus_reports_of_it() {
+    let (h, gate) = served_and_gated().await;
+    h.send(workspace(vec![
+        route(A, ip("10.0.0.1:80")),
+        route(B, ip("10.0.0.2:80")),
+        route(C, ip("10.0.0.3:80")),
+    ]));
+    h.until_gated().await;
+    let report = Fact::Sozu(SozuEvent::Changed(Change {
+        kind: ChangeKind::ClusterAdded,
+        cluster_id: Some(crate::workspace::route_id(C, "/")),
+        address: None,
+    }));
+    h.send(report.clone());
+    h.send(report);
+    let renewed = h.pair(A, 90);
+    h.until("A's renewal served", |_| {
+        h.served(A) == [renewed.fingerprint.clone()]
+    })
+    .await;
+    assert_eq!(h.sozu.0.lock().unwrap().sent_past, 1);
+    h.open_gate(&gate);
+    h.until("C routed", |_| h.backends(C) == ["10.0.0.3:80"])
+        .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        h.status().counters.drift_repairs,
+        0,
+        "the edit's reports taken for someone else's change"
+    );
+}
+
 /// The edit brings C in, with its certificate; a renewal of C's pair meanwhile would plan the
 /// edit's own requests for C again (its frontends): it waits, and is served once the edit is
 /// answered.
