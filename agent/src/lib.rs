@@ -40,6 +40,7 @@ pub mod document;
 pub mod evaluate;
 pub mod memory;
 pub mod plan;
+pub mod priority;
 pub mod reconcile;
 pub mod render;
 pub mod run;

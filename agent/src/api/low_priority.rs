@@ -4,7 +4,7 @@
 //! A scrape at 10,000 routes is tens of milliseconds of CPU (the traffic families rendered and
 //! deflated at each one). On tokio's blocking pool that work competes for a core on equal terms
 //! with a rotation: the tls dir thread reading the new pair, the loop sending it, and sozu's
-//! processes applying it. At a nice value of [`NICE`] the kernel gives the rotation the core as
+//! processes applying it. At a nice value of [`crate::priority::NICE`] more the kernel gives the rotation the core as
 //! soon as it wakes, and the scrape takes what is left. A scraper waits a little longer on a busy
 //! machine; a rotation does not wait for a scraper.
 //!
@@ -14,10 +14,9 @@
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Mutex, OnceLock};
 
-/// How much nicer than the agent the thread is. Linux's nice values run from -20 to 19; 10 more
-/// gives the thread about a tenth of the CPU share of the agent's other threads when both want
-/// the same core. Raising one's own nice value needs no privilege.
-const NICE: i32 = 10;
+/// How much nicer than the agent the thread is (see [`crate::priority`]).
+#[cfg(test)]
+const NICE: i32 = crate::priority::NICE;
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -79,13 +78,9 @@ fn start() -> Option<Mutex<Sender<Job>>> {
     }
 }
 
-/// [`NICE`] more than the thread had (a new thread has its parent's), at most 19. On Linux,
-/// `setpriority` with a thread id sets that thread's nice value alone.
+/// [`crate::priority::NICE`] more than the thread had (a new thread has its parent's).
 fn lower_own_priority() {
-    let tid = rustix::thread::gettid();
-    let lowered = rustix::process::getpriority_process(Some(tid))
-        .and_then(|now| rustix::process::setpriority_process(Some(tid), (now + NICE).min(19)));
-    if let Err(e) = lowered {
+    if let Err(e) = crate::priority::lower_this_thread() {
         tracing::warn!(error = %e, "cannot lower the admin rendering thread's priority");
     }
 }

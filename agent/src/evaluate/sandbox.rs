@@ -3,14 +3,14 @@
 //! Nickel has no step limit and a stack overflow aborts the whole process, so a workspace that
 //! recurses without end would take the agent (and the proxy's configuration with it) down. The
 //! child is this same binary, re-executed with a hidden subcommand and an empty environment: it
-//! caps its own address space, restricts its file access to reading the workspace's directory
-//! tree where the kernel has Landlock (besides the import check of [`crate::evaluate::imports`], which
-//! holds everywhere), evaluates on a thread with a large stack, and prints one JSON [`Report`]
-//! on stdout. A workspace already read (standard input, a pipe: [`crate::evaluate::input`]) reaches the
-//! child on its standard input, the one copy it evaluates. The parent reads at most
-//! [`MAX_REPORT_BYTES`] of the report, kills the child at the deadline, turns a crash into an
-//! error that says what probably happened, and cleans the diagnostic ([`crate::text`]) before
-//! anyone logs, serves or prints it.
+//! caps its own address space, runs at a lower CPU priority ([`crate::priority`]), restricts its
+//! file access to reading the workspace's directory tree where the kernel has Landlock (besides
+//! the import check of [`crate::evaluate::imports`], which holds everywhere), evaluates on a
+//! thread with a large stack, and prints one JSON [`Report`] on stdout. A workspace already read
+//! (standard input, a pipe: [`crate::evaluate::input`]) reaches the child on its standard input,
+//! the one copy it evaluates. The parent reads at most [`MAX_REPORT_BYTES`] of the report, kills
+//! the child at the deadline, turns a crash into an error that says what probably happened, and
+//! cleans the diagnostic ([`crate::text`]) before anyone logs, serves or prints it.
 //!
 //! The memory cap follows the container: inside a cgroup with a `memory.max`, the child may
 //! use at most what the cgroup has left beside the agent, so that a workspace that grows without
@@ -322,6 +322,10 @@ pub fn child_main(
 ) -> i32 {
     // The cap is best effort: without it the deadline still bounds the child.
     let _ = rlimit::setrlimit(rlimit::Resource::AS, memory_bytes, memory_bytes);
+    // An evaluation can wait: at 10,000 routes it is most of a second of CPU after each edit,
+    // and at the agent's priority it held up rotations on a busy machine. Best effort, before
+    // the evaluation's thread starts (it inherits it).
+    let _ = crate::priority::lower_this_thread();
     crate::memory::use_one_heap();
     let input = match name {
         None => Input::File(path.to_owned()),
