@@ -18,7 +18,7 @@
 //! | [`document`] | the `/v1/state` document: every type of it (a leaf) | none |
 //! | [`api`] | serving it: the admin HTTP server, the snapshots, `/metrics`, `/v1/events` ([`api::events`]) | HTTP |
 //! | [`acme`] | `tls_rotation = 'sozu_managed`: ordering certificates into the tls dir, by its renewal policy | ACME, DNS, files |
-//! | [`clock`], [`text`], [`memory`] | time, printable text, the allocator | none |
+//! | [`clock`], [`text`], [`memory`], [`priority`] | time, printable text, the allocator, the CPU priority of work that can wait | none |
 //!
 //! To add a kind of route: a variant of [`workspace::RouteKind`], then wherever the compiler
 //! says (docs/agent.md, "Kinds of routes"). To add a field to a route's policy: [`workspace::RoutePolicy`], then
