@@ -121,11 +121,7 @@ impl<P: Proxy> SozuSync<P> {
     pub async fn apply(&mut self, ops: Vec<Op>) -> (Vec<(Op, Outcome, bool)>, usize) {
         let started = std::time::Instant::now();
         let delivered = self.proxy.apply(ops.clone()).await;
-        tracing::debug!(
-            requests = ops.len(),
-            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
-            "changes sent"
-        );
+        log_sent(&ops, started, "changes sent");
         self.sent(ops, delivered).await
     }
 
@@ -134,11 +130,7 @@ impl<P: Proxy> SozuSync<P> {
     pub async fn apply_past(&mut self, ops: Vec<Op>) -> (Vec<(Op, Outcome, bool)>, usize) {
         let started = std::time::Instant::now();
         let delivered = self.proxy.apply_past(ops.clone()).await;
-        tracing::debug!(
-            requests = ops.len(),
-            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
-            "changes sent past the change under way"
-        );
+        log_sent(&ops, started, "changes sent past the change under way");
         self.sent(ops, delivered).await
     }
 
@@ -267,6 +259,15 @@ impl<P: Proxy> SozuSync<P> {
                 "could not take the clusters created in bulk as read; the next resync reads them"),
         }
     }
+}
+
+/// Logs at debug how long sending `ops` took.
+fn log_sent(ops: &[Op], started: std::time::Instant, what: &str) {
+    tracing::debug!(
+        requests = ops.len(),
+        elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+        "{what}"
+    );
 }
 
 /// The cluster whose configuration `op` changes, if any: what sozu's hash of it covers. Every

@@ -76,17 +76,13 @@ impl<P: Proxy> Reconciler<P> {
     /// One pass over what `next` asks for, its requests awaited. The status is not published
     /// here: the caller publishes once it knows whether readiness must wait for a settle.
     pub async fn pass(&mut self, next: NextPass) -> PassOutcome {
-        let start = self.start_pass();
-        let result = match self.prepare(&next).await {
-            Ok(Step::Send(planned)) => {
-                log_sending(&planned.ops);
-                let (done, files) = self.sozu.apply(planned.ops.clone()).await;
-                self.applied(planned, done, files)
+        match self.begin(next).await {
+            Begun::Done(outcome) => outcome,
+            Begun::Sending(flight, sending) => {
+                let delivered = sending.await;
+                self.finish(flight, delivered).await
             }
-            Ok(Step::Nothing(scope)) => Ok(scope),
-            Err(e) => Err(e),
-        };
-        self.end_pass(&next, start, result)
+        }
     }
 
     /// One pass over what `next` asks for, up to its requests: those that can go beside the
