@@ -94,9 +94,25 @@ impl PairStamps {
         }
     }
 
-    /// Forgets the hosts `keep` says no.
-    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
-        self.good.retain(|host, _| keep(host));
+    /// Forgets `host`'s last read: it left the workspace.
+    pub fn forget(&mut self, host: &str) {
+        self.good.remove(host);
+    }
+
+    /// Forgets every read: the pairs now live in another directory.
+    pub fn clear(&mut self) {
+        self.good.clear();
+    }
+
+    /// How many hosts' last reads are kept.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.good.len()
+    }
+
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.good.is_empty()
     }
 }
 
@@ -158,7 +174,7 @@ mod tests {
         // Forgotten with its host.
         stamps.note("a", look, now + 10, Some(now + 100));
         assert!(stamps.unchanged("a", look.as_ref(), now + 10));
-        stamps.retain(|h| h != "a");
+        stamps.forget("a");
         assert!(!stamps.unchanged("a", look.as_ref(), now + 10));
     }
 }
