@@ -221,6 +221,20 @@ impl Proxy for Fake {
 }
 
 impl Fake {
+    /// The fingerprints of the certificates sozu holds for `host`, on any listener.
+    fn served(&self, host: &str) -> Vec<std::sync::Arc<str>> {
+        let s = self.0.lock().unwrap();
+        s.actual
+            .certificates
+            .values()
+            .flat_map(|held| {
+                held.named(host)
+                    .map(|(f, _)| std::sync::Arc::clone(f))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     /// Sends `ops` one request at a time, as sozu takes them.
     fn send(&self, ops: &[Op]) -> Delivered {
         Delivered::one_by_one(send_in_phases(ops, 1, |_, op| self.take(op)))
@@ -490,16 +504,7 @@ impl Harness {
 
     /// Fingerprints sozu holds for `host`.
     fn served(&self, host: &str) -> Vec<std::sync::Arc<str>> {
-        let s = self.sozu.0.lock().unwrap();
-        s.actual
-            .certificates
-            .values()
-            .flat_map(|held| {
-                held.named(host)
-                    .map(|(f, _)| std::sync::Arc::clone(f))
-                    .collect::<Vec<_>>()
-            })
-            .collect()
+        self.sozu.served(host)
     }
 
     /// Hosts with an HTTPS frontend (an HTTP one only redirects, and needs no certificate).

@@ -51,16 +51,7 @@ impl Alone {
     }
 
     fn served(&self, host: &str) -> Vec<std::sync::Arc<str>> {
-        let s = self.sozu.0.lock().unwrap();
-        s.actual
-            .certificates
-            .values()
-            .flat_map(|held| {
-                held.named(host)
-                    .map(|(f, _)| std::sync::Arc::clone(f))
-                    .collect::<Vec<_>>()
-            })
-            .collect()
+        self.sozu.served(host)
     }
 }
 
