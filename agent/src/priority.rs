@@ -1,11 +1,14 @@
-//! CPU priority: work that can wait yields the core to work that cannot.
+//! CPU priority: work that can wait takes a smaller share of a core than work that cannot.
 //!
 //! A rotation is a handful of milliseconds spread over several threads and processes (the tls
 //! dir thread reading the new pair, the loop sending it, sozu's main process and worker applying
 //! it), each woken in turn. Batch work beside them (a workspace's evaluation, most of a second of
 //! CPU at 10,000 routes; an admin body rendered for a scrape) takes a core on equal terms unless
-//! it is nicer: at [`NICE`] the kernel gives each woken step of the rotation the core at once,
-//! and the batch work takes what is left.
+//! it is nicer: at [`NICE`] it gets about a tenth of the time of the rotation's steps while both
+//! want a core. It does not make a woken step run at once: on Linux's EEVDF scheduler a task
+//! already on a core keeps it until its slice ends or the next tick (4 ms on the reference
+//! machine), nice or not, and a trace showed sozu's main process waiting 3.7 ms so behind an
+//! evaluation (docs/benchmarks.md, "A rotation's event taken up at once").
 
 /// How much nicer than the agent batch work runs. Linux's nice values run from -20 to 19; 10
 /// more gives a thread about a tenth of the CPU share of the agent's other threads when both

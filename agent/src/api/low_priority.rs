@@ -4,19 +4,15 @@
 //! A scrape at 10,000 routes is tens of milliseconds of CPU (the traffic families rendered and
 //! deflated at each one). On tokio's blocking pool that work competes for a core on equal terms
 //! with a rotation: the tls dir thread reading the new pair, the loop sending it, and sozu's
-//! processes applying it. At a nice value of [`crate::priority::NICE`] more the kernel gives the rotation the core as
-//! soon as it wakes, and the scrape takes what is left. A scraper waits a little longer on a busy
-//! machine; a rotation does not wait for a scraper.
+//! processes applying it. At a nice value of [`crate::priority::NICE`] more, the scrape gets about
+//! a tenth of a core's time while they want it, and takes what is left. A scraper waits a little
+//! longer on a busy machine.
 //!
 //! One thread, so concurrent scrapes take turns; a body is cached between changes, so a second
 //! scraper mostly gets the first one's bytes anyway.
 
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Mutex, OnceLock};
-
-/// How much nicer than the agent the thread is (see [`crate::priority`]).
-#[cfg(test)]
-const NICE: i32 = crate::priority::NICE;
 
 type Job = Box<dyn FnOnce() + Send>;
 
@@ -104,7 +100,7 @@ mod tests {
         let rendering = run(nice_of_this_thread).await.expect("getpriority");
         // The thread starts from the nice value of whichever thread first used it.
         assert!(
-            rendering == 19 || rendering >= before + NICE,
+            rendering == 19 || rendering >= before + crate::priority::NICE,
             "the rendering thread runs at nice {rendering}, the caller at {before}"
         );
         assert_eq!(nice_of_this_thread().expect("getpriority"), before);
