@@ -267,8 +267,8 @@ fn still(change: Change, evaluated: &Option<DirLook>, now: Option<DirLook>) -> C
 struct Joined {
     admin_port: u16,
     /// Shared with what is published when it has no Traefik routes to join: a copy of 10,000
-    /// routes was milliseconds of CPU on a runtime thread at each edit, and as many megabytes
-    /// held twice.
+    /// routes was milliseconds of CPU on a runtime thread at each edit, and 3–4 MiB more held
+    /// at rest (docs/benchmarks.md).
     own: Option<Arc<Workspace>>,
     traefik: Option<traefik::Update>,
 }
@@ -289,7 +289,7 @@ impl Joined {
     fn workspace(&self) -> Option<Arc<Workspace>> {
         let own = self.own.as_ref()?;
         if own.traefik.is_none() {
-            return Some(own.clone());
+            return Some(Arc::clone(own));
         }
         let update = self.traefik.clone().unwrap_or_default();
         Some(Arc::new(merge(
