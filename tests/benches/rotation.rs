@@ -489,6 +489,35 @@ fn busy(args: &Args) {
             r.read_failures,
         );
     }
+    println!(
+        "\n| routes | busy p50 / p99 / max (this build) | floor p50 / p99 / max | busy above 10 ms | floor above 10 ms | floor edit → served p50 / max |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|");
+    for (_, r) in &rows {
+        let Some(floor) = &r.floor else { continue };
+        let above = |v: &[Duration]| {
+            let n = v.iter().filter(|d| d.as_secs_f64() > 0.010).count();
+            format!("{n} of {}", v.len())
+        };
+        println!(
+            "| {} | {} | {} | {} | {} | {:.0} / {:.0} ms ({}) |",
+            r.routes,
+            spread(&r.busy),
+            spread(&floor.rotations),
+            above(&r.busy),
+            above(&floor.rotations),
+            p(&floor.edits, 50.0),
+            p(&floor.edits, 100.0),
+            floor.edits.len(),
+        );
+    }
+    println!(
+        "floor: the agent stopped after the busy phase; each rotation the same swap followed at \
+         once by one ReplaceCertificate written straight on sozu's socket, the workspace renamed, \
+         evaluated by `check` and its route added or taken away with four requests every {:?}, \
+         the probes as in the busy phase, no resync reads",
+        busy::EDIT_EVERY
+    );
     println!("\n| build | routes | unchanged resync: read (beside the loop) p50 / max | compared (loop) p50 / max | pairs read again taken up (loop), a batch p50 / max | the same, a resync's total |");
     println!("|---|---:|---:|---:|---:|---:|");
     for (name, r) in &rows {

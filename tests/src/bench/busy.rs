@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::floor::{self, FloorOutcome};
 use super::ours::{self, Ours};
 use super::scale::{host, rotate, workspace_text, Pace, Rng};
 use super::workload::{handshake, Pair};
@@ -58,6 +59,9 @@ pub struct BusyOutcome {
     pub read_ms: Vec<f64>,
     pub compared_ms: Vec<f64>,
     pub pairs_taken_ms: Vec<f64>,
+    /// The same rotations, probes and evaluations with the agent stopped (see [`floor`]); for
+    /// the build under test only.
+    pub floor: Option<FloorOutcome>,
 }
 
 /// The agent's log filter: the loop's resync and pair lines at debug level; `BUSY_AGENT_LOG`
@@ -79,7 +83,7 @@ pub fn run(
     let backend = Backend::start("app");
     let firsts: Vec<Pair> = (0..n).map(|i| Pair::new(&host(i))).collect();
     let mut rng = Rng(seed.max(1));
-    let renewals: Vec<(usize, Pair)> = (0..2 * rotations)
+    let renewals: Vec<(usize, Pair)> = (0..3 * rotations)
         .map(|_| {
             let i = rng.below(n);
             (i, Pair::new(&host(i)))
@@ -104,7 +108,8 @@ pub fn run(
         },
     )?;
     let https = ours.stack.https;
-    let (quiet_renewals, busy_renewals) = renewals.split_at(rotations);
+    let (quiet_renewals, rest) = renewals.split_at(rotations);
+    let (busy_renewals, floor_renewals) = rest.split_at(rotations);
     let quiet = rotate(&ours, https, quiet_renewals, 0, Pace::Every(PACE))?;
 
     // The same agent with resyncs on; the workspace texts of both edits prepared beforehand.
@@ -143,7 +148,12 @@ pub fn run(
         let stop = stop.clone();
         let path = ours.stack.workspace_path();
         let fingerprint = edited.fingerprint.clone();
-        std::thread::spawn(move || edit(&stop, &path, &texts, https, &host(n), &fingerprint))
+        let texts = texts.clone();
+        std::thread::spawn(move || {
+            edit(&stop, &path, &texts, https, &host(n), &fingerprint, |_| {
+                Ok(())
+            })
+        })
     };
     let busy = rotate(
         &ours,
@@ -161,6 +171,31 @@ pub fn run(
         std::fs::write(&path, ours.stack.agent_logs())
             .map_err(|e| format!("keep the agent's log: {e}"))?;
     }
+    let floor = match bin {
+        Some(_) => None,
+        None => {
+            if !ours.stack.stop_agent() {
+                return Err("the agent did not stop on SIGTERM before the floor".into());
+            }
+            let mut current: Vec<String> = firsts.iter().map(|p| p.fingerprint.clone()).collect();
+            for (i, pair) in quiet_renewals.iter().chain(busy_renewals) {
+                current[*i] = pair.fingerprint.clone();
+            }
+            let setting = floor::Setting {
+                socket: &ours.stack.socket(),
+                https,
+                backend: backend.address,
+                certs: ours.certs.path(),
+                generation: (quiet_renewals.len() + busy_renewals.len()) as u32,
+                workspace: &ours.stack.workspace_path(),
+                check: crate::agent_bin(),
+                texts,
+                edited_host: host(n + 1),
+                edited: Pair::new(&host(n + 1)),
+            };
+            Some(floor::run(setting, floor_renewals, &mut current)?)
+        }
+    };
     Ok(BusyOutcome {
         routes: n,
         quiet,
@@ -173,6 +208,7 @@ pub fn run(
         read_ms,
         compared_ms,
         pairs_taken_ms,
+        floor,
     })
 }
 
@@ -193,13 +229,16 @@ fn restart(ours: &mut Ours, bin: Option<&Path>, args: &[&str], n: usize) -> Resu
 /// Every [`EDIT_EVERY`] until `stop`: the workspace renamed into place, adding `host` and taking
 /// it away in turn; each addition timed to the first handshake presenting `fingerprint`, each
 /// removal waited for (the handshake no longer presents it) so that edits do not overlap.
-fn edit(
+/// `apply(adding)` runs right after each rename: nothing when an agent watches the workspace,
+/// what the floor does in its place otherwise.
+pub fn edit(
     stop: &AtomicBool,
     path: &Path,
     texts: &[String; 2],
     https: SocketAddr,
     host: &str,
     fingerprint: &str,
+    mut apply: impl FnMut(bool) -> Result<(), String>,
 ) -> Result<Vec<Duration>, String> {
     let staged: PathBuf = path.with_extension("next");
     let mut added = Vec::new();
@@ -216,6 +255,7 @@ fn edit(
         std::fs::write(&staged, &texts[k % 2]).map_err(|e| format!("write the workspace: {e}"))?;
         let renamed = Instant::now();
         std::fs::rename(&staged, path).map_err(|e| format!("rename the workspace: {e}"))?;
+        apply(adding)?;
         let deadline = renamed + Duration::from_secs(60);
         loop {
             let presented = handshake(https, host).is_ok_and(|(fp, _)| fp == fingerprint);

@@ -25,6 +25,7 @@ use process::Group;
 pub mod busy;
 pub mod drift;
 pub mod envoy;
+pub mod floor;
 pub mod haproxy;
 pub mod hops;
 pub mod mass;
