@@ -23,6 +23,7 @@ use super::state::{Begun, InFlight, NextPass, Overtaken, PassOutcome, Reconciler
 use crate::api::{Heartbeat, SharedStatus};
 use crate::clock::Clock;
 use crate::document::ReadinessMode;
+use crate::plan::Scope;
 use crate::sources::{CertSource, Fact};
 use crate::sozu::proxy::SendBeside;
 use crate::sozu::Proxy;
@@ -233,6 +234,11 @@ impl<P: Proxy, C: CertSource> Driver<P, C> {
         let mut blocked = false;
         let mut open = true;
         let mut deferred = false;
+        // What the deferred rotations concern, kept out of `next` until the pass is answered:
+        // in `next` it would make every pair after them wait too (`certificates_only`), when a
+        // rotation of another host still commutes with the pass. An edit that brings a host in
+        // has its pair read as the tls dir source follows the edit, so this is every such edit.
+        let mut held = Scope::default();
         let delivered = loop {
             tokio::select! {
                 biased;
@@ -246,7 +252,7 @@ impl<P: Proxy, C: CertSource> Driver<P, C> {
                                 // Published with the pass it went past, once that is answered.
                                 Overtaken::Done(outcome) => self.passed(outcome, next, false),
                                 Overtaken::Deferred(scope) => {
-                                    next.differs.extend(scope);
+                                    held.extend(scope);
                                     deferred = true;
                                 }
                             }
@@ -260,6 +266,7 @@ impl<P: Proxy, C: CertSource> Driver<P, C> {
             }
         };
         let outcome = self.state.finish(flight, delivered).await;
+        next.differs.extend(held);
         for fact in waiting {
             self.take(fact, next);
         }

@@ -145,6 +145,38 @@ async fn a_rotation_of_a_host_the_edit_brings_in_waits_for_the_edit() {
     h.until_ok(C).await;
 }
 
+/// The edit brings C in before C's pair was read, as a tls dir source reads a new host's pair
+/// once it follows the edit: the pair arrives while sozu answers the edit and waits for it (C's
+/// frontends go with it). A renewal of A after it is none of C's: it still goes past the edit.
+#[tokio::test(start_paused = true)]
+async fn a_rotation_goes_past_an_edit_after_another_that_waits_for_it() {
+    let (h, gate) = served_and_gated().await;
+    h.send(workspace(vec![
+        route(A, ip("10.0.0.1:80")),
+        route(B, ip("10.0.0.2:80")),
+        route(C, ip("10.0.0.3:80")),
+    ]));
+    h.until_gated().await;
+    let brought_in = h.pair(C, 90);
+    let renewed = h.pair(A, 90);
+    h.until("A's renewal served", |_| {
+        h.served(A) == [renewed.fingerprint.clone()]
+    })
+    .await;
+    assert!(h.served(C).is_empty(), "nothing of C goes before the edit");
+    assert_eq!(h.sozu.0.lock().unwrap().sent_past, 1);
+    h.open_gate(&gate);
+    h.until("C served", |_| {
+        h.served(C) == [brought_in.fingerprint.clone()]
+    })
+    .await;
+    let status = h.until_ok(C).await;
+    let a = status.routes.iter().find(|r| r.host == A).unwrap();
+    assert_eq!(a.certificate.rotations, 1, "the rotation is shown");
+    assert_eq!(h.served(A), [renewed.fingerprint], "the renewal stays");
+    assert_eq!(h.backends(C), ["10.0.0.3:80"]);
+}
+
 /// A fact other than a pair (here a DNS answer) arrives first: it waits for the edit, and the
 /// renewal after it waits too, so that facts are taken up in their order.
 #[tokio::test(start_paused = true)]
