@@ -7,26 +7,34 @@ use crate::plan::state::Protocol;
 /// Which step of the plan's order an operation belongs to. Operations of one phase are
 /// independent of each other and may be sent concurrently; phases go strictly in order. The
 /// steps of a frontend swap are phases of their own, in their order, after the frontends added.
+///
+/// A certificate replaced goes first. It replaces one that sozu serves, on a listener that is
+/// there: nothing else in a plan makes it possible, and sozu keys a listener's certificates by
+/// fingerprint, so nothing after it depends on anything but its own success (the frontends of
+/// its names, later, as for any certificate). A rotation taken up together with an edit then
+/// waits for one answer, not for the edit's clusters, backends and certificates before it
+/// (19 ms for three at 10,000 routes, in a debug log of the busy bench).
 pub fn phase(op: &Op) -> u32 {
     let base: u32 = match op {
-        Op::AddListener { .. } => 0,
-        Op::ActivateListener { .. } => 1,
+        Op::ReplaceCertificate { .. } => 0,
+        Op::AddListener { .. } => 1,
+        Op::ActivateListener { .. } => 2,
         Op::SetListenerHsts { .. }
         | Op::PatchListener { .. }
         | Op::SetClientAuth { .. }
-        | Op::SetListenerAnswers { .. } => 2,
-        Op::AddCluster { .. } => 3,
-        Op::AddBackend { .. } | Op::SetHealthCheck { .. } | Op::RemoveHealthCheck { .. } => 4,
-        Op::AddCertificate { .. } | Op::ReplaceCertificate { .. } => 5,
-        Op::RemoveCertificate { .. } => 6,
-        Op::RemoveFrontend(_) | Op::RemoveStreamFrontend(_) => 7,
-        Op::AddFrontend(_) | Op::AddStreamFrontend(_) => 8,
-        Op::SwapFrontend { .. } => 9,
-        Op::RemoveBackend { .. } => 10,
-        Op::CloseSessions { .. } => 11,
-        Op::RemoveCluster { .. } => 12,
-        Op::DeactivateListener { .. } => 13,
-        Op::RemoveListener { .. } => 14,
+        | Op::SetListenerAnswers { .. } => 3,
+        Op::AddCluster { .. } => 4,
+        Op::AddBackend { .. } | Op::SetHealthCheck { .. } | Op::RemoveHealthCheck { .. } => 5,
+        Op::AddCertificate { .. } => 6,
+        Op::RemoveCertificate { .. } => 7,
+        Op::RemoveFrontend(_) | Op::RemoveStreamFrontend(_) => 8,
+        Op::AddFrontend(_) | Op::AddStreamFrontend(_) => 9,
+        Op::SwapFrontend { .. } => 10,
+        Op::RemoveBackend { .. } => 11,
+        Op::CloseSessions { .. } => 12,
+        Op::RemoveCluster { .. } => 13,
+        Op::DeactivateListener { .. } => 14,
+        Op::RemoveListener { .. } => 15,
     };
     let step = match op {
         Op::SwapFrontend { add, step, .. } => u32::from(*step) * 2 + u32::from(!*add),

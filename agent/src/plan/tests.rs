@@ -995,6 +995,52 @@ fn a_rotation_goes_past_an_edit_that_touches_none_of_its_certificates_or_listene
     assert!(!overtakes(&edit, &rotation));
 }
 
+/// A rotation planned with an edit (both taken up before one pass) goes first: sozu answers
+/// the plan's phases in order, and the edit's clusters, backends and certificates took it
+/// 10–20 ms at 10,000 routes, which the rotation would otherwise wait for.
+#[test]
+fn a_rotation_planned_with_an_edit_goes_first() {
+    let before = workspace(&[
+        ("a.in.example.org", "/", "10.0.0.1:80"),
+        ("r.in.example.org", "/", "10.0.0.2:80"),
+    ]);
+    let after = workspace(&[
+        ("a.in.example.org", "/", "10.0.0.1:80"),
+        ("b.in.example.org", "/", "10.0.0.3:80"),
+        ("r.in.example.org", "/", "10.0.0.2:80"),
+    ]);
+    let mut actual = Actual::default();
+    converge(
+        &mut actual,
+        &desired(
+            &before,
+            &[cert("a.in.example.org", 1), cert("r.in.example.org", 5)],
+        ),
+    );
+    let both = plan(
+        &actual,
+        &desired(
+            &after,
+            &[
+                cert("a.in.example.org", 1),
+                cert("b.in.example.org", 3),
+                cert("r.in.example.org", 6),
+            ],
+        ),
+    );
+    assert!(
+        both.iter().any(|op| matches!(op, Op::AddCluster { .. })),
+        "{both:#?}"
+    );
+    assert!(
+        matches!(&both[0], Op::ReplaceCertificate { .. }),
+        "the rotation goes first: {both:#?}"
+    );
+    assert!(both[1..]
+        .iter()
+        .all(|op| !matches!(op, Op::ReplaceCertificate { .. })));
+}
+
 #[test]
 fn a_rotation_waits_for_an_edit_sharing_a_fingerprint_or_changing_its_listener() {
     let (edit, rotation) = edit_and_rotation();
