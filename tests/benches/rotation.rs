@@ -493,12 +493,12 @@ fn busy(args: &Args) {
         "\n| routes | busy p50 / p99 / max (this build) | floor p50 / p99 / max | busy above 10 ms | floor above 10 ms | floor edit → served p50 / max |"
     );
     println!("|---:|---:|---:|---:|---:|---:|");
+    let above = |v: &[Duration]| {
+        let n = v.iter().filter(|d| d.as_secs_f64() > 0.010).count();
+        format!("{n} of {}", v.len())
+    };
     for (_, r) in &rows {
         let Some(floor) = &r.floor else { continue };
-        let above = |v: &[Duration]| {
-            let n = v.iter().filter(|d| d.as_secs_f64() > 0.010).count();
-            format!("{n} of {}", v.len())
-        };
         println!(
             "| {} | {} | {} | {} | {} | {:.0} / {:.0} ms ({}) |",
             r.routes,

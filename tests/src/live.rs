@@ -1598,23 +1598,54 @@ fn sozu_request(
     socket: &Path,
     request: sozu_command_lib::proto::command::request::RequestType,
 ) -> Result<(), String> {
-    use sozu_command_lib::channel::Channel;
-    use sozu_command_lib::proto::command::{Request, Response, ResponseStatus};
-    let mut channel =
-        Channel::<Request, Response>::from_path(&socket.to_string_lossy(), 1_000_000, 2_000_000)
-            .map_err(|e| format!("connect to {}: {e}", socket.display()))?;
-    channel.blocking().map_err(|e| e.to_string())?;
-    channel
-        .write_message(&Request::from(request))
-        .map_err(|e| e.to_string())?;
-    loop {
-        let response = channel
-            .read_message_blocking_timeout(Some(Duration::from_secs(5)))
-            .map_err(|e| e.to_string())?;
-        match response.status() {
-            ResponseStatus::Processing => continue,
-            ResponseStatus::Ok => return Ok(()),
-            ResponseStatus::Failure => return Err(response.message),
+    let mut sozu = SozuConnection::connect(socket)?;
+    sozu.write(request)?;
+    sozu.answer(Duration::from_secs(5))
+}
+
+/// A connection to sozu's socket, kept open as an agent keeps its own: requests written, and
+/// each one's final answer read apart, so that a caller may do something in between.
+pub struct SozuConnection(
+    sozu_command_lib::channel::Channel<
+        sozu_command_lib::proto::command::Request,
+        sozu_command_lib::proto::command::Response,
+    >,
+);
+
+impl SozuConnection {
+    pub fn connect(socket: &Path) -> Result<SozuConnection, String> {
+        let mut channel = sozu_command_lib::channel::Channel::from_path(
+            &socket.to_string_lossy(),
+            1_000_000,
+            2_000_000,
+        )
+        .map_err(|e| format!("connect to {}: {e}", socket.display()))?;
+        channel.blocking().map_err(|e| e.to_string())?;
+        Ok(SozuConnection(channel))
+    }
+
+    pub fn write(
+        &mut self,
+        request: sozu_command_lib::proto::command::request::RequestType,
+    ) -> Result<(), String> {
+        self.0
+            .write_message(&sozu_command_lib::proto::command::Request::from(request))
+            .map_err(|e| e.to_string())
+    }
+
+    /// The final answer to the request written last, waited for at most `wait` a message.
+    pub fn answer(&mut self, wait: Duration) -> Result<(), String> {
+        use sozu_command_lib::proto::command::ResponseStatus;
+        loop {
+            let response = self
+                .0
+                .read_message_blocking_timeout(Some(wait))
+                .map_err(|e| e.to_string())?;
+            match response.status() {
+                ResponseStatus::Processing => continue,
+                ResponseStatus::Ok => return Ok(()),
+                ResponseStatus::Failure => return Err(response.message),
+            }
         }
     }
 }

@@ -26,18 +26,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sozu_command_lib::channel::Channel;
 use sozu_command_lib::proto::command::request::RequestType;
 use sozu_command_lib::proto::command::{
     AddBackend, AddCertificate, CertificateAndKey, Cluster, LoadBalancingParams, PathRule,
-    RemoveBackend, RemoveCertificate, ReplaceCertificate, Request, RequestHttpFrontend, Response,
-    ResponseStatus,
+    RemoveBackend, RemoveCertificate, ReplaceCertificate, RequestHttpFrontend,
 };
 
 use super::busy::{self, PACE};
 use super::scale::host;
 use super::workload::{handshake, Pair};
-use crate::live::atomic_write;
+use crate::live::{atomic_write, SozuConnection};
+
+/// How long an answer of sozu's may take before the run gives up.
+const ANSWER_WITHIN: Duration = Duration::from_secs(60);
 
 /// The cluster the floor's edits add and take away (no agent names a cluster so).
 const EDITED_CLUSTER: &str = "floor-edit";
@@ -86,7 +87,7 @@ pub fn run(
         let host = setting.edited_host.clone();
         let pair = setting.edited.clone();
         std::thread::spawn(move || {
-            let mut sozu = Sozu::connect(&socket)?;
+            let mut sozu = SozuConnection::connect(&socket)?;
             busy::edit(
                 &stop,
                 &workspace,
@@ -98,7 +99,7 @@ pub fn run(
                     evaluate(&check, &workspace)?;
                     for request in edit_requests(adding, https, backend, &host, &pair) {
                         sozu.write(request)?;
-                        sozu.answer()?;
+                        sozu.answer(ANSWER_WITHIN)?;
                     }
                     Ok(())
                 },
@@ -119,7 +120,7 @@ fn rotate(
     renewals: &[(usize, Pair)],
     current: &mut [String],
 ) -> Result<Vec<Duration>, String> {
-    let mut sozu = Sozu::connect(setting.socket)?;
+    let mut sozu = SozuConnection::connect(setting.socket)?;
     let mut latencies = Vec::new();
     let mut generation = setting.generation;
     for (i, pair) in renewals {
@@ -160,7 +161,7 @@ fn rotate(
                 _ => {}
             }
         }
-        sozu.answer()
+        sozu.answer(ANSWER_WITHIN)
             .map_err(|e| format!("the rotation of {}: {e}", host(*i)))?;
         *old = pair.fingerprint.clone();
         std::thread::sleep(PACE.saturating_sub(sent.elapsed()));
@@ -241,38 +242,5 @@ fn edit_requests(
             }),
             RequestType::RemoveCluster(EDITED_CLUSTER.to_owned()),
         ]
-    }
-}
-
-/// A connection to sozu's socket kept open, as an agent keeps its own.
-struct Sozu(Channel<Request, Response>);
-
-impl Sozu {
-    fn connect(socket: &Path) -> Result<Sozu, String> {
-        let mut channel = Channel::from_path(&socket.to_string_lossy(), 1_000_000, 2_000_000)
-            .map_err(|e| format!("connect to {}: {e}", socket.display()))?;
-        channel.blocking().map_err(|e| e.to_string())?;
-        Ok(Sozu(channel))
-    }
-
-    fn write(&mut self, request: RequestType) -> Result<(), String> {
-        self.0
-            .write_message(&Request::from(request))
-            .map_err(|e| e.to_string())
-    }
-
-    /// The final answer to the request written last.
-    fn answer(&mut self) -> Result<(), String> {
-        loop {
-            let response = self
-                .0
-                .read_message_blocking_timeout(Some(Duration::from_secs(60)))
-                .map_err(|e| e.to_string())?;
-            match response.status() {
-                ResponseStatus::Processing => continue,
-                ResponseStatus::Ok => return Ok(()),
-                ResponseStatus::Failure => return Err(response.message),
-            }
-        }
     }
 }

@@ -20,6 +20,15 @@ async fn served_and_gated() -> (Harness, Arc<tokio::sync::Notify>) {
     (h, gate)
 }
 
+/// The edit the tests make while the gate holds it: C added beside A and B.
+fn bringing_c_in() -> Fact {
+    workspace(vec![
+        route(A, ip("10.0.0.1:80")),
+        route(B, ip("10.0.0.2:80")),
+        route(C, ip("10.0.0.3:80")),
+    ])
+}
+
 impl Harness {
     /// Waits (in paused time) until a change's requests wait at the gate.
     async fn until_gated(&self) {
@@ -43,11 +52,7 @@ impl Harness {
 async fn a_rotation_goes_past_an_edit_sozu_has_not_answered() {
     let (h, gate) = served_and_gated().await;
     h.pair(C, 90);
-    h.send(workspace(vec![
-        route(A, ip("10.0.0.1:80")),
-        route(B, ip("10.0.0.2:80")),
-        route(C, ip("10.0.0.3:80")),
-    ]));
+    h.send(bringing_c_in());
     h.until_gated().await;
     let renewed = h.pair(A, 90);
     h.until("A's renewal served", |_| {
@@ -89,11 +94,7 @@ async fn a_rotation_goes_past_an_edit_sozu_has_not_answered() {
 #[tokio::test(start_paused = true)]
 async fn a_rotation_goes_past_an_edit_after_sozus_reports_of_it() {
     let (h, gate) = served_and_gated().await;
-    h.send(workspace(vec![
-        route(A, ip("10.0.0.1:80")),
-        route(B, ip("10.0.0.2:80")),
-        route(C, ip("10.0.0.3:80")),
-    ]));
+    h.send(bringing_c_in());
     h.until_gated().await;
     let report = Fact::Sozu(SozuEvent::Changed(Change {
         kind: ChangeKind::ClusterAdded,
@@ -126,11 +127,7 @@ async fn a_rotation_goes_past_an_edit_after_sozus_reports_of_it() {
 async fn a_rotation_of_a_host_the_edit_brings_in_waits_for_the_edit() {
     let (h, gate) = served_and_gated().await;
     let first = h.pair(C, 90);
-    h.send(workspace(vec![
-        route(A, ip("10.0.0.1:80")),
-        route(B, ip("10.0.0.2:80")),
-        route(C, ip("10.0.0.3:80")),
-    ]));
+    h.send(bringing_c_in());
     h.until_gated().await;
     let renewed = h.pair(C, 90);
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -151,11 +148,7 @@ async fn a_rotation_of_a_host_the_edit_brings_in_waits_for_the_edit() {
 #[tokio::test(start_paused = true)]
 async fn a_rotation_goes_past_an_edit_after_another_that_waits_for_it() {
     let (h, gate) = served_and_gated().await;
-    h.send(workspace(vec![
-        route(A, ip("10.0.0.1:80")),
-        route(B, ip("10.0.0.2:80")),
-        route(C, ip("10.0.0.3:80")),
-    ]));
+    h.send(bringing_c_in());
     h.until_gated().await;
     let brought_in = h.pair(C, 90);
     let renewed = h.pair(A, 90);
@@ -183,11 +176,7 @@ async fn a_rotation_goes_past_an_edit_after_another_that_waits_for_it() {
 async fn a_rotation_after_another_fact_waits_for_the_edit() {
     let (h, gate) = served_and_gated().await;
     let before = h.served(B);
-    h.send(workspace(vec![
-        route(A, ip("10.0.0.1:80")),
-        route(B, ip("10.0.0.2:80")),
-        route(C, ip("10.0.0.3:80")),
-    ]));
+    h.send(bringing_c_in());
     h.until_gated().await;
     h.send(answer("db.internal", &["10.0.1.1"], None));
     let renewed = h.pair(B, 90);
