@@ -514,8 +514,8 @@ fn busy(args: &Args) {
     println!(
         "floor: the agent stopped after the busy phase; each rotation the same swap followed at \
          once by one ReplaceCertificate written straight on sozu's socket, the workspace renamed, \
-         evaluated by `check` and its route added or taken away with four requests every {:?}, \
-         the probes as in the busy phase, no resync reads",
+         evaluated by `check` and its route added or taken away with four requests every {:?} \
+         while the route is probed from the rename on, as in the busy phase, no resync reads",
         busy::EDIT_EVERY
     );
     println!("\n| build | routes | unchanged resync: read (beside the loop) p50 / max | compared (loop) p50 / max | pairs read again taken up (loop), a batch p50 / max | the same, a resync's total |");

@@ -229,8 +229,9 @@ fn restart(ours: &mut Ours, bin: Option<&Path>, args: &[&str], n: usize) -> Resu
 /// Every [`EDIT_EVERY`] until `stop`: the workspace renamed into place, adding `host` and taking
 /// it away in turn; each addition timed to the first handshake presenting `fingerprint`, each
 /// removal waited for (the handshake no longer presents it) so that edits do not overlap.
-/// `apply(adding)` runs right after each rename: nothing when an agent watches the workspace,
-/// what the floor does in its place otherwise.
+/// `apply(adding)` runs right after each rename, on a thread of its own while the route is
+/// probed, as an agent's evaluation runs while the busy phase probes: nothing when an agent
+/// watches the workspace, what the floor does in its place otherwise.
 pub fn edit(
     stop: &AtomicBool,
     path: &Path,
@@ -238,7 +239,7 @@ pub fn edit(
     https: SocketAddr,
     host: &str,
     fingerprint: &str,
-    mut apply: impl FnMut(bool) -> Result<(), String>,
+    mut apply: impl FnMut(bool) -> Result<(), String> + Send,
 ) -> Result<Vec<Duration>, String> {
     let staged: PathBuf = path.with_extension("next");
     let mut added = Vec::new();
@@ -255,26 +256,43 @@ pub fn edit(
         std::fs::write(&staged, &texts[k % 2]).map_err(|e| format!("write the workspace: {e}"))?;
         let renamed = Instant::now();
         std::fs::rename(&staged, path).map_err(|e| format!("rename the workspace: {e}"))?;
-        apply(adding)?;
-        let deadline = renamed + Duration::from_secs(60);
-        loop {
-            let presented = handshake(https, host).is_ok_and(|(fp, _)| fp == fingerprint);
-            if presented == adding {
-                if adding {
-                    added.push(renamed.elapsed());
-                }
-                break;
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "{host} was not {} 60 s after the edit",
-                    if adding { "served" } else { "taken away" }
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        let apply = &mut apply;
+        std::thread::scope(|scope| {
+            let applied = scope.spawn(move || apply(adding));
+            let probed = probe(https, host, fingerprint, adding, renamed);
+            let applied = applied
+                .join()
+                .map_err(|_| "the edit's step panicked".to_string())?;
+            applied.and(probed)
+        })
+        .map(|took| added.extend(took))?;
     }
     Ok(added)
+}
+
+/// Probes `host` every 2 ms until it presents `fingerprint` (`adding`) or no longer does; the
+/// time from the rename when adding.
+fn probe(
+    https: SocketAddr,
+    host: &str,
+    fingerprint: &str,
+    adding: bool,
+    renamed: Instant,
+) -> Result<Option<Duration>, String> {
+    let deadline = renamed + Duration::from_secs(60);
+    loop {
+        let presented = handshake(https, host).is_ok_and(|(fp, _)| fp == fingerprint);
+        if presented == adding {
+            return Ok(adding.then(|| renamed.elapsed()));
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "{host} was not {} 60 s after the edit",
+                if adding { "served" } else { "taken away" }
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 struct Counters {

@@ -12,8 +12,11 @@
 //! - every [`EDIT_EVERY`](super::busy::EDIT_EVERY), the workspace renamed into place and
 //!   evaluated by `private-ingress check` (the same sandboxed child at the same priority the
 //!   agent uses), then the edit's route added or taken away with the four requests sozu needs
-//!   for it (cluster, backend, certificate, frontend), and probed as the busy phase's editor
-//!   probes its route.
+//!   for it (cluster, backend, certificate, frontend); the route is probed from the rename on,
+//!   every 2 ms through the evaluation, as the busy phase's editor probes it while the agent
+//!   evaluates. (A first floor probed only once the requests were answered, so sozu's worker
+//!   was spared the handshake every few milliseconds through each evaluation that the busy
+//!   phase gives it.)
 //!
 //! No resync reads are sent: the floor is what sozu, the bench's probes and a Nickel evaluation
 //! of the workspace every 2 s cost a rotation on this machine before any agent's own work. When
