@@ -21,8 +21,8 @@
 //! with and without it; the p50 and p99 of each, and their ratio.
 //!
 //! With `--busy` and sizes (`--busy 1000 10000`): for each, rotations of random hosts, one every
-//! 0.3 s, first with nothing else going on, then with a workspace edit every 2 s and a resync
-//! every 5 s (see `bench::busy`); with `PRIVATE_INGRESS_BASELINE_BIN`, that build runs the same
+//! 0.3 s, first with nothing else going on, then with a workspace edit every 2 s, then with the
+//! edits and a resync every 5 s, then the same with no agent (the floor; see `bench::busy`); with `PRIVATE_INGRESS_BASELINE_BIN`, that build runs the same
 //! before this one at each size.
 //!
 //! With `--drift` and sizes (`--drift 10 10000`): for each, a frontend and then a backend of
@@ -490,25 +490,32 @@ fn busy(args: &Args) {
         );
     }
     println!(
-        "\n| routes | busy p50 / p99 / max (this build) | floor p50 / p99 / max | busy above 10 ms | floor above 10 ms | floor edit → served p50 / max |"
+        "\n| build | routes | edits alone p50 / p99 / max | edits and resyncs (busy) p50 / p99 / max | floor p50 / p99 / max | above 10 ms: alone / busy / floor | floor edit → served p50 / max |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|");
-    let above = |v: &[Duration]| {
-        let n = v.iter().filter(|d| d.as_secs_f64() > 0.010).count();
-        format!("{n} of {}", v.len())
-    };
-    for (_, r) in &rows {
-        let Some(floor) = &r.floor else { continue };
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    let above = |v: &[Duration]| v.iter().filter(|d| d.as_secs_f64() > 0.010).count();
+    for (name, r) in &rows {
+        let (floor, floor_above, floor_edits) = match &r.floor {
+            Some(f) => (
+                spread(&f.rotations),
+                above(&f.rotations).to_string(),
+                format!(
+                    "{:.0} / {:.0} ms ({})",
+                    p(&f.edits, 50.0),
+                    p(&f.edits, 100.0),
+                    f.edits.len()
+                ),
+            ),
+            None => ("".into(), "–".into(), "".into()),
+        };
         println!(
-            "| {} | {} | {} | {} | {} | {:.0} / {:.0} ms ({}) |",
+            "| {name} | {} | {} | {} | {floor} | {} / {} / {floor_above} of {} each | {floor_edits} |",
             r.routes,
+            spread(&r.edits_alone),
             spread(&r.busy),
-            spread(&floor.rotations),
+            above(&r.edits_alone),
             above(&r.busy),
-            above(&floor.rotations),
-            p(&floor.edits, 50.0),
-            p(&floor.edits, 100.0),
-            floor.edits.len(),
+            r.busy.len(),
         );
     }
     println!(
@@ -536,16 +543,17 @@ fn busy(args: &Args) {
     println!(
         "rotation: from the AtomicWriter swap to the first handshake presenting the new certificate, \
          {} swaps of hosts drawn from a seed, one every {:?}; quiet: the agent with \
-         --resync-interval 0 and nothing else going on; busy: the same agent restarted with \
-         --resync-interval {}, the workspace edited every {:?} meanwhile (one route added, then \
-         taken away, in turn); edit → served: each addition, from the rename to its first \
-         handshake; left alone: {:?} between the phases, the resyncs completed and the requests \
+         --resync-interval 0 and nothing else going on; edits alone: the same agent, the \
+         workspace edited every {:?} meanwhile (one route added, then taken away, in turn); \
+         busy: the same agent restarted with --resync-interval {}, the same edits; edit → \
+         served: each addition, from the rename to its first handshake; left alone: {:?} \
+         between the last two phases, the resyncs completed and the requests \
          sent to sozu meanwhile; read/compared/pairs: from the agent's debug log, for the resyncs \
          of that time",
         args.rotations,
         busy::PACE,
-        busy::RESYNC_EVERY,
         busy::EDIT_EVERY,
+        busy::RESYNC_EVERY,
         busy::UNCHANGED,
     );
 }

@@ -4,21 +4,24 @@
 //! benchmark times them:
 //!
 //! - *quiet*: the agent started with `--resync-interval 0`, nothing else going on;
-//! - *busy*: the same agent restarted with `--resync-interval 5`, and the workspace edited every
-//!   [`EDIT_EVERY`] meanwhile (one route added, then taken away again, in turn), each addition
-//!   timed from the rename of the workspace to its first handshake.
+//! - *edits alone*: the same agent, resyncs still off, and the workspace edited every
+//!   [`EDIT_EVERY`] meanwhile (one route added, then taken away again, in turn);
+//! - *busy*: the same agent restarted with `--resync-interval 5`, and the same edits, each
+//!   addition timed from the rename of the workspace to its first handshake.
 //!
-//! Between the two, the agent left alone for [`UNCHANGED`]: the resyncs of a sozu that holds
-//! what the agent expects, counted from `/metrics` with the requests the agent sent meanwhile,
-//! and the loop's share of each from the agent's debug log.
+//! The last two differ by the resyncs alone: what a resync every 5 s costs a rotation beside the
+//! edits.
 //!
-//! Both phases in one run, on one sozu, so that their ratio says what the agent's own work costs
+//! Between the last two, the agent left alone for [`UNCHANGED`]: the resyncs of a sozu that
+//! holds what the agent expects, counted from `/metrics` with the requests the agent sent
+//! meanwhile, and the loop's share of each from the agent's debug log.
+//!
+//! All phases in one run, on one sozu, so that their ratios say what the agent's own work costs
 //! a rotation; with a baseline build, that build runs the same before this one.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::floor::{self, FloorOutcome};
@@ -40,6 +43,8 @@ pub struct BusyOutcome {
     pub routes: usize,
     /// Rotations with nothing else going on.
     pub quiet: Vec<Duration>,
+    /// Rotations with an edit every 2 s going on, and no resync: what the edits alone cost.
+    pub edits_alone: Vec<Duration>,
     /// Rotations with an edit every 2 s and a resync every 5 s going on.
     pub busy: Vec<Duration>,
     /// Each edit that added a route: from the rename to the route's first handshake.
@@ -83,7 +88,7 @@ pub fn run(
     let backend = Backend::start("app");
     let firsts: Vec<Pair> = (0..n).map(|i| Pair::new(&host(i))).collect();
     let mut rng = Rng(seed.max(1));
-    let renewals: Vec<(usize, Pair)> = (0..3 * rotations)
+    let renewals: Vec<(usize, Pair)> = (0..4 * rotations)
         .map(|_| {
             let i = rng.below(n);
             (i, Pair::new(&host(i)))
@@ -109,11 +114,11 @@ pub fn run(
     )?;
     let https = ours.stack.https;
     let (quiet_renewals, rest) = renewals.split_at(rotations);
+    let (unsynced_renewals, rest) = rest.split_at(rotations);
     let (busy_renewals, floor_renewals) = rest.split_at(rotations);
     let quiet = rotate(&ours, https, quiet_renewals, 0, Pace::Every(PACE))?;
 
-    // The same agent with resyncs on; the workspace texts of both edits prepared beforehand.
-    restart(&mut ours, bin, &["--resync-interval", RESYNC_EVERY], n)?;
+    // The workspace texts of both edits, and the edited route's pair, prepared beforehand.
     atomic_write(
         &ours.certs.path().join(host(n)),
         &edited.crt,
@@ -124,6 +129,21 @@ pub fn run(
         workspace_text(&ours, backend.address, n + 1)?,
         workspace_text(&ours, backend.address, n)?,
     ];
+    let editing = Editing {
+        texts: &texts,
+        host: host(n),
+        fingerprint: &edited.fingerprint,
+    };
+    // The same agent, resyncs still off, with the edits going on: what the edits alone cost.
+    let (edits_alone, _) = beside_edits(
+        &ours,
+        &editing,
+        unsynced_renewals,
+        quiet_renewals.len() as u32,
+    )?;
+
+    // The same agent with resyncs on.
+    restart(&mut ours, bin, &["--resync-interval", RESYNC_EVERY], n)?;
 
     // Only what the agent logs from here: its start read every pair too.
     let logged_before = ours.stack.agent_logs().len();
@@ -143,28 +163,12 @@ pub fn run(
     // Nothing rotates meanwhile: every batch is pairs read again.
     let pairs_taken_ms: Vec<f64> = pair_lines(log).into_iter().map(|(_, ms)| ms).collect();
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let editor = {
-        let stop = stop.clone();
-        let path = ours.stack.workspace_path();
-        let fingerprint = edited.fingerprint.clone();
-        let texts = texts.clone();
-        std::thread::spawn(move || {
-            edit(&stop, &path, &texts, https, &host(n), &fingerprint, |_| {
-                Ok(())
-            })
-        })
-    };
-    let busy = rotate(
+    let (busy, edits) = beside_edits(
         &ours,
-        https,
+        &editing,
         busy_renewals,
-        quiet_renewals.len() as u32,
-        Pace::Every(PACE),
-    );
-    stop.store(true, Ordering::Relaxed);
-    let edits = editor.join().map_err(|_| "the editor panicked")??;
-    let busy = busy?;
+        (quiet_renewals.len() + unsynced_renewals.len()) as u32,
+    )?;
     let end = counters(&ours);
     // `BUSY_KEEP_LOG=FILE`: the agent's log of both phases, kept for a figure to explain.
     if let Some(path) = std::env::var_os("BUSY_KEEP_LOG").filter(|p| !p.is_empty()) {
@@ -178,7 +182,11 @@ pub fn run(
                 return Err("the agent did not stop on SIGTERM before the floor".into());
             }
             let mut current: Vec<String> = firsts.iter().map(|p| p.fingerprint.clone()).collect();
-            for (i, pair) in quiet_renewals.iter().chain(busy_renewals) {
+            for (i, pair) in quiet_renewals
+                .iter()
+                .chain(unsynced_renewals)
+                .chain(busy_renewals)
+            {
                 current[*i] = pair.fingerprint.clone();
             }
             let setting = floor::Setting {
@@ -186,7 +194,8 @@ pub fn run(
                 https,
                 backend: backend.address,
                 certs: ours.certs.path(),
-                generation: (quiet_renewals.len() + busy_renewals.len()) as u32,
+                generation: (quiet_renewals.len() + unsynced_renewals.len() + busy_renewals.len())
+                    as u32,
                 workspace: &ours.stack.workspace_path(),
                 check: crate::agent_bin(),
                 texts,
@@ -199,6 +208,7 @@ pub fn run(
     Ok(BusyOutcome {
         routes: n,
         quiet,
+        edits_alone,
         busy,
         edits,
         unchanged_resyncs,
@@ -209,6 +219,44 @@ pub fn run(
         compared_ms,
         pairs_taken_ms,
         floor,
+    })
+}
+
+/// The edits of a busy phase: the workspace's two texts (with the edited route, without it),
+/// the edited route's host and the fingerprint of its pair.
+struct Editing<'a> {
+    texts: &'a [String; 2],
+    host: String,
+    fingerprint: &'a str,
+}
+
+/// `renewals` rotated (from `generation` on) while the workspace is edited every
+/// [`EDIT_EVERY`]; the rotations' times and the edits'.
+fn beside_edits(
+    ours: &Ours,
+    editing: &Editing<'_>,
+    renewals: &[(usize, Pair)],
+    generation: u32,
+) -> Result<(Vec<Duration>, Vec<Duration>), String> {
+    let https = ours.stack.https;
+    let stop = AtomicBool::new(false);
+    let path = ours.stack.workspace_path();
+    std::thread::scope(|scope| {
+        let editor = scope.spawn(|| {
+            edit(
+                &stop,
+                &path,
+                editing.texts,
+                https,
+                &editing.host,
+                editing.fingerprint,
+                |_| Ok(()),
+            )
+        });
+        let rotations = rotate(ours, https, renewals, generation, Pace::Every(PACE));
+        stop.store(true, Ordering::Relaxed);
+        let edits = editor.join().map_err(|_| "the editor panicked")??;
+        Ok((rotations?, edits))
     })
 }
 
@@ -227,8 +275,9 @@ fn restart(ours: &mut Ours, bin: Option<&Path>, args: &[&str], n: usize) -> Resu
 }
 
 /// Every [`EDIT_EVERY`] until `stop`: the workspace renamed into place, adding `host` and taking
-/// it away in turn; each addition timed to the first handshake presenting `fingerprint`, each
-/// removal waited for (the handshake no longer presents it) so that edits do not overlap.
+/// it away in turn (and taking it away once more at the stop, if the last edit added it); each
+/// addition timed to the first handshake presenting `fingerprint`, each removal waited for (the
+/// handshake no longer presents it) so that edits do not overlap.
 /// `apply(adding)` runs right after each rename, on a thread of its own while the route is
 /// probed, as an agent's evaluation runs while the busy phase probes: nothing when an agent
 /// watches the workspace, what the floor does in its place otherwise.
@@ -245,14 +294,18 @@ pub fn edit(
     let mut added = Vec::new();
     let mut next = Instant::now() + EDIT_EVERY;
     for k in 0.. {
-        while Instant::now() < next {
-            if stop.load(Ordering::Relaxed) {
-                return Ok(added);
-            }
+        let adding = k % 2 == 0;
+        let mut stopped = stop.load(Ordering::Relaxed);
+        while !stopped && Instant::now() < next {
             std::thread::sleep(Duration::from_millis(20));
+            stopped = stop.load(Ordering::Relaxed);
+        }
+        // Once stopped, the route the last edit added is taken away at once: the next phase
+        // starts from the workspace this one found.
+        if stopped && adding {
+            return Ok(added);
         }
         next += EDIT_EVERY;
-        let adding = k % 2 == 0;
         std::fs::write(&staged, &texts[k % 2]).map_err(|e| format!("write the workspace: {e}"))?;
         let renamed = Instant::now();
         std::fs::rename(&staged, path).map_err(|e| format!("rename the workspace: {e}"))?;
@@ -266,6 +319,9 @@ pub fn edit(
             applied.and(probed)
         })
         .map(|took| added.extend(took))?;
+        if stopped {
+            return Ok(added);
+        }
     }
     Ok(added)
 }
