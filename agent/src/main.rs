@@ -27,9 +27,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Check(args) => Ok(cli::check::run(&args)?),
         Command::Render(args) => Ok(cli::render::run(&args)?),
         Command::Run(args) => {
-            // Before any thread starts: see `use_one_heap` and `map_big_buffers`.
+            // Before any thread starts: see `use_one_heap`, `map_big_buffers` and
+            // `merge_on_free`.
             private_ingress::memory::use_one_heap();
             private_ingress::memory::map_big_buffers();
+            private_ingress::memory::merge_on_free();
             private_ingress::run::init_logging(args.log_format);
             let runtime =
                 tokio::runtime::Runtime::new().context("cannot start the async runtime")?;

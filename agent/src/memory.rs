@@ -79,3 +79,51 @@ pub fn map_big_buffers() {
         libc::mallopt(libc::M_TRIM_THRESHOLD, KEPT_AT_TOP);
     }
 }
+
+/// Frees small chunks straight into glibc's bins, merged with their free neighbours at once,
+/// instead of into its "fast bins", for the agent's life. Call it before the first thread
+/// starts.
+///
+/// With one heap for every thread ([`use_one_heap`]), what one thread frees in fast bins is
+/// merged by whichever thread next asks for a larger block (`malloc_consolidate`, a walk over
+/// every chunk in them). An edit at 10,000 routes frees hundreds of thousands of small chunks
+/// (the last workspace, its indexes); the next rotation's pair read asked for a few KiB and
+/// paid for all of them: 3–10 ms of CPU on the tls dir thread for a read that takes 0.3 ms,
+/// with the rotation waiting (docs/benchmarks.md, "The allocator's bill"). Without fast bins
+/// each free does its own small merge, on the thread that frees; glibc's per-thread cache still
+/// serves the commonest small sizes as before.
+#[allow(unsafe_code)]
+pub fn merge_on_free() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt takes two integers and only changes a glibc setting; nothing allocated
+    // before the call is affected.
+    unsafe {
+        libc::mallopt(libc::M_MXFAST, 0);
+    }
+}
+
+#[cfg(all(test, target_os = "linux", target_env = "gnu"))]
+mod tests {
+    use super::*;
+
+    /// Bytes in glibc's fast bins, over every heap.
+    #[allow(unsafe_code)]
+    fn in_fast_bins() -> usize {
+        // SAFETY: mallinfo2 takes nothing and returns a plain struct by value.
+        unsafe { libc::mallinfo2() }.fsmblks
+    }
+
+    #[test]
+    fn small_chunks_freed_wait_in_no_fast_bin() {
+        // For the whole test process: the other tests only allocate a little differently.
+        merge_on_free();
+        // What anything freed into fast bins before the setting is merged by the trim.
+        release_freed_memory();
+        // Few enough that their list is freed under 64 KiB: a larger free merges the fast bins.
+        let chunks: Vec<Box<[u8; 24]>> = (0..2_000)
+            .map(|i| std::hint::black_box(Box::new([i as u8; 24])))
+            .collect();
+        drop(std::hint::black_box(chunks));
+        assert_eq!(in_fast_bins(), 0, "bytes freed into fast bins");
+    }
+}
