@@ -170,7 +170,7 @@ pub fn run(
         (quiet_renewals.len() + unsynced_renewals.len()) as u32,
     )?;
     let end = counters(&ours);
-    // `BUSY_KEEP_LOG=FILE`: the agent's log of both phases, kept for a figure to explain.
+    // `BUSY_KEEP_LOG=FILE`: the agent's log of every phase, kept for a figure to explain.
     if let Some(path) = std::env::var_os("BUSY_KEEP_LOG").filter(|p| !p.is_empty()) {
         std::fs::write(&path, ours.stack.agent_logs())
             .map_err(|e| format!("keep the agent's log: {e}"))?;
