@@ -89,7 +89,8 @@ pub fn map_big_buffers() {
 /// every chunk in them). An edit at 10,000 routes frees hundreds of thousands of small chunks
 /// (the last workspace, its indexes); the next rotation's pair read asked for a few KiB and
 /// paid for all of them: 3–10 ms of CPU on the tls dir thread for a read that takes 0.3 ms,
-/// with the rotation waiting (docs/benchmarks.md, "The allocator's bill"). Without fast bins
+/// with the rotation waiting (docs/benchmarks.md, "The edits alone, a faithful floor, and the
+/// allocator's bill"). Without fast bins
 /// each free does its own small merge, on the thread that frees; glibc's per-thread cache still
 /// serves the commonest small sizes as before.
 #[allow(unsafe_code)]

@@ -22,8 +22,8 @@
 //!
 //! With `--busy` and sizes (`--busy 1000 10000`): for each, rotations of random hosts, one every
 //! 0.3 s, first with nothing else going on, then with a workspace edit every 2 s, then with the
-//! edits and a resync every 5 s, then the same with no agent (the floor; see `bench::busy`); with `PRIVATE_INGRESS_BASELINE_BIN`, that build runs the same
-//! before this one at each size.
+//! edits and a resync every 5 s, then the same with no agent (the floor; see `bench::busy`);
+//! with `PRIVATE_INGRESS_BASELINE_BIN`, that build runs the same before this one at each size.
 //!
 //! With `--drift` and sizes (`--drift 10 10000`): for each, a frontend and then a backend of
 //! random routes removed with sozu's own command line, `--rotations` times each (default 5

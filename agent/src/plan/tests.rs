@@ -958,16 +958,24 @@ fn before_an_edit() -> (Workspace, Workspace, Actual) {
     (before, after, actual)
 }
 
+/// The plan of that edit, with r's pair of serial `r_serial` (5 unchanged, 6 renewed with it).
+fn edit_plan(after: &Workspace, actual: &Actual, r_serial: u8) -> Vec<Op> {
+    plan(
+        actual,
+        &desired(
+            after,
+            &[
+                cert("b.in.example.org", 3),
+                cert("r.in.example.org", r_serial),
+            ],
+        ),
+    )
+}
+
 /// The plans of that edit and of a rotation of r, made by the planner from real states.
 fn edit_and_rotation() -> (Vec<Op>, Vec<Op>) {
     let (before, after, actual) = before_an_edit();
-    let edit = plan(
-        &actual,
-        &desired(
-            &after,
-            &[cert("b.in.example.org", 3), cert("r.in.example.org", 5)],
-        ),
-    );
+    let edit = edit_plan(&after, &actual, 5);
     let rotation = plan(
         &actual,
         &desired(
@@ -1007,13 +1015,7 @@ fn a_rotation_goes_past_an_edit_that_touches_none_of_its_certificates_or_listene
 #[test]
 fn a_rotation_planned_with_an_edit_goes_first() {
     let (_, after, actual) = before_an_edit();
-    let both = plan(
-        &actual,
-        &desired(
-            &after,
-            &[cert("b.in.example.org", 3), cert("r.in.example.org", 6)],
-        ),
-    );
+    let both = edit_plan(&after, &actual, 6);
     assert!(
         both.iter().any(|op| matches!(op, Op::AddCluster { .. })),
         "{both:#?}"
