@@ -32,7 +32,7 @@
 //! `command` and `args`, the image's `/etc/group` memberships, user names in the image's `User`.
 
 use std::ffi::OsString;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -286,6 +286,8 @@ impl Sandbox {
             "--die-with-parent",
             "--info-fd",
             "3",
+            "--block-fd",
+            "4",
             "--hostname",
         ])
         .arg(&self.hostname);
@@ -489,6 +491,10 @@ impl Process {
 
 /// Starts `cmd` (from [`Sandbox::command`]) with its output appended to `log`, and learns the
 /// container process's PID from bubblewrap's info file descriptor.
+///
+/// bubblewrap holds the container's process before it runs the command (`--block-fd`) until
+/// its pidfd is open here: a command that ends at once (a look around) is otherwise gone, and
+/// its number free for another process, before it could be opened.
 pub fn spawn(mut cmd: Command, log: &Path) -> Result<Running, String> {
     let out = std::fs::OpenOptions::new()
         .create(true)
@@ -496,28 +502,42 @@ pub fn spawn(mut cmd: Command, log: &Path) -> Result<Running, String> {
         .open(log)
         .map_err(|e| format!("open {}: {e}", log.display()))?;
     let err = out.try_clone().map_err(|e| e.to_string())?;
-    // Close-on-exec: no other child started meanwhile inherits it.
+    // Close-on-exec: no other child started meanwhile inherits them.
     let (info, info_writer) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| e.to_string())?;
+    let (release_reader, release) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| e.to_string())?;
     let mut info = std::fs::File::from(info);
+    let mut release = std::fs::File::from(release);
     let writer_fd = info_writer.as_raw_fd();
+    let reader_fd = release_reader.as_raw_fd();
     // SAFETY: dup2 is async-signal-safe; it runs in the forked child before exec, and gives
-    // bubblewrap the pipe as fd 3 (without close-on-exec, unlike the original).
+    // bubblewrap the info pipe as fd 3 and the release pipe as fd 4 (without close-on-exec,
+    // unlike the originals).
     unsafe {
         cmd.pre_exec(move || {
-            if libc::dup2(writer_fd, 3) == -1 {
-                return Err(std::io::Error::last_os_error());
+            for (fd, target) in [(writer_fd, 3), (reader_fd, 4)] {
+                if libc::dup2(fd, target) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             Ok(())
         });
     }
-    let child = cmd
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
         .spawn()
         .map_err(|e| format!("start bwrap: {e}"))?;
     drop(info_writer);
+    drop(release_reader);
+    // Ends a sandbox that was not released: closing the release pipe alone would run it.
+    let mut stop = |e: String| {
+        let _ = child.kill();
+        let _ = child.wait();
+        e
+    };
     // bubblewrap keeps the descriptor open while the container runs: read up to the end of its
     // first JSON object, not to the end of the stream.
     let mut text = String::new();
@@ -533,12 +553,15 @@ pub fn spawn(mut cmd: Command, log: &Path) -> Result<Running, String> {
         .and_then(|v| v["child-pid"].as_i64())
         .and_then(|p| i32::try_from(p).ok())
         .ok_or_else(|| {
-            format!(
+            stop(format!(
                 "bwrap reported no child pid ({text:?}); see {}",
                 log.display()
-            )
+            ))
         })?;
-    let process = Process::open(pid).map_err(|e| format!("pidfd_open {pid}: {e}"))?;
+    let process = Process::open(pid).map_err(|e| stop(format!("pidfd_open {pid}: {e}")))?;
+    release
+        .write_all(b"1")
+        .map_err(|e| stop(format!("release the container's process: {e}")))?;
     Ok(Running {
         child,
         process,
