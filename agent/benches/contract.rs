@@ -8,6 +8,12 @@
 //!
 //!     cargo bench -p private-ingress --bench contract
 //!     CONTRACT_BENCH_KEEP=/tmp/ws cargo bench -p private-ingress --bench contract   # keeps them
+//!     CONTRACT_BENCH_BASELINE=<build> cargo bench -p private-ingress --bench contract
+//!
+//! With `CONTRACT_BENCH_BASELINE` (another build's binary), a second table puts this build's
+//! `check` beside that build's on each file, the two taking turns, in wall time and in CPU time
+//! of the process tree (the agent and its sandboxed child), which other work on the machine
+//! moves less than the wall time.
 //!
 //! Targets (see docs/benchmarks.md): 1,000 routes ≤ 200 ms; 10,000 routes ≤ 2 s and ≤ 300 MiB;
 //! a route using the newer fields within 1.5× the in-process cost of a plain one.
@@ -42,6 +48,7 @@ fn main() {
     // until it executes `check` (the two share their memory until then), and the in-process
     // evaluations below grow this process by hundreds of MiB.
     let mut checks = Vec::new();
+    let mut files = Vec::new();
     for routes in SIZES {
         for (kind, route) in KINDS {
             let path = dir.path().join(format!("ws-{kind}-{routes}.ncl"));
@@ -53,8 +60,9 @@ fn main() {
             }
             let mut peak_rss = 0.0_f64;
             let check = median(runs(routes), || {
-                peak_rss = peak_rss.max(check_peak_rss_mib(exe, &path));
+                peak_rss = peak_rss.max(check_once(exe, &path).peak_rss_mib);
             });
+            files.push((routes, kind, path.clone()));
             checks.push((routes, kind, path, check, peak_rss));
         }
     }
@@ -106,6 +114,45 @@ fn main() {
     );
     println!("per route = in-process / routes; contract = (in-process - no contract) / routes");
     println!("vs plain = the column before it / that of plain routes of the same size");
+    if let Some(baseline) = std::env::var_os("CONTRACT_BENCH_BASELINE").filter(|b| !b.is_empty()) {
+        against_baseline(exe, Path::new(&baseline), &files);
+    }
+}
+
+/// `check` of each file by this build (`exe`) and by `baseline`, taking turns: medians of wall
+/// and CPU time, and this build's over the baseline's.
+fn against_baseline(exe: &str, baseline: &Path, files: &[(usize, &str, std::path::PathBuf)]) {
+    println!(
+        "\ncheck against the baseline {} (the two taking turns, median of runs; CPU: the process tree's user + system)",
+        baseline.display()
+    );
+    println!(
+        "{:>7}  {:>9}  {:>11}  {:>11}  {:>6}  {:>10}  {:>10}  {:>6}",
+        "routes", "kind", "wall", "baseline", "ratio", "CPU", "baseline", "ratio"
+    );
+    let baseline = baseline.to_string_lossy();
+    for (routes, kind, path) in files {
+        let mut ours = Vec::new();
+        let mut theirs = Vec::new();
+        for _ in 0..runs(*routes) {
+            ours.push(check_once(exe, path));
+            theirs.push(check_once(&baseline, path));
+        }
+        let wall = |v: &[Checked]| middle(v.iter().map(|c| c.wall).collect());
+        let cpu = |v: &[Checked]| middle(v.iter().map(|c| c.cpu).collect());
+        let (w, bw, c, bc) = (wall(&ours), wall(&theirs), cpu(&ours), cpu(&theirs));
+        println!(
+            "{:>7}  {:>9}  {:>8.1} ms  {:>8.1} ms  {:>5.2}x  {:>7.1} ms  {:>7.1} ms  {:>5.2}x",
+            routes,
+            kind,
+            ms(w),
+            ms(bw),
+            w.as_secs_f64() / bw.as_secs_f64(),
+            ms(c),
+            ms(bc),
+            c.as_secs_f64() / bc.as_secs_f64()
+        );
+    }
 }
 
 fn runs(routes: usize) -> usize {
@@ -116,11 +163,18 @@ fn runs(routes: usize) -> usize {
     }
 }
 
-/// Runs `check` on `path`, and returns the peak RSS of its process tree. Its warnings (no
-/// `allowed_sources`) are shown only if it fails.
+/// One `check`: its wall time, and the peak RSS and CPU time of its process tree.
+struct Checked {
+    wall: Duration,
+    cpu: Duration,
+    peak_rss_mib: f64,
+}
+
+/// Runs `check` on `path`. Its warnings (no `allowed_sources`) are shown only if it fails.
 // The child is reaped by `wait4`, which `Child` does not offer (it gives no resource usage).
 #[allow(clippy::zombie_processes)]
-fn check_peak_rss_mib(exe: &str, path: &Path) -> f64 {
+fn check_once(exe: &str, path: &Path) -> Checked {
+    let start = Instant::now();
     let child = Command::new(exe)
         .arg("check")
         .arg(path)
@@ -139,14 +193,24 @@ fn check_peak_rss_mib(exe: &str, path: &Path) -> f64 {
             usage.as_mut_ptr(),
         )
     };
+    let wall = start.elapsed();
     assert_eq!(pid, child.id() as libc::pid_t, "wait4");
     if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
         let output = Command::new(exe).arg("check").arg(path).output();
         panic!("check failed on {}: {output:?}", path.display());
     }
-    // SAFETY: written by `wait4`. Linux gives `ru_maxrss` in KiB, over the child and the
-    // children it waited for.
-    unsafe { usage.assume_init() }.ru_maxrss as f64 / 1024.0
+    // SAFETY: written by `wait4`. Linux gives `ru_maxrss` in KiB and the times, each over the
+    // child and the children it waited for.
+    let usage = unsafe { usage.assume_init() };
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec.unsigned_abs())
+            + Duration::from_micros(t.tv_usec.unsigned_abs())
+    };
+    Checked {
+        wall,
+        cpu: time(usage.ru_utime) + time(usage.ru_stime),
+        peak_rss_mib: usage.ru_maxrss as f64 / 1024.0,
+    }
 }
 
 fn workspace(routes: usize, route: RouteOf) -> String {
@@ -228,15 +292,20 @@ fn evaluate_without_contract(path: &Path) {
 }
 
 fn median(runs: usize, mut f: impl FnMut()) -> Duration {
-    let mut times: Vec<Duration> = (0..runs)
+    let times: Vec<Duration> = (0..runs)
         .map(|_| {
             let start = Instant::now();
             f();
             start.elapsed()
         })
         .collect();
+    middle(times)
+}
+
+/// The median of `times` (the upper one of an even count).
+fn middle(mut times: Vec<Duration>) -> Duration {
     times.sort();
-    times[runs / 2]
+    times[times.len() / 2]
 }
 
 fn ms(d: Duration) -> f64 {

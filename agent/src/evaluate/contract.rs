@@ -116,7 +116,44 @@ pub fn evaluate_input_for(
     target: Target,
     admin_port: u16,
 ) -> Result<Workspace, ContractError> {
-    evaluate_with(input, root, target, admin_port, SCHEMA, std::io::sink())
+    evaluate_with(
+        input,
+        root,
+        target,
+        admin_port,
+        SCHEMA,
+        std::io::sink(),
+        Afterwards::Free,
+    )
+}
+
+/// [`evaluate_input_for`], in a process that exits once it has the workspace (the sandbox's
+/// child): what the evaluation built is left to the exit instead of freed term by term, which
+/// at 10,000 routes is 20–30 ms of a core that sozu shares.
+pub fn evaluate_input_before_exit(
+    input: &Input,
+    root: Option<&Path>,
+    target: Target,
+    admin_port: u16,
+) -> Result<Workspace, ContractError> {
+    evaluate_with(
+        input,
+        root,
+        target,
+        admin_port,
+        SCHEMA,
+        std::io::sink(),
+        Afterwards::LeftToExit,
+    )
+}
+
+/// What becomes of an evaluation's own memory (its sources, terms and positions) once the
+/// workspace is read from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Afterwards {
+    Free,
+    /// Never freed: the process exits right after.
+    LeftToExit,
 }
 
 /// [`evaluate_input_for`] with `schema` as the contract, and what the contract writes with
@@ -129,6 +166,7 @@ fn evaluate_with(
     admin_port: u16,
     schema: &str,
     trace: impl std::io::Write + 'static,
+    afterwards: Afterwards,
 ) -> Result<Workspace, ContractError> {
     let mut cache = CacheHub::new();
     // The tree the workspace may read (imports, error pages), and its directory, where its
@@ -216,6 +254,11 @@ fn evaluate_with(
         Workspace::from_raw(raw).map_err(|err| ContractError::invalid(format!("error: {err}")))?;
     // Error pages and users files named relative to the workspace are read from its directory.
     workspace.anchor_files(&dir);
+    if afterwards == Afterwards::LeftToExit {
+        std::mem::forget(located);
+        std::mem::forget(value);
+        std::mem::forget(vm);
+    }
     Ok(workspace)
 }
 

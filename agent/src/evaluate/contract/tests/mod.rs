@@ -115,6 +115,7 @@ fn evaluate_tracing(path: &Path, target: Target) -> (Result<Workspace, ContractE
         DEFAULT_ADMIN_PORT,
         &TRACING_TIERS,
         trace.clone(),
+        Afterwards::Free,
     );
     (result, trace.tiers())
 }

@@ -123,6 +123,7 @@ fn new_field_routes_take_the_fast_tier_with_the_values_of_the_slow_one() {
             DEFAULT_ADMIN_PORT,
             &WITHOUT_FAST_TIERS,
             std::io::sink(),
+            Afterwards::Free,
         );
         assert_eq!(fast.unwrap(), slow.unwrap(), "{name}");
         assert_eq!(
