@@ -86,7 +86,13 @@ pub fn evaluate_in(path: &Path, root: Option<&Path>) -> Result<Workspace, Contra
 /// [`evaluate_in`] for a workspace that is a file or text already read ([`Input`]). Text is
 /// evaluated from memory, never read again; its imports resolve from the current directory.
 pub fn evaluate_input(input: &Input, root: Option<&Path>) -> Result<Workspace, ContractError> {
-    evaluate_input_for(input, root, Target::Agent, DEFAULT_ADMIN_PORT)
+    evaluate_input_for(
+        input,
+        root,
+        Target::Agent,
+        DEFAULT_ADMIN_PORT,
+        Afterwards::Free,
+    )
 }
 
 /// The port of the agent's admin server unless `--admin-address` says otherwise
@@ -109,12 +115,14 @@ pub enum Target {
 }
 
 /// [`evaluate_input`], for `target`, beside an agent whose admin server listens on
-/// `admin_port`: a route of its own port may not take it.
+/// `admin_port`: a route of its own port may not take it; what the evaluation built is then
+/// freed or left as `afterwards` says.
 pub fn evaluate_input_for(
     input: &Input,
     root: Option<&Path>,
     target: Target,
     admin_port: u16,
+    afterwards: Afterwards,
 ) -> Result<Workspace, ContractError> {
     evaluate_with(
         input,
@@ -123,36 +131,17 @@ pub fn evaluate_input_for(
         admin_port,
         SCHEMA,
         std::io::sink(),
-        Afterwards::Free,
-    )
-}
-
-/// [`evaluate_input_for`], in a process that exits once it has the workspace (the sandbox's
-/// child): what the evaluation built is left to the exit instead of freed term by term, which
-/// at 10,000 routes is 20–30 ms of a core that sozu shares.
-pub fn evaluate_input_before_exit(
-    input: &Input,
-    root: Option<&Path>,
-    target: Target,
-    admin_port: u16,
-) -> Result<Workspace, ContractError> {
-    evaluate_with(
-        input,
-        root,
-        target,
-        admin_port,
-        SCHEMA,
-        std::io::sink(),
-        Afterwards::LeftToExit,
+        afterwards,
     )
 }
 
 /// What becomes of an evaluation's own memory (its sources, terms and positions) once the
 /// workspace is read from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Afterwards {
+pub enum Afterwards {
     Free,
-    /// Never freed: the process exits right after.
+    /// Never freed, in a process that exits once it has the workspace (the sandbox's child):
+    /// freeing it term by term is 20–30 ms of a core that sozu shares at 10,000 routes.
     LeftToExit,
 }
 

@@ -356,7 +356,13 @@ pub fn child_main(
         .name("evaluate".into())
         .stack_size(stack)
         .spawn(move || {
-            contract::evaluate_input_before_exit(&input, root.as_deref(), target, admin_port)
+            contract::evaluate_input_for(
+                &input,
+                root.as_deref(),
+                target,
+                admin_port,
+                contract::Afterwards::LeftToExit,
+            )
         });
     let report = match evaluation.map(|h| h.join()) {
         Ok(Ok(Ok(workspace))) => Report::Ok(Box::new(workspace)),
